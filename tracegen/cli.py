@@ -1,0 +1,174 @@
+"""Command line: argv -> the pipeline stages, progress, exit codes.
+
+User mistakes (ConfigError, OutputError) print one line and exit 2. Outputs are written into a
+temporary directory beside the target and renamed into place, so an error or Ctrl-C never leaves a
+half-written trace.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .config import Job, list_presets, load_job
+from .errors import ConfigError, OutputError
+from .emit.bundle import with_pcap_estimate, write_bundle
+from .pipeline import run_pipeline
+from .report import report_tables
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+def _job_options(f):
+    f = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Override a job key, e.g. --set parallelism.dp=4 (repeatable).")(f)
+    f = click.option("--preset", metavar="NAME", help="Start from a shipped job preset (see `tracegen presets`).")(f)
+    f = click.argument("job_file", required=False, type=click.Path(dir_okay=False))(f)
+    return f
+
+
+def _load(job_file, preset, sets) -> Job:
+    if job_file and not Path(job_file).is_file():
+        raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")
+    return load_job(job_file, preset=preset, sets=list(sets))
+
+
+@click.group()
+@click.version_option(__version__)
+def main() -> None:
+    """tracegen: LLM training jobs -> timed collective flows -> RoCEv2 pcaps and ns-3 scenarios."""
+
+
+@main.command()
+@_job_options
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output folder (default traces/<job name>).")
+@click.option("--snaplen", type=int, default=None, help="Capture only the first N bytes of each frame (orig_len stays real).")
+@click.option("--no-pcap", is_flag=True, help="Skip the pcap files.")
+@click.option("--no-ns3", is_flag=True, help="Skip the ns-3 scenario files.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def generate(job_file, preset, sets, out_dir, snaplen, no_pcap, no_ns3, quiet):
+    """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
+    try:
+        job = _load(job_file, preset, sets)
+        out = job.output
+        if snaplen is not None:
+            if snaplen < 0:
+                raise ConfigError("--snaplen must be >= 0 (0 keeps whole frames)")
+            out = replace(out, snaplen=snaplen)
+        if no_pcap:
+            out = replace(out, pcap=False)
+        if no_ns3:
+            out = replace(out, ns3=False)
+        job = replace(job, output=out)
+        target = Path(out_dir or job.output.dir or Path("traces") / job.name)
+        run = run_pipeline(job)
+        if job.output.pcap:
+            run = with_pcap_estimate(run)
+        counts = {}
+        with _progress(quiet) as bar:
+            _write_atomically(target, lambda tmp: counts.update(write_bundle(run, tmp, progress=bar)))
+        if not quiet:
+            what = ", ".join(f"{v} {k}" for k, v in counts.items())
+            click.echo(f"wrote {target}/ ({what}; iteration {run.report.iteration_ns / 1e6:.3f} ms scheduled)")
+    except (ConfigError, OutputError) as e:
+        _fail(str(e))
+
+
+@main.command()
+@_job_options
+def plan(job_file, preset, sets):
+    """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
+    try:
+        job = _load(job_file, preset, sets)
+        run = with_pcap_estimate(run_pipeline(job))
+        _print_plan(run)
+    except (ConfigError, OutputError) as e:
+        _fail(str(e))
+
+
+@main.command()
+def presets():
+    """List the shipped job, model and cluster presets."""
+    for kind, items in list_presets().items():
+        click.echo(f"{kind}:")
+        for name, desc in items:
+            click.echo(f"  {name:<14} {desc}")
+
+
+class _progress:
+    """A rich progress bar for the per-NIC pcap loop; a no-op when quiet."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.bar, self.task = quiet, None, None
+
+    def __enter__(self):
+        if not self.quiet:
+            from rich.progress import Progress
+            self.bar = Progress(transient=True)
+            self.bar.__enter__()
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            return
+        if self.task is None:
+            self.task = self.bar.add_task("pcap per NIC", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
+
+
+def _print_plan(run) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
+    for title, header, rows in report_tables(run.report):
+        if title.startswith("Payload") and len(rows) > 33:
+            rows = rows[:16] + [["…"] * len(header)] + rows[-17:]
+        table = Table(title=title, title_justify="left")
+        for h in header:
+            table.add_column(h)
+        for r in rows:
+            table.add_row(*r)
+        console.print(table)
+
+
+def _write_atomically(target: Path, write) -> None:
+    """Write into a temp dir beside `target`, then swap it into place."""
+    target = target.resolve()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create {target.parent}: {e.strerror}") from None
+    if target.exists() and not target.is_dir():
+        raise OutputError(f"output {target} exists and is not a folder; choose another -o")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o755)
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+            os.rename(target, old / "x")
+            os.rename(tmp, target)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+if __name__ == "__main__":
+    main()

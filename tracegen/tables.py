@@ -1,0 +1,169 @@
+"""The tables that cross stage boundaries: one numpy structured-array row per CommOp / Transfer / Flow.
+
+Variable-length lists (a CommOp's group of ranks, a row's dependency ids) are kept in CSR form
+(`Ragged`) beside the rows, so a 16k-GPU iteration stays a handful of flat arrays and every stage
+can work on whole columns at once.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class CollKind(enum.IntEnum):
+    ALLREDUCE = 0
+    REDUCESCATTER = 1
+    ALLGATHER = 2
+    ALLTOALL = 3
+    BROADCAST = 4
+    REDUCE = 5
+    SENDRECV = 6  # point-to-point: group = (src, dst)
+
+    @property
+    def label(self) -> str:
+        return {0: "AllReduce", 1: "ReduceScatter", 2: "AllGather", 3: "AllToAll",
+                4: "Broadcast", 5: "Reduce", 6: "SendRecv"}[int(self)]
+
+
+class Dim(enum.IntEnum):
+    """The parallelism dimension that issued a CommOp."""
+    DP = 0
+    TP = 1
+    PP = 2
+    SP = 3
+    CP = 4
+    EP = 5
+
+
+class Phase(enum.IntEnum):
+    FWD = 0
+    BWD = 1
+    OPT = 2  # after backward: gradient sync / optimizer
+
+
+class Algo(enum.IntEnum):
+    RING = 0
+    P2P = 1
+    TREE = 2
+
+
+class LinkKind(enum.IntEnum):
+    NVLINK = 0   # same node: gates timing, never reaches the fabric
+    NET = 1      # crosses the RoCE fabric
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """A list of int lists in CSR form: row i is values[ptr[i]:ptr[i+1]]."""
+    ptr: np.ndarray     # int64, len n+1
+    values: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.ptr[i]:self.ptr[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.ptr)
+
+    @staticmethod
+    def from_lists(lists) -> "Ragged":
+        lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+        ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        values = (np.fromiter((v for x in lists for v in x), dtype=np.int64, count=int(ptr[-1]))
+                  if ptr[-1] else np.zeros(0, dtype=np.int64))
+        return Ragged(ptr, values)
+
+    @staticmethod
+    def empty(n: int) -> "Ragged":
+        return Ragged(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+    @staticmethod
+    def concat(parts: list["Ragged"], offsets: list[int] | None = None) -> "Ragged":
+        """Stack row lists; `offsets[k]` is added to the values of part k (id renumbering)."""
+        if not parts:
+            return Ragged.empty(0)
+        ptrs, vals, base = [np.zeros(1, dtype=np.int64)], [], 0
+        for k, p in enumerate(parts):
+            ptrs.append(p.ptr[1:] + base)
+            base += len(p.values)
+            vals.append(p.values + (offsets[k] if offsets else 0))
+        return Ragged(np.concatenate(ptrs), np.concatenate(vals) if vals else np.zeros(0, np.int64))
+
+
+COMMOP_DTYPE = np.dtype([
+    ("op_id", "i8"),
+    ("kind", "u1"),        # CollKind
+    ("dim", "u1"),         # Dim
+    ("phase", "u1"),       # Phase
+    ("stage", "i4"),       # pipeline stage issuing the op (-1: spans stages)
+    ("layer", "i4"),       # transformer layer (-1: none)
+    ("microbatch", "i4"),  # micro-batch (-1: none)
+    ("bucket", "i4"),      # DP gradient bucket (-1: none)
+    ("iteration", "i4"),
+    ("bytes", "i8"),       # buffer size S (AllReduce input; p2p message)
+    ("elem_bytes", "u1"),  # element size: chunks are split on element boundaries
+    ("gap_ns", "i8"),      # compute after the deps complete, before this op may start
+])
+
+TRANSFER_DTYPE = np.dtype([
+    ("transfer_id", "i8"),
+    ("op_id", "i8"),
+    ("algo", "u1"),           # Algo
+    ("link", "u1"),           # LinkKind
+    ("src_rank", "i4"),
+    ("dst_rank", "i4"),
+    ("channel", "i2"),
+    ("step", "i4"),           # algorithm step (ring: 0 .. 2(n-1)-1)
+    ("chunk", "i4"),          # which chunk of the buffer (ring: chunk index; p2p: slice index)
+    ("bytes", "i8"),
+    ("max_msg_bytes", "i8"),  # NCCL network message size limit for this algorithm/protocol
+])
+
+FLOW_DTYPE = np.dtype(TRANSFER_DTYPE.descr + [
+    ("src_nic", "i4"),        # -1 on NVLink
+    ("dst_nic", "i4"),
+    ("start_ns", "i8"),
+    ("end_ns", "i8"),
+])
+
+
+@dataclass(frozen=True)
+class CommOps:
+    """workload -> collectives: what must be exchanged in one iteration, in dependency order."""
+    rows: np.ndarray   # COMMOP_DTYPE, rows[i].op_id == i
+    groups: Ragged     # ranks taking part, in ring order (p2p: [src, dst])
+    deps: Ragged       # op ids that must complete before this op starts (plus gap_ns compute)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """collectives -> schedule: who sends what to whom, per algorithm step."""
+    rows: np.ndarray   # TRANSFER_DTYPE, rows[i].transfer_id == i
+    deps: Ragged       # transfer ids whose data this transfer needs
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True)
+class Flows:
+    """schedule -> emit: transfers with NICs and integer-ns start/end. The IR every exporter reads."""
+    rows: np.ndarray   # FLOW_DTYPE
+    deps: Ragged
+    ops: CommOps
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def net(self) -> np.ndarray:
+        """Boolean mask of rows that cross the RoCE fabric."""
+        return self.rows["link"] == LinkKind.NET
