@@ -1,0 +1,388 @@
+"""Flow table -> scenario dir for the HPCC-derived ns-3 RDMA simulators.
+
+One directory serves two readers:
+  HPCC  (alibaba-edu/High-Precision-Congestion-Control, simulation/scratch/third.cc):
+        config.txt, topology.txt, flow.txt, trace.txt
+  SimAI (aliyun/ns-3-alibabacloud, branch dev/qp, scratch/NormalNetwork):
+        config_simai.txt, topology_simai.txt, and the same flow.txt / trace.txt
+plus manifest.json (flow.txt line -> flow row, and the (sip, dip, sport) each line gets in the
+simulators' fct files) and README.md (how to run both).
+
+Reader facts this module relies on (checked against the C++ sources):
+- third.cc reads config.txt as a stream of whitespace tokens `KEY value...` with no comments; a
+  token it does not know is skipped and its value is then read as the next key, so only keys from
+  its list may appear. Maps are `n rate_bps value ...`; every switch port rate must be in
+  KMAX_MAP/KMIN_MAP/PMAX_MAP (NS_ASSERT). Kmin/Kmax are KB (x1000), BUFFER_SIZE is MB (x2^20).
+- flow.txt: `src dst pg dport size start_s`, size read into a uint32 (HPCC), flows injected in
+  file order and scheduled relative to the previous one, so the file must be sorted by start.
+- Host i gets IP 11.(i/256).(i%256).1 (so at most 65536 hosts); source ports start at 10000 and
+  count up per source host (HPCC) or per (source, destination) pair (SimAI), as uint16.
+"""
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+import numpy as np
+
+from .. import __version__
+from ..config import Job
+from ..errors import ConfigError, OutputError
+from ..tables import CollKind, Dim, Flows
+from ..topology import Fabric
+
+T0_NS = 2_000_000_000          # simulators' convention: traffic starts at 2.0 s
+MAX_FLOW_BYTES = 2**32 - 1     # HPCC reads the size into a uint32
+PG = 3                         # RoCE data priority group (lossless queue 3)
+DPORT = 100
+SPORT_BASE = 10000
+MAX_HOSTS = 65536              # 11.(i/256).(i%256).1 has 16 bits of host id
+HPCC_MAX_SWITCH_PORTS = 256    # SwitchMmu::pCnt = 257, port 0 unused
+HPCC_INT_GBPS = (25, 50, 100, 200, 400)   # IntHop::lineRateValues: rates HPCC's INT can encode
+
+CC_MODES = {"dcqcn": 1, "hpcc": 3, "timely": 7, "dctcp": 8, "hpcc-pint": 10}
+
+# File names, all relative to the scenario dir (the simulators run with it as cwd).
+HPCC_FILES = dict(topology_file="topology.txt", flow_file="flow.txt", trace_file="trace.txt",
+                  trace_output_file="mix.tr", fct_output_file="fct.txt",
+                  pfc_output_file="pfc.txt", qlen_mon_file="qlen.txt")
+# SimAI renames outputs by the config's id ("config_simai.txt" -> fct_simai.txt), so the base
+# names can match HPCC's without clobbering them.
+SIMAI_FILES = dict(topology_file="topology_simai.txt", flow_file="flow.txt",
+                   trace_file="trace.txt", trace_output_file="mix.tr",
+                   fct_output_file="fct.txt", pfc_output_file="pfc.txt",
+                   send_output_file="send_simai.txt", qlen_mon_file="qlen.txt",
+                   tx_bw_mon_file="txbw.txt", rx_bw_mon_file="rxbw.txt", bw_mon_file="bw.txt",
+                   rate_mon_file="rate.txt", cnp_mon_file="cnp.txt")
+SIMAI_FCT_FILE = "fct_simai.txt"
+
+LINE_DTYPE = np.dtype([
+    ("row", "i8"),          # index into flows.rows
+    ("part", "i4"),         # which piece of a split transfer
+    ("parts", "i4"),
+    ("src", "i4"),          # host id = NIC index
+    ("dst", "i4"),
+    ("bytes", "i8"),
+    ("start_ns", "i8"),     # relative to t0
+    ("hpcc_sport", "i4"),
+    ("simai_sport", "i4"),
+])
+
+
+def flow_lines(flows: Flows, fabric: Fabric) -> np.ndarray:
+    """The flow.txt lines in file order (LINE_DTYPE): NET rows with bytes > 0, stably sorted by
+    start, transfers over 2^32-1 bytes split into equal parts that start together."""
+    rows = flows.rows
+    net = np.flatnonzero(flows.net & (rows["bytes"] > 0))
+    if np.any(rows["bytes"][flows.net] < 0) or np.any(rows["start_ns"][net] < 0):
+        raise OutputError("ns3: flow table has negative bytes or start_ns on NET rows")
+    src, dst = rows["src_nic"][net], rows["dst_nic"][net]
+    bad = (src < 0) | (src >= fabric.n_nics) | (dst < 0) | (dst >= fabric.n_nics) | (src == dst)
+    if np.any(bad):
+        i = int(net[np.argmax(bad)])
+        raise OutputError(f"ns3: flow row {i} has NICs {int(rows['src_nic'][i])} -> "
+                          f"{int(rows['dst_nic'][i])}, not two distinct NICs of the fabric")
+
+    order = net[np.argsort(rows["start_ns"][net], kind="stable")]
+    total = rows["bytes"][order].astype(np.int64)
+    parts = -(-total // MAX_FLOW_BYTES)
+    out = np.zeros(int(parts.sum()), dtype=LINE_DTYPE)
+    out["row"] = np.repeat(order, parts)
+    out["parts"] = np.repeat(parts, parts)
+    first = np.repeat(np.cumsum(parts) - parts, parts)
+    out["part"] = np.arange(len(out)) - first
+    b = np.repeat(total, parts)
+    # Equal pieces; the first (total % parts) get one byte more, so they sum to the total.
+    out["bytes"] = b // out["parts"] + (out["part"] < b % out["parts"])
+    out["src"] = rows["src_nic"][out["row"]]
+    out["dst"] = rows["dst_nic"][out["row"]]
+    out["start_ns"] = rows["start_ns"][out["row"]]
+    n = np.int64(fabric.n_nics)
+    out["hpcc_sport"] = (SPORT_BASE + _occurrence(out["src"].astype(np.int64))) % 65536
+    out["simai_sport"] = (SPORT_BASE + _occurrence(out["src"] * n + out["dst"])) % 65536
+    return out
+
+
+def write_ns3(flows: Flows, fabric: Fabric, job: Job, dest_dir: Path, *,
+              trace_nodes=None, enable_trace: bool = True) -> list[Path]:
+    """Write the scenario files into dest_dir (created if missing); returns the paths written.
+
+    trace_nodes: node ids listed in trace.txt (default: every NIC host)."""
+    if fabric.n_nics > MAX_HOSTS:
+        raise OutputError(f"ns3: {fabric.n_nics} NICs, but the simulators' 11.x.y.1 host "
+                          f"addressing holds at most {MAX_HOSTS}")
+    lines = flow_lines(flows, fabric)
+    trace_nodes = range(fabric.n_nics) if trace_nodes is None else [int(x) for x in trace_nodes]
+    values = _config_values(flows, fabric, job, enable_trace)   # checks cc_mode before any write
+    warnings = _warnings(fabric, job)
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+
+    files = {
+        "topology.txt": _topology(fabric, simai_header=None),
+        "flow.txt": _flow_txt(lines),
+        "trace.txt": f"{len(trace_nodes)}\n" + "".join(f"{x}\n" for x in trace_nodes),
+        "config.txt": _template("hpcc_config.txt").substitute(values, **HPCC_FILES),
+        "topology_simai.txt": _topology(fabric, simai_header=_simai_header(fabric, job)),
+        "config_simai.txt": _template("simai_config.txt").substitute(
+            values, **SIMAI_FILES, fct_simai_file=SIMAI_FCT_FILE,
+            pfc_enabled="true" if job.network.pfc else "false"),
+        "manifest.json": _manifest(flows, fabric, job, lines, warnings),
+        "README.md": _readme(fabric, job, lines, warnings),
+    }
+    return [_write_atomic(dest_dir / name, body) for name, body in files.items()]
+
+
+# ---------------------------------------------------------------- file bodies
+
+def _topology(fabric: Fabric, simai_header: str | None) -> str:
+    n_nodes = fabric.n_nics + fabric.n_switches
+    switches = " ".join(str(fabric.n_nics + i) for i in range(fabric.n_switches))
+    header = simai_header or f"{n_nodes} {fabric.n_switches} {len(fabric.links)}"
+    body = "".join(f"{a} {b} {g}Gbps {lat}ns 0.000000\n" for a, b, g, lat in
+                   zip(*(fabric.links[k].tolist() for k in ("a", "b", "gbps", "latency_ns"))))
+    return f"{header}\n{switches}\n{body}"
+
+
+def _simai_header(fabric: Fabric, job: Job) -> str:
+    # dev/qp: node_num gpus_per_server nvswitch_num switch_num link_num gpu_type ngpus_per_node.
+    # No NVSwitch nodes: NVLink traffic is not in flow.txt, every host is a NIC on the fabric.
+    gpu = "".join(job.cluster.gpu.split()).upper() or "GPU"
+    gpn = fabric.gpus_per_node
+    return (f"{fabric.n_nics + fabric.n_switches} {gpn} 0 {fabric.n_switches} "
+            f"{len(fabric.links)} {gpu} {gpn}")
+
+
+def _flow_txt(lines: np.ndarray):
+    yield f"{len(lines)}\n"
+    for part in _batches(lines):
+        rows = zip(part["src"].tolist(), part["dst"].tolist(), part["bytes"].tolist(),
+                   part["start_ns"].tolist())
+        yield "".join(f"{s} {d} {PG} {DPORT} {b} {_seconds(T0_NS + t)}\n" for s, d, b, t in rows)
+
+
+def _config_values(flows: Flows, fabric: Fabric, job: Job, enable_trace: bool) -> dict:
+    net = job.network
+    mode = net.cc_mode.lower()
+    if mode not in CC_MODES:
+        raise ConfigError(f"network.cc_mode={net.cc_mode!r} is not one of {', '.join(CC_MODES)}")
+    bw = fabric.nic_gbps
+    rates = sorted(set(fabric.links["gbps"].tolist()))
+    # Kmin/Kmax are given for a NIC-rate port and scale with port rate (HPCC's run.py does
+    # the same); the simulators take them in KB.
+    def kb(k_bytes: int, gbps: int) -> int:
+        return (2 * k_bytes * gbps + bw * 1000) // (2 * bw * 1000)
+
+    def rate_map(fn) -> str:
+        return f"{len(rates)} " + " ".join(f"{g * 10**9} {fn(g)}" for g in rates)
+
+    end_ns = int(flows.rows["end_ns"][flows.net].max()) if np.any(flows.net) else 0
+    # Generous stop: the schedule is an estimate and the run ends early once events run out.
+    stop_ns = T0_NS + -(-max(10**9, 10 * end_ns) // 10**6) * 10**6
+    buffer_mb = min(4095, max(1, (net.buffer_bytes + (1 << 19)) >> 20))  # x2^20 must fit uint32
+    return dict(
+        _cc_values(mode, bw),
+        cc_mode=CC_MODES[mode],
+        payload_bytes=job.output.pmtu,
+        stop_s=_seconds(stop_ns),
+        enable_trace=int(bool(enable_trace)),
+        kmax_map=rate_map(lambda g: kb(net.kmax_bytes, g)),
+        kmin_map=rate_map(lambda g: kb(net.kmin_bytes, g)),
+        pmax_map=rate_map(lambda g: f"{float(net.pmax):g}"),
+        buffer_mb=buffer_mb,
+        # HPCC samples queues every 100 ns: watch the scheduled span, at most 100 ms of it.
+        qlen_mon_start_ns=T0_NS,
+        qlen_mon_end_ns=T0_NS + min(end_ns, 100_000_000),
+        mon_start_us=T0_NS // 1000,
+        mon_end_us=stop_ns // 1000,
+    )
+
+
+def _cc_values(mode: str, bw_gbps: int) -> dict:
+    """Per-algorithm NIC settings, as HPCC's simulation/run.py sets them for a `bw` Gb/s NIC."""
+    def mbps(num: int, den: int) -> str:           # num*bw/den Mb/s, exact
+        kbps = num * bw_gbps * 1000 // den
+        return f"{kbps // 1000}Mb/s" if kbps % 1000 == 0 else f"{kbps}Kb/s"
+
+    v = dict(alpha_resume_interval=1, rate_decrease_interval=4, rp_timer=300,
+             ewma_gain="0.00390625", dctcp_rate_ai="1000Mb/s", int_multi=1)
+    if mode == "dcqcn":
+        v.update(rate_ai=mbps(5, 25), rate_hai=mbps(50, 25), has_win=0, var_win=0,
+                 fast_react=0, ack_high_prio=1)
+    elif mode in ("hpcc", "hpcc-pint"):
+        v.update(rate_ai=mbps(10, 25), rate_hai=mbps(10, 25), has_win=1, var_win=1,
+                 fast_react=1, ack_high_prio=0, int_multi=max(1, bw_gbps // 25))
+    elif mode == "dctcp":
+        # 615 Mb/s: one MTU per 13 us RTT (run.py's note).
+        v.update(rate_ai="10Mb/s", rate_hai="10Mb/s", dctcp_rate_ai="615Mb/s",
+                 ewma_gain="0.0625", has_win=1, var_win=1, fast_react=0, ack_high_prio=0)
+    else:  # timely
+        v.update(rate_ai=mbps(10, 10), rate_hai=mbps(50, 10), has_win=0, var_win=0,
+                 fast_react=0, ack_high_prio=1)
+    return v
+
+
+def _warnings(fabric: Fabric, job: Job) -> list[str]:
+    out = []
+    ends = np.concatenate([fabric.links["a"], fabric.links["b"]])
+    ports = np.bincount(ends, minlength=fabric.n_nics + fabric.n_switches)[fabric.n_nics:]
+    over = np.flatnonzero(ports > HPCC_MAX_SWITCH_PORTS)
+    if len(over):
+        out.append(f"{len(over)} switches have more than {HPCC_MAX_SWITCH_PORTS} ports (max "
+                   f"{int(ports.max())}, e.g. node {fabric.n_nics + int(over[0])}); HPCC's "
+                   "SwitchMmu holds 256 ports: rebuild with a larger pCnt")
+    odd = sorted(set(fabric.links["gbps"].tolist()) - set(HPCC_INT_GBPS))
+    if job.network.cc_mode.lower() in ("hpcc", "hpcc-pint") and odd:
+        out.append(f"port rates {odd} Gb/s are not in HPCC's INT line-rate table "
+                   f"{list(HPCC_INT_GBPS)} (IntHop::lineRateValues): HPCC's rate estimate on "
+                   "those hops will be wrong")
+    if not job.network.pfc:
+        out.append("PFC is off: config.txt has no PFC key, run HPCC with "
+                   "NS_ATTRIBUTE_DEFAULT='ns3::QbbNetDevice::QbbEnabled=false' (devices ignore "
+                   "PAUSE; switches still send it); config_simai.txt sets "
+                   "ns3::SwitchNode::PfcEnabled false")
+    return out
+
+
+def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]):
+    """manifest.json in chunks: header, hosts, then one flow record per flow.txt line."""
+    rows = flows.rows
+    nic_rank = np.full(fabric.n_nics, -1, dtype=np.int64)
+    nic_rank[fabric.rank_nic] = np.arange(fabric.world)
+    hosts = [{"host": i, "rank": int(nic_rank[i]), "name": fabric.nic_name(i),
+              "node": int(fabric.nic_node[i]), "rail": int(fabric.nic_rail[i]),
+              "sim_ip": _sim_ip_hex(i), "nic_ip": fabric.nic_ip_str(i)}
+             for i in range(fabric.n_nics)]
+    zero = np.flatnonzero(flows.net & (rows["bytes"] == 0))
+    header = {
+        "format": "tracegen-ns3/1",
+        "job": job.name,
+        "t0_ns": T0_NS,
+        "flow_file": "flow.txt",
+        "first_flow_line": 2,
+        "note": "flows[k] is flow.txt line k+2; start in flow.txt = (t0_ns + start_ns) s*1e-9",
+        "cc_mode": job.network.cc_mode,
+        "hpcc": {"config": "config.txt", "topology": "topology.txt", "fct": "fct.txt",
+                 "sport": "hpcc_sport: 10000 + k-th flow of the source host, mod 65536"},
+        "simai": {"config": "config_simai.txt", "topology": "topology_simai.txt",
+                  "fct": SIMAI_FCT_FILE,
+                  "sport": "simai_sport: 10000 + k-th flow of the (src, dst) pair, mod 65536"},
+        "net_bytes": int(lines["bytes"].sum()),
+        "skipped_zero_byte_transfers": rows["transfer_id"][zero].tolist(),
+        "warnings": warnings,
+    }
+    # Header indented; arrays one compact element per line (readable, diffable).
+    yield json.dumps(header, indent=1)[:-2]
+    yield ',\n "hosts": [\n' + ",\n".join("  " + json.dumps(h, separators=(",", ":"))
+                                            for h in hosts) + "\n ]"
+    yield ',\n "flows": ['
+    ip = [_sim_ip_hex(i) for i in range(fabric.n_nics)]
+    for lo, part in zip(range(0, len(lines), _BATCH), _batches(lines)):
+        yield ("\n" if lo == 0 else ",\n") + ",\n".join(_flow_records(flows, part, lo, ip))
+    yield "\n ]\n}\n" if len(lines) else "]\n}\n"
+
+
+def _flow_records(flows: Flows, part: np.ndarray, first_index: int, ip: list[str]) -> list[str]:
+    rows, ops, deps = flows.rows, flows.ops.rows, flows.deps
+    sel = part["row"]
+    op = rows["op_id"][sel]
+    kind_label = {int(k): k.label for k in CollKind}
+    dim_name = {int(d): d.name for d in Dim}
+    cols = zip(range(first_index, first_index + len(part)), rows["transfer_id"][sel].tolist(),
+               part["part"].tolist(), part["parts"].tolist(), op.tolist(),
+               [kind_label[x] for x in ops["kind"][op].tolist()],
+               [dim_name[x] for x in ops["dim"][op].tolist()],
+               *(rows[k][sel].tolist() for k in ("step", "chunk", "channel", "src_rank",
+                                                  "dst_rank")),
+               part["src"].tolist(), part["dst"].tolist(), part["bytes"].tolist(),
+               rows["start_ns"][sel].tolist(), rows["end_ns"][sel].tolist(),
+               part["hpcc_sport"].tolist(), part["simai_sport"].tolist(),
+               deps.ptr[sel].tolist(), deps.ptr[sel + 1].tolist())
+    dval = deps.values
+    # A format string, not json.dumps per record: 5x faster at a million lines.
+    return [_FLOW_RECORD % (k, tid, pt, pts, o, kind, dim, step, chunk, chan, sr, dr, src, dst,
+                            nbytes, start, end, ip[src], ip[dst], DPORT, hsp, ssp,
+                            ",".join(map(str, dval[d0:d1].tolist())))
+            for (k, tid, pt, pts, o, kind, dim, step, chunk, chan, sr, dr, src, dst, nbytes,
+                 start, end, hsp, ssp, d0, d1) in cols]
+
+
+_FLOW_RECORD = (
+    '{"index":%d,"transfer_id":%d,"part":%d,"parts":%d,"op_id":%d,"kind":"%s","dim":"%s",'
+    '"step":%d,"chunk":%d,"channel":%d,"src_rank":%d,"dst_rank":%d,"src_nic":%d,"dst_nic":%d,'
+    '"bytes":%d,"start_ns":%d,"end_ns":%d,"sip":"%s","dip":"%s","dport":%d,"hpcc_sport":%d,'
+    '"simai_sport":%d,"deps":[%s]}')
+
+
+def _readme(fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]) -> str:
+    leaf0, spine0 = fabric.leaf_node_id(0), fabric.spine_node_id(0)
+    pfc_off = not job.network.pfc
+    return _template("ns3_readme.md").substitute(
+        job_name=job.name, version=__version__, n_flows=len(lines),
+        n_bytes=int(lines["bytes"].sum()), n_hosts=fabric.n_nics,
+        n_switches=fabric.n_switches, n_links=len(fabric.links),
+        first_leaf=leaf0, last_leaf=leaf0 + fabric.n_leaves - 1,
+        first_spine=spine0, last_spine=spine0 + fabric.n_spines - 1,
+        hpcc_env="NS_ATTRIBUTE_DEFAULT='ns3::QbbNetDevice::QbbEnabled=false' " if pfc_off else "",
+        hpcc_pfc_note=("\nPFC is off in this job. HPCC's config has no PFC key, so the command "
+                       "sets the\nQbbNetDevice attribute QbbEnabled=false through ns-3's "
+                       "NS_ATTRIBUTE_DEFAULT: devices\nignore PAUSE frames (switches still "
+                       "send them).\n" if pfc_off else ""),
+        warnings="".join(["\n## Warnings\n\n"] + [f"- {w}\n" for w in warnings])
+        if warnings else "",
+    )
+
+
+# ---------------------------------------------------------------- helpers
+
+def _occurrence(keys: np.ndarray) -> np.ndarray:
+    """k for the k-th (0-based) appearance of each key, scanning in array order."""
+    n = len(keys)
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = sk[1:] != sk[:-1]
+    pos = np.arange(n)
+    group_start = np.maximum.accumulate(np.where(new, pos, 0)) if n else pos
+    occ = np.empty(n, dtype=np.int64)
+    occ[order] = pos - group_start
+    return occ
+
+
+def _seconds(ns: int) -> str:
+    """Exact "%.9f" of ns * 1e-9 (no float rounding)."""
+    return f"{ns // 10**9}.{ns % 10**9:09d}"
+
+
+def _sim_ip_hex(host: int) -> str:
+    """Host IP as the simulators print it in fct.txt ("%08x")."""
+    return f"{0x0B000001 + (host // 256) * 0x10000 + (host % 256) * 0x100:08x}"
+
+
+def _template(name: str) -> Template:
+    path = resources.files("tracegen").joinpath("templates").joinpath(name)
+    return Template(path.read_text(encoding="utf-8"))
+
+
+_BATCH = 1 << 16
+
+
+def _batches(lines: np.ndarray):
+    for lo in range(0, len(lines), _BATCH):
+        yield lines[lo:lo + _BATCH]
+
+
+def _write_atomic(path: Path, body) -> Path:
+    """Write a str or an iterable of str chunks to a temp name, then rename into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            for chunk in ([body] if isinstance(body, str) else body):
+                f.write(chunk)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
