@@ -12,7 +12,8 @@ from tracegen.errors import ConfigError
 from tracegen.workload.params import (layer_param_count, narayanan_eq2, param_count,
                                       stage_extra_param_count)
 
-JOB_PRESETS = ["default", "gpt2-small", "llama3-8b", "gpt3-175b"]
+JOB_PRESETS = ["default", "gpt2-small", "llama3-8b", "gpt3-175b", "llama3-70b", "mixtral-8x7b",
+               "deepseek-v3"]
 
 
 def error_of(d: dict) -> str:
@@ -41,7 +42,9 @@ def test_list_presets():
     p = list_presets()
     assert set(p) == {"jobs", "models", "clusters"}
     assert [n for n, _ in p["jobs"]] == sorted(JOB_PRESETS)
-    assert [n for n, _ in p["models"]] == sorted(["tiny", "gpt2-small", "llama3-8b", "gpt3-175b"])
+    assert [n for n, _ in p["models"]] == sorted(["tiny", "gpt2-small", "llama3-8b", "gpt3-175b",
+                                                  "llama3-70b", "llama3-405b", "mixtral-8x7b",
+                                                  "deepseek-v3"])
     assert [n for n, _ in p["clusters"]] == sorted(["mini-h100", "dgx-h100", "dgx-a100"])
     for items in p.values():
         for name, desc in items:
@@ -337,7 +340,7 @@ def test_negative_counts(path):
 @pytest.mark.parametrize("path,bad,good", [
     ("model.dtype", "fp64", "fp16"),
     ("cluster.gpu", "v100", "a100"),
-    ("nccl.algorithm", "tree", "ring"),
+    ("nccl.algorithm", "bruck", "ring"),
     ("network.cc_mode", "cubic", "hpcc-pint"),
     ("output.pmtu", 1500, 2048),
     ("output.payload", "random", "pattern"),
@@ -439,9 +442,9 @@ def test_validate_catches_directly_built_jobs():
 # --- presets by name ---------------------------------------------------------------------------
 
 def test_unknown_presets():
-    assert error_of({"model": "llama3-7b"}) == "unknown model preset 'llama3-7b' — did you mean 'llama3-8b'?"
+    assert error_of({"model": "llama3-8c"}) == "unknown model preset 'llama3-8c' — did you mean 'llama3-8b'?"
     assert "did you mean 'dgx-h100'" in error_of({"cluster": {"preset": "dgx-h10"}})
-    with pytest.raises(ConfigError, match="unknown job preset 'nope' — available: default"):
+    with pytest.raises(ConfigError, match="unknown job preset 'nope' — available: .*default"):
         load_job(preset="nope")
 
 

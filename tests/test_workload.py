@@ -7,7 +7,7 @@ import pytest
 from tracegen.config import Cluster, Job, Model, Parallelism
 from tracegen.pipeline import run_pipeline
 from tracegen.tables import CollKind, Dim, LinkKind, Phase
-from tracegen.workload.dense import one_f_one_b
+from tracegen.workload.pipeline_order import one_f_one_b
 
 
 def make_job(dp=1, tp=1, pp=1, gpn=None, b=2, s=128, h=512, layers=4, mb=2, **model):
@@ -23,14 +23,15 @@ def test_tp_bytes_per_layer_per_microbatch(t, gpn):
     job = make_job(tp=t, gpn=min(gpn, t), b=2, s=128, h=512, layers=4, mb=3)
     run = run_pipeline(job)
     r, ops = run.flows.rows, run.ops.rows
-    tp = ops["dim"][r["op_id"]] == Dim.TP
+    # per-layer ops only: embedding, LM head and cross-entropy (layer -1) are checked in test_parallelism
+    tp = (ops["dim"][r["op_id"]] == Dim.TP) & (ops["layer"][r["op_id"]] >= 0)
     b, s, h, B = 2, 128, 512, 2
     per_layer_mb = 8 * b * s * h * (t - 1) * B // t
     for rank in range(t):
         sent = r["bytes"][tp & (r["src_rank"] == rank)].sum()
         assert sent == per_layer_mb * 4 * 3
     # 2 forward + 2 backward AllReduces per layer per micro-batch
-    tp_ops = ops[ops["dim"] == Dim.TP]
+    tp_ops = ops[(ops["dim"] == Dim.TP) & (ops["layer"] >= 0)]
     assert len(tp_ops) == 4 * 4 * 3
     assert (tp_ops["kind"] == CollKind.ALLREDUCE).all()
     assert (tp_ops["phase"] == Phase.FWD).sum() == (tp_ops["phase"] == Phase.BWD).sum()
@@ -61,8 +62,8 @@ def test_dp_allreduce_bytes_match_gradient_size():
     r, ops = run.flows.rows, run.ops.rows
     dp = ops["dim"][r["op_id"]] == Dim.DP
     grad = ops["bytes"][ops["dim"] == Dim.DP].sum()
-    from tracegen.report import stage_rank_params
-    assert grad == stage_rank_params(job, 0) * 2
+    from tracegen.workload.volumes import rank_params
+    assert grad == rank_params(job, 0).dense * 2
     for rank in range(4):
         assert r["bytes"][dp & (r["src_rank"] == rank)].sum() * 4 == pytest.approx(2 * 3 * grad, rel=1e-4)
     assert r["bytes"][dp].sum() == 2 * 3 * grad          # every chunk crosses 2(n-1) links

@@ -47,6 +47,19 @@ class Model:
     position_embeddings: bool = True   # learned s x h position table (GPT); False for RoPE
     tied_embeddings: bool = True       # LM head shares the input embedding; False: its own V x h
     bias: bool = True                  # biases on linears and LayerNorms; False: none (RMSNorm)
+    head_dim: int = 0                  # 0: hidden / heads
+    # Mixture of experts (experts = 0: dense). Layers after the first `first_k_dense` are MoE.
+    experts: int = 0                   # routed experts per MoE layer
+    top_k: int = 2                     # experts each token is routed to
+    moe_ffn_hidden: int = 0            # 0: ffn_hidden; width of one routed / shared expert
+    shared_experts: int = 0            # always-on experts (DeepSeek), computed locally
+    first_k_dense: int = 0             # leading dense layers before the MoE layers
+    capacity_factor: float = 1.0       # dispatch buffer = tokens x top_k x capacity_factor rows
+    # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank > 0 turns it on.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    rope_head_dim: int = 0             # decoupled RoPE key width per head
+    v_head_dim: int = 0                # 0: head_dim
 
     @property
     def bytes_per_elem(self) -> int:
@@ -55,6 +68,35 @@ class Model:
     @property
     def ffn(self) -> int:
         return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def moe_ffn(self) -> int:
+        return self.moe_ffn_hidden or self.ffn
+
+    @property
+    def dhead(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.experts > 0 and layer >= self.first_k_dense
+
+    @property
+    def moe_layers(self) -> int:
+        return max(0, self.layers - self.first_k_dense) if self.experts else 0
+
+    @property
+    def kv_elems_per_token(self) -> int:
+        """K and V elements per token that context parallelism passes around the ring.
+
+        MLA: K and V are up-projected per head before attention (heads x (qk + rope) and heads x v).
+        """
+        if self.mla:
+            return self.heads * (self.dhead + self.rope_head_dim + (self.v_head_dim or self.dhead))
+        return 2 * (self.kv_heads or self.heads) * self.dhead
 
 
 @dataclass(frozen=True)
@@ -66,10 +108,18 @@ class Parallelism:
     global_batch: int = 8        # sequences per iteration over all DP replicas
     dp_bucket_bytes: int = 25 * 1000 * 1000   # DDP / Megatron gradient bucket (25 MB default)
     grad_dtype: str = ""         # "" = model dtype; "fp32" for fp32 gradient reduction
+    sp: bool = False             # Megatron sequence parallelism: TP AllReduce -> AllGather + ReduceScatter
+    cp: int = 1                  # context parallelism (ring attention over sequence chunks)
+    ep: int = 1                  # expert parallelism, carved out of dp
+    zero: int = 0                # ZeRO stage 0..3 (3 = FSDP)
+    vpp: int = 1                 # virtual pipeline stages per rank (interleaved 1F1B)
+    pp_scatter_gather: bool = False   # send 1/t of each activation, AllGather it over TP after
+    recompute: str = "none"      # none | selective | full activation recomputation
+    dp_overlap: bool = True      # release gradient buckets during backward (False: all after it)
 
     @property
     def world(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def microbatches(self) -> int:
@@ -97,12 +147,15 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Nccl:
-    algorithm: str = "ring"
+    algorithm: str = "ring"              # ring | tree | halving_doubling | hierarchical | auto
     channels: int = 2
     ring_msg_bytes: int = 1 << 20        # Simple protocol: 1 MiB slice per network message
     ring_chunk_bytes: int = 2 << 20      # Simple: 2 MiB chunk per ring step per loop
     p2p_chunk_bytes: int = 128 << 10     # send/recv network chunk
     qps_per_connection: int = 1
+    protocol: str = "simple"             # simple | ll | ll128 | auto (NCCL_PROTO)
+    simple_step_bytes: int = 512 << 10   # NCCL_BUFFSIZE / NCCL_STEPS: Tree chunk, Broadcast/Reduce chunk
+    pxn: bool = False                    # cross-rail sends hop over NVLink to the destination's rail first
 
 
 @dataclass(frozen=True)
@@ -167,10 +220,15 @@ _TOP_EXTRA = ("preset", "description")                      # job-level keys tha
 ALIASES = {
     "parallelism": {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
                     "data_parallel_size": "dp", "micro_batch_size": "micro_batch",
-                    "global_batch_size": "global_batch"},
+                    "global_batch_size": "global_batch", "sequence_parallel": "sp",
+                    "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
+                    "virtual_pipeline_model_parallel_size": "vpp",
+                    "recompute_granularity": "recompute", "zero_stage": "zero"},
     "model": {"num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
               "num_query_groups": "kv_heads", "ffn_hidden_size": "ffn_hidden",
-              "seq_length": "seq_len", "padded_vocab_size": "vocab", "vocab_size": "vocab"},
+              "seq_length": "seq_len", "padded_vocab_size": "vocab", "vocab_size": "vocab",
+              "num_experts": "experts", "moe_router_topk": "top_k",
+              "moe_ffn_hidden_size": "moe_ffn_hidden", "kv_channels": "head_dim"},
 }
 
 
@@ -186,20 +244,23 @@ _POSITIVE = {
     "iterations",
     "model.layers", "model.hidden", "model.heads", "model.vocab", "model.seq_len",
     "parallelism.dp", "parallelism.tp", "parallelism.pp", "parallelism.micro_batch",
-    "parallelism.global_batch", "parallelism.dp_bucket_bytes",
+    "parallelism.global_batch", "parallelism.dp_bucket_bytes", "parallelism.cp", "parallelism.ep",
+    "parallelism.vpp", "model.top_k",
     "cluster.gpus_per_node", "cluster.nic_gbps", "cluster.nvlink_gbps", "cluster.nodes_per_leaf",
     "cluster.spines",
     "nccl.channels", "nccl.ring_msg_bytes", "nccl.ring_chunk_bytes", "nccl.p2p_chunk_bytes",
-    "nccl.qps_per_connection",
+    "nccl.qps_per_connection", "nccl.simple_step_bytes",
     "network.kmax_bytes", "network.buffer_bytes",
 }
-_RANGES = {"output.dscp": (0, 63), "output.pcp": (0, 7), "output.ecn": (0, 3),
+_RANGES = {"parallelism.zero": (0, 3), "output.dscp": (0, 63), "output.pcp": (0, 7), "output.ecn": (0, 3),
            "output.vlan_id": (1, 4094), "network.pmax": (0.0, 1.0)}
 _CHOICES = {
     "model.dtype": tuple(DTYPE_BYTES),
     "parallelism.grad_dtype": ("",) + tuple(DTYPE_BYTES),
     "cluster.gpu": tuple(GPU_PEAK_TFLOPS),
-    "nccl.algorithm": ("ring",),            # the only expander so far
+    "parallelism.recompute": ("none", "selective", "full"),
+    "nccl.algorithm": ("ring", "tree", "halving_doubling", "hierarchical", "auto"),
+    "nccl.protocol": ("simple", "ll", "ll128", "auto"),
     "network.cc_mode": ("dcqcn", "hpcc", "timely", "dctcp", "hpcc-pint"),
     "output.pmtu": (256, 512, 1024, 2048, 4096),   # IB MTUs: RoCE has no other
     "output.payload": ("zero", "pattern"),
@@ -243,6 +304,8 @@ def _check_value(path: str, value: Any, typ: type, rule: str | None = None) -> A
         raise ConfigError(f"{path}: must be a positive integer, got {value}")
     elif typ is int and value < 0:
         raise ConfigError(f"{path}: must be >= 0, got {value}")
+    if rule == "model.capacity_factor" and not value > 0:
+        raise ConfigError(f"{path}: must be > 0 (1.0 = buffers sized for a perfectly even routing), got {value!r}")
     if rule == "cluster.mfu" and not 0 < value <= 1:
         raise ConfigError(f"{path}: must be a fraction in (0, 1], got {value!r}")
     if rule == "name" and not _JOB_NAME.fullmatch(value):
@@ -515,6 +578,8 @@ def validate(job: Job) -> Job:
             _check_value(f"{sec}.{key}", getattr(part, key), typ)
     _check_model(job.model)
     _check_sharding(job.model, job.parallelism)
+    _check_moe(job.model)
+    _check_parallel_features(job.model, job.parallelism)
     _check_world(job.parallelism, job.cluster)
     _check_network(job.network)
     return job
@@ -525,6 +590,46 @@ def _check_model(m: Model) -> None:
         raise ConfigError(f"model.heads={m.heads} does not divide model.hidden={m.hidden}")
     if m.kv_heads and (m.kv_heads > m.heads or m.heads % m.kv_heads):
         raise ConfigError(f"model.kv_heads={m.kv_heads} does not divide model.heads={m.heads}")
+
+
+def _check_moe(m: Model) -> None:
+    if not m.experts:
+        return
+    if m.top_k > m.experts:
+        raise ConfigError(f"model.top_k={m.top_k} exceeds model.experts={m.experts}")
+    if m.first_k_dense >= m.layers:
+        raise ConfigError(f"model.first_k_dense={m.first_k_dense} leaves no MoE layer of "
+                          f"model.layers={m.layers}; lower it or set model.experts=0")
+
+
+def _check_parallel_features(m: Model, p: Parallelism) -> None:
+    """SP, CP, EP, interleaving: the combinations Megatron accepts."""
+    if p.sp and p.tp == 1:
+        raise ConfigError("parallelism.sp=true needs parallelism.tp > 1 (sequence parallelism splits "
+                          "the TP group's activations); set sp: false or raise tp")
+    if p.cp > 1 and m.seq_len % (2 * p.cp):
+        raise ConfigError(f"model.seq_len={m.seq_len} is not a multiple of 2·parallelism.cp = {2 * p.cp} "
+                          "(load-balanced context parallelism gives each rank two chunks)")
+    if p.ep > 1 and not m.experts:
+        raise ConfigError(f"parallelism.ep={p.ep} needs a mixture-of-experts model (model.experts > 0)")
+    if m.experts and m.experts % p.ep:
+        raise ConfigError(f"parallelism.ep={p.ep} does not divide model.experts={m.experts}")
+    if p.dp % p.ep:
+        raise ConfigError(f"parallelism.ep={p.ep} does not divide parallelism.dp={p.dp} "
+                          "(expert parallelism is carved out of data parallelism)")
+    if m.experts and p.ep > 1 and p.tp > 1 and not p.sp:
+        raise ConfigError("mixture-of-experts with tp > 1 and ep > 1 needs parallelism.sp=true "
+                          "(Megatron requires sequence parallelism there)")
+    if p.vpp > 1:
+        if p.pp == 1:
+            raise ConfigError(f"parallelism.vpp={p.vpp} needs parallelism.pp > 1")
+        if m.layers % (p.pp * p.vpp):
+            raise ConfigError(f"parallelism.pp·vpp = {p.pp}·{p.vpp} does not divide model.layers={m.layers}")
+        if p.microbatches % p.pp:
+            raise ConfigError(f"interleaved 1F1B needs micro-batches ({p.microbatches}) to be a multiple "
+                              f"of parallelism.pp={p.pp}; change global_batch")
+    if p.pp_scatter_gather and p.pp == 1:
+        raise ConfigError("parallelism.pp_scatter_gather=true needs parallelism.pp > 1")
 
 
 def _check_sharding(m: Model, p: Parallelism) -> None:
@@ -546,7 +651,8 @@ def _check_sharding(m: Model, p: Parallelism) -> None:
 
 def _check_world(p: Parallelism, c: Cluster) -> None:
     world, gpn = p.world, c.gpus_per_node
-    sizes = f"dp·tp·pp = {p.dp}·{p.tp}·{p.pp} = {world}"
+    sizes = (f"dp·tp·pp·cp = {p.dp}·{p.tp}·{p.pp}·{p.cp} = {world}" if p.cp > 1
+             else f"dp·tp·pp = {p.dp}·{p.tp}·{p.pp} = {world}")
     if c.nodes and c.nodes * gpn != world:
         fix = f"set cluster.nodes={world // gpn}" if world % gpn == 0 else "change parallelism"
         raise ConfigError(f"cluster.nodes={c.nodes} × cluster.gpus_per_node={gpn} = "

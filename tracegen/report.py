@@ -13,6 +13,8 @@ from .config import DTYPE_BYTES, Job
 from .tables import CollKind, Dim, Flows, LinkKind
 from .topology import Fabric
 from .workload import params
+from .workload.memory import MemoryEstimate, memory_estimate
+from .workload.volumes import expected_rank_bytes, rank_params
 
 
 @dataclass(frozen=True)
@@ -40,36 +42,10 @@ class Report:
     iteration_ns: int
     transfers: int
     net_transfers: int
+    memory: MemoryEstimate | None = None
     pcap_packets: int = -1
     pcap_bytes: int = -1
     notes: list[str] = field(default_factory=list)
-
-
-def closed_form_rank_bytes(job: Job, dim: Dim) -> tuple[int, str]:
-    """Per-rank bytes sent per iteration by the closed forms, for the dims this version models."""
-    m, par = job.model, job.parallelism
-    b, s, h, B = par.micro_batch, m.seq_len, m.hidden, m.bytes_per_elem
-    t, d, p, mb = par.tp, par.dp, par.pp, par.microbatches
-    lps = m.layers // p
-    it = job.iterations
-    if dim == Dim.TP and t > 1:
-        per = 8 * b * s * h * (t - 1) * B * lps * mb * it
-        return per // t, "8·b·s·h·(t−1)/t·B per layer per micro-batch × l/p × m"
-    if dim == Dim.PP and p > 1:
-        return 2 * b * s * h * B * mb * it, "b·s·h·B forward + backward per micro-batch × m (inner stage)"
-    if dim == Dim.DP and d > 1:
-        g = DTYPE_BYTES[par.grad_dtype] if par.grad_dtype else B
-        worst = max(stage_rank_params(job, st) for st in range(p))
-        return 2 * (d - 1) * worst * g * it // d, "2·(d−1)/d · S_grad (busiest stage)"
-    return -1, "—"
-
-
-def stage_rank_params(job: Job, stage: int) -> int:
-    """Parameters (elements) one rank of `stage` holds: what its DP AllReduce reduces."""
-    m, par = job.model, job.parallelism
-    lps = m.layers // par.pp
-    # the same per-layer rounding the workload's buckets use
-    return lps * (params.layer_param_count(m) // par.tp) + params.stage_extra_param_count(m, stage, par.pp) // par.tp
 
 
 def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
@@ -78,28 +54,45 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
     ops = flows.ops.rows
     dim_of = ops["dim"][r["op_id"]]
     net = r["link"] == LinkKind.NET
+    expected = [expected_rank_bytes(job, rank) for rank in range(fabric.world)]
     dims = []
     for dim in Dim:
         sel = dim_of == dim
         n_ops = int((ops["dim"] == dim).sum())
-        if n_ops == 0:
+        if n_ops == 0 or dim == Dim.NONE:
             continue
         sent = np.bincount(r["src_rank"][sel], weights=r["bytes"][sel], minlength=fabric.world)
-        f, txt = closed_form_rank_bytes(job, dim)
+        busiest = int(np.argmax(sent))
         dims.append(DimVolume(dim.name, n_ops, int(sel.sum()), int(r["bytes"][sel & net].sum()),
-                              int(r["bytes"][sel & ~net].sum()), int(sent.max()), f, txt))
+                              int(r["bytes"][sel & ~net].sum()), int(sent[busiest]),
+                              round(expected[busiest].get(dim, 0)), DIM_FORMULAS[dim]))
     tx = np.bincount(r["src_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     rx = np.bincount(r["dst_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     B = m.bytes_per_elem
     g = DTYPE_BYTES[par.grad_dtype] if par.grad_dtype else B
-    worst = max(stage_rank_params(job, st) for st in range(par.pp))
+    worst = max(sum(vars(rank_params(job, st)).values()) for st in range(par.pp))
+    end = flows.op_end_ns
     return Report(
         job=job, params=params.param_count(m),
         s_act_bytes=par.micro_batch * m.seq_len * m.hidden * B,
         s_theta_rank_bytes=worst * B, s_grad_rank_bytes=worst * g, dims=dims,
         nic_tx_bytes=tx, nic_rx_bytes=rx,
-        iteration_ns=int(r["end_ns"].max()) if len(r) else 0,
-        transfers=len(r), net_transfers=int(net.sum()))
+        iteration_ns=int(end.max()) if end is not None and len(end) else
+        (int(r["end_ns"].max()) if len(r) else 0),
+        transfers=len(r), net_transfers=int(net.sum()), memory=memory_estimate(job))
+
+
+DIM_FORMULAS = {
+    Dim.DP: "2(n−1)/n·S_grad, n = dp·cp (ZeRO-1/2: RS + AG; ZeRO-3: 3·(n−1)/n·Ψ per micro-batch)",
+    Dim.TP: "per layer per micro-batch 4 AllReduce of S_act: 8·b·s·h·(t−1)/t·B (+embedding, head, CE)",
+    Dim.SP: "per layer per micro-batch 4 AllGather + 4 ReduceScatter of S_act: same bytes as TP",
+    Dim.PP: "b·s·h·B forward + backward per micro-batch per chunk (÷t with SP / scatter-gather)",
+    Dim.CP: "(c−1) steps × 2·b·(s/c)·h_kv·B/t per attention layer forward, ×2 backward",
+    Dim.EP: "4 AllToAll per MoE layer per micro-batch of tokens·top_k·cf·h·B, (e−1)/e leaves the rank",
+    Dim.EDP: "routed-expert gradients over the expert-data-parallel group, as DP",
+    Dim.EMB: "word-embedding gradient AllReduce between first and last stage: V·h/t·B",
+    Dim.NONE: "—",
+}
 
 
 def _fmt_bytes(n: int) -> str:
@@ -117,14 +110,16 @@ def report_tables(rep: Report) -> list[tuple[str, list[str], list[list[str]]]]:
     job_rows = [
         ["model", f"{m.name}: l={m.layers} h={m.hidden} a={m.heads} V={m.vocab} s={m.seq_len} {m.dtype}"],
         ["parameters Ψ", f"{rep.params:,}"],
-        ["parallelism", f"dp={par.dp} tp={par.tp} pp={par.pp}, b={par.micro_batch}, "
-                        f"global batch {par.global_batch} → m={par.microbatches} micro-batches"],
+        ["parallelism", _describe_parallelism(par)],
         ["cluster", f"{j.nodes} nodes × {j.cluster.gpus_per_node} {j.cluster.gpu.upper()}, "
                     f"{j.cluster.nic_gbps} Gb/s NIC per GPU, NVLink {j.cluster.nvlink_gbps} Gb/s"],
         ["S_act = b·s·h·B (one micro-batch)", _fmt_bytes(rep.s_act_bytes)],
         ["S_θ per rank (busiest stage)", _fmt_bytes(rep.s_theta_rank_bytes)],
         ["S_grad per rank (busiest stage)", _fmt_bytes(rep.s_grad_rank_bytes)],
         ["iterations", str(j.iterations)],
+        *([["memory per GPU: model states (ZeRO-%d)" % par.zero, _fmt_bytes(int(rep.memory.model_states_bytes))],
+           ["memory per GPU: activations (first stage)", _fmt_bytes(int(rep.memory.activations_bytes))]]
+          if rep.memory else []),
         ["scheduled time (all iterations)", f"{rep.iteration_ns / 1e6:,.3f} ms ({rep.iteration_ns:,} ns)"],
         ["transfers (on the fabric)", f"{rep.transfers:,} ({rep.net_transfers:,})"],
     ]
@@ -143,6 +138,18 @@ def report_tables(rep: Report) -> list[tuple[str, list[str], list[list[str]]]]:
           "closed form per rank", "formula"], dim_rows),
         ("Payload bytes per NIC", ["NIC", "tx bytes", "rx bytes"], nic_rows),
     ]
+
+
+def _describe_parallelism(par) -> str:
+    parts = [f"dp={par.dp}", f"tp={par.tp}", f"pp={par.pp}"]
+    parts += [f"{k}={getattr(par, k)}" for k in ("cp", "ep", "vpp") if getattr(par, k) > 1]
+    parts += [k for k in ("sp", "pp_scatter_gather") if getattr(par, k)]
+    if par.zero:
+        parts.append(f"ZeRO-{par.zero}")
+    if par.recompute != "none":
+        parts.append(f"{par.recompute} recompute")
+    return (" ".join(parts) + f"; b={par.micro_batch}, global batch {par.global_batch} → "
+            f"m={par.microbatches} micro-batches")
 
 
 def render_markdown(rep: Report, nic_names: list[str] | None = None) -> str:

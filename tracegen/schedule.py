@@ -10,8 +10,6 @@ transfer occupies a port is exactly the wire time of its frames.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-
 import numpy as np
 
 from .config import Job
@@ -42,12 +40,6 @@ def duration_ns(nbytes: np.ndarray, gbps: int) -> np.ndarray:
     return -(-(np.asarray(nbytes, dtype=np.int64) * 8) // gbps)
 
 
-@dataclass(frozen=True)
-class ScheduleStats:
-    iteration_ns: int
-    net_busy_ns: int
-
-
 def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     rows = tr.rows
     n = len(rows)
@@ -56,22 +48,22 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     src_nic = np.where(net, fabric.rank_nic[src], -1)
     dst_nic = np.where(net, fabric.rank_nic[dst], -1)
     dur = np.where(net,
-                   duration_ns(net_wire_bytes(rows["bytes"], rows["max_msg_bytes"], job.output.pmtu),
+                   duration_ns(net_wire_bytes(rows["wire_bytes"], rows["max_msg_bytes"], job.output.pmtu),
                                fabric.nic_gbps),
-                   duration_ns(rows["bytes"], fabric.nvlink_gbps))
+                   duration_ns(rows["wire_bytes"], fabric.nvlink_gbps))
     lat = np.where(net, fabric.hops(np.maximum(src_nic, 0), np.maximum(dst_nic, 0))
                    * fabric.link_latency_ns, 0)
     # Ports: NIC tx/rx for NET, NVLink out/in per GPU otherwise; one id space for both.
     tx_port = np.where(net, src_nic, fabric.n_nics + src)
     rx_port = np.where(net, dst_nic, fabric.n_nics + dst)
-    start, end = _list_schedule(ops, tr, dur.tolist(), lat.tolist(), tx_port.tolist(),
+    start, end, op_start, op_end = _list_schedule(ops, tr, dur.tolist(), lat.tolist(), tx_port.tolist(),
                                 rx_port.tolist(), fabric.n_nics + fabric.world)
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     for name in rows.dtype.names:
         flows[name] = rows[name]
     flows["src_nic"], flows["dst_nic"] = src_nic, dst_nic
     flows["start_ns"], flows["end_ns"] = start, end
-    return Flows(flows, tr.deps, ops)
+    return Flows(flows, tr.deps, ops, op_start, op_end)
 
 
 def _reverse(r: Ragged, n_targets: int) -> list[list[int]]:
@@ -112,7 +104,10 @@ def _list_schedule(ops: CommOps, tr: Transfers, dur, lat, tx_port, rx_port, n_po
             if op_deps_left[p] == 0:
                 release(p, op_ready[p] + gap[p])
 
+    op_start = [0] * n_ops
+
     def release(o: int, t0: int) -> None:
+        op_start[o] = t0
         if not op_transfers[o]:
             finish_op(o, t0)
             return
@@ -145,6 +140,7 @@ def _list_schedule(ops: CommOps, tr: Transfers, dur, lat, tx_port, rx_port, n_po
         op_left[o] -= 1
         if op_left[o] == 0:
             finish_op(o, op_end[o])
-    if any(x > 0 for x in op_left):
+    if any(x > 0 for x in op_left) or any(x > 0 for x in op_deps_left):
         raise RuntimeError("schedule: dependency cycle, some transfers never became ready")
-    return np.array(start, dtype=np.int64), np.array(end, dtype=np.int64)
+    return (np.array(start, dtype=np.int64), np.array(end, dtype=np.int64),
+            np.array(op_start, dtype=np.int64), np.array(op_end, dtype=np.int64))

@@ -20,11 +20,12 @@ class CollKind(enum.IntEnum):
     BROADCAST = 4
     REDUCE = 5
     SENDRECV = 6  # point-to-point: group = (src, dst)
+    MARKER = 7    # no data: marks a point of a rank's timeline (end of iteration) for the schedule
 
     @property
     def label(self) -> str:
         return {0: "AllReduce", 1: "ReduceScatter", 2: "AllGather", 3: "AllToAll",
-                4: "Broadcast", 5: "Reduce", 6: "SendRecv"}[int(self)]
+                4: "Broadcast", 5: "Reduce", 6: "SendRecv", 7: "Marker"}[int(self)]
 
 
 class Dim(enum.IntEnum):
@@ -35,6 +36,9 @@ class Dim(enum.IntEnum):
     SP = 3
     CP = 4
     EP = 5
+    EMB = 6   # tied input/output embedding gradient sync between the first and last stage
+    NONE = 7  # markers
+    EDP = 8   # expert-data-parallel gradient sync of routed experts' weights
 
 
 class Phase(enum.IntEnum):
@@ -45,8 +49,17 @@ class Phase(enum.IntEnum):
 
 class Algo(enum.IntEnum):
     RING = 0
-    P2P = 1
+    P2P = 1               # send/recv and NCCL's AllToAll (grouped send/recv)
     TREE = 2
+    HALVING_DOUBLING = 3
+    HIERARCHICAL = 4      # intra-node over NVLink, inter-node per rail
+
+
+class Proto(enum.IntEnum):
+    """NCCL protocol: what a transfer's bytes look like on the wire (see TRANSFER_DTYPE.wire_bytes)."""
+    SIMPLE = 0   # payload as is
+    LL = 1       # 16 B lines of 8 B data + 8 B flags: wire = 2x payload
+    LL128 = 2    # 128 B lines of 120 B data + 8 B flag
 
 
 class LinkKind(enum.IntEnum):
@@ -120,8 +133,10 @@ TRANSFER_DTYPE = np.dtype([
     ("channel", "i2"),
     ("step", "i4"),           # algorithm step (ring: 0 .. 2(n-1)-1)
     ("chunk", "i4"),          # which chunk of the buffer (ring: chunk index; p2p: slice index)
-    ("bytes", "i8"),
-    ("max_msg_bytes", "i8"),  # NCCL network message size limit for this algorithm/protocol
+    ("bytes", "i8"),          # payload: user data carried (LL/LL128 flags not included)
+    ("max_msg_bytes", "i8"),  # NCCL network message size limit, in wire bytes, for this algorithm/protocol
+    ("proto", "u1"),          # Proto
+    ("wire_bytes", "i8"),     # what the NIC / NVLink carries: bytes + LL/LL128 flags (== bytes for Simple)
 ])
 
 FLOW_DTYPE = np.dtype(TRANSFER_DTYPE.descr + [
@@ -159,6 +174,8 @@ class Flows:
     rows: np.ndarray   # FLOW_DTYPE
     deps: Ragged
     ops: CommOps
+    op_start_ns: np.ndarray | None = None   # per CommOp: release time (deps done + compute gap)
+    op_end_ns: np.ndarray | None = None     # per CommOp: last transfer's end (markers: release)
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -1,70 +1,179 @@
 """collectives stage: CommOps + Fabric -> Transfers (who sends what to whom, step by step).
 
-One registry maps each CommOp kind to the algorithm that expands it; each expansion is a cached
-template over ring positions, mapped onto the op's ranks with array indexing.
+For every op: `tuning.plan` picks algorithm, protocol, channels and chunk size; the registry
+`ALGORITHMS[(algorithm, CollKind)]` maps to a template builder
+`fn(nodes, local, elems, elem_bytes, channels, chunk_bytes) -> Template`, cached per shape, over
+the op's member positions (see template.py: node-major members, row-local CSR deps); `expand`
+maps positions to ranks with array indexing, labels links (NVLink inside a node, NET across),
+applies PXN, and renumbers the deps into one table. No per-transfer Python loop.
+
+Which builder runs: `nccl.algorithm` for AllReduce/ReduceScatter/AllGather/Broadcast/Reduce,
+except that Tree exists for AllReduce only (the others run the ring, as in NCCL) and `auto`
+asks tuning.py; AllToAll is the direct exchange (NCCL's grouped send/recv) unless the algorithm
+is `hierarchical`; send/recv is always p2p. Markers and ops with fewer than 2 members or no bytes
+move nothing.
+
+Member layout: when the group is node-major (ranks of a node adjacent, as sorted groups are) with
+the same count L on each of its N nodes, templates see (N, L) and use the node structure (ring
+rotation per channel, tree chain per node, rails); otherwise the group is flat (N = n, L = 1).
+
+PXN (`nccl.pxn`): a NET transfer whose source and destination NICs are on different rails
+becomes two: an NVLink hop to the GPU of the sender's node on the destination's rail, then a NET
+hop on that rail, which depends on the first. Afterwards no NET transfer crosses rails.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..config import Nccl
-from ..errors import ConfigError
-from ..tables import TRANSFER_DTYPE, Algo, CollKind, CommOps, LinkKind, Ragged, Transfers
+from ..tables import TRANSFER_DTYPE, CollKind, CommOps, LinkKind, Proto, Ragged, Transfers
 from ..topology import Fabric
-from .p2p import p2p_template
-from .ring import ring_allreduce_template
+from . import alltoall, halving_doubling, hierarchical, p2p, ring, tree, tuning
+from .protocol import wire_bytes
+from .template import Template
 
-
-def _ring_allreduce(group: np.ndarray, row, nccl: Nccl):
-    t = ring_allreduce_template(len(group), int(row["bytes"]) // int(row["elem_bytes"]),
-                                int(row["elem_bytes"]), nccl.channels, nccl.ring_chunk_bytes)
-    return dict(src=group[t["pos"]], dst=group[(t["pos"] + 1) % len(group)], channel=t["channel"],
-                step=t["step"], chunk=t["chunk"], bytes=t["bytes"], dep=t["dep"],
-                algo=Algo.RING, max_msg=nccl.ring_msg_bytes)
-
-
-def _sendrecv(group: np.ndarray, row, nccl: Nccl):
-    t = p2p_template(int(row["bytes"]) // int(row["elem_bytes"]), int(row["elem_bytes"]), nccl.channels)
-    n = len(t["channel"])
-    return dict(src=np.full(n, group[0]), dst=np.full(n, group[1]), channel=t["channel"],
-                step=np.zeros(n, np.int64), chunk=np.arange(n), bytes=t["bytes"],
-                dep=np.full(n, -1, np.int64), algo=Algo.P2P, max_msg=nccl.p2p_chunk_bytes)
-
-
+K = CollKind
 ALGORITHMS = {
-    ("ring", CollKind.ALLREDUCE): _ring_allreduce,
-    ("ring", CollKind.SENDRECV): _sendrecv,
+    ("ring", K.ALLREDUCE): ring.allreduce,
+    ("ring", K.REDUCESCATTER): ring.reducescatter,
+    ("ring", K.ALLGATHER): ring.allgather,
+    ("ring", K.BROADCAST): ring.broadcast,
+    ("ring", K.REDUCE): ring.reduce,
+    ("tree", K.ALLREDUCE): tree.allreduce,
+    ("halving_doubling", K.ALLREDUCE): halving_doubling.allreduce,
+    ("halving_doubling", K.REDUCESCATTER): halving_doubling.reducescatter,
+    ("halving_doubling", K.ALLGATHER): halving_doubling.allgather,
+    ("halving_doubling", K.BROADCAST): halving_doubling.broadcast,
+    ("halving_doubling", K.REDUCE): halving_doubling.reduce,
+    ("hierarchical", K.ALLREDUCE): hierarchical.allreduce,
+    ("hierarchical", K.REDUCESCATTER): hierarchical.reducescatter,
+    ("hierarchical", K.ALLGATHER): hierarchical.allgather,
+    ("hierarchical", K.BROADCAST): hierarchical.broadcast,
+    ("hierarchical", K.REDUCE): hierarchical.reduce,
+    ("hierarchical", K.ALLTOALL): hierarchical.alltoall,
+    ("direct", K.ALLTOALL): alltoall.direct,
+    ("p2p", K.SENDRECV): p2p.sendrecv,
 }
+DATA_KINDS = frozenset(kind for _, kind in ALGORITHMS)
+
+
+def node_layout(group: np.ndarray, fabric: Fabric) -> tuple[int, int]:
+    """(N, L) if the group is node-major with L members on each of N nodes, else (n, 1)."""
+    n = len(group)
+    nodes = fabric.rank_node[group]
+    if n <= 1:
+        return n, 1
+    starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
+    N = len(starts)
+    if n % N or len(np.unique(nodes)) != N or (np.diff(np.r_[starts, n]) != n // N).any():
+        return n, 1
+    return N, n // N
+
+
+def build_template(kind: CollKind, nodes: int, local: int, nbytes: int, elem_bytes: int,
+                   nccl: Nccl, nic_gbps: int = 400, nvlink_gbps: int = 3600):
+    """(Plan, Template) of one op on (N, L) positions: the cached unit `expand` maps to ranks."""
+    plan = tuning.plan(kind, nccl, nodes * local, nodes, local, nbytes, nic_gbps, nvlink_gbps)
+    fn = ALGORITHMS[(plan.algo, kind)]
+    return plan, fn(nodes, local, nbytes // elem_bytes, elem_bytes, plan.channels,
+                    plan.chunk_bytes)
 
 
 def expand(ops: CommOps, fabric: Fabric, nccl: Nccl) -> Transfers:
-    parts, base = [], 0
+    tuning.check(nccl)
+    parts: list[tuple[int, np.ndarray, Template, tuning.Plan]] = []
     for i in range(len(ops)):
         row = ops.rows[i]
         kind = CollKind(int(row["kind"]))
-        fn = ALGORITHMS.get((nccl.algorithm, kind))
-        if fn is None:
-            raise ConfigError(f"nccl.algorithm={nccl.algorithm} has no {kind.label} implementation yet")
-        p = fn(np.asarray(ops.groups[i]), row, nccl)
-        p["op"] = i
-        p["base"] = base
-        parts.append(p)
-        base += len(p["bytes"])
-    rows = np.zeros(base, dtype=TRANSFER_DTYPE)
-    rows["transfer_id"] = np.arange(base)
+        group = np.asarray(ops.groups[i])
+        if kind not in DATA_KINDS or len(group) < 2 or row["bytes"] < row["elem_bytes"]:
+            continue                        # markers and empty ops move nothing
+        N, L = node_layout(group, fabric)
+        plan, t = build_template(kind, N, L, int(row["bytes"]),
+                                 int(row["elem_bytes"]), nccl, fabric.nic_gbps, fabric.nvlink_gbps)
+        if len(t):
+            parts.append((i, group, t, plan))
+    cols, deps = _columns(parts, fabric)
+    if nccl.pxn:
+        cols, deps = _pxn(cols, deps, fabric)
+    return _table(cols, deps)
+
+
+def _columns(parts, fabric: Fabric) -> tuple[dict, Ragged]:
+    """Plain per-column arrays of all ops' transfers (cheap to index, unlike structured rows)."""
     if not parts:
-        return Transfers(rows, Ragged.empty(0))
-    lens = [len(p["bytes"]) for p in parts]
-    rows["op_id"] = np.repeat([p["op"] for p in parts], lens)
-    rows["algo"] = np.repeat([int(p["algo"]) for p in parts], lens)
-    rows["max_msg_bytes"] = np.repeat([p["max_msg"] for p in parts], lens)
-    for col, key in (("src_rank", "src"), ("dst_rank", "dst"), ("channel", "channel"),
-                     ("step", "step"), ("chunk", "chunk"), ("bytes", "bytes")):
-        rows[col] = np.concatenate([p[key] for p in parts])
-    rows["link"] = np.where(fabric.same_node(rows["src_rank"], rows["dst_rank"]),
-                            LinkKind.NVLINK, LinkKind.NET)
-    dep = np.concatenate([np.where(p["dep"] >= 0, p["dep"] + p["base"], -1) for p in parts])
-    has = dep >= 0
-    ptr = np.zeros(base + 1, dtype=np.int64)
-    np.cumsum(has, out=ptr[1:])
-    return Transfers(rows, Ragged(ptr, dep[has]))
+        return {}, Ragged.empty(0)
+    lens = np.array([len(t) for _, _, t, _ in parts], dtype=np.int64)
+    cols = {
+        "op_id": np.repeat([i for i, _, _, _ in parts], lens),
+        "algo": np.repeat(np.array([int(p.algo_id) for _, _, _, p in parts], np.uint8), lens),
+        "proto": np.repeat(np.array([int(p.proto) for _, _, _, p in parts], np.uint8), lens),
+        "max_msg_bytes": np.repeat([p.max_msg_bytes for _, _, _, p in parts], lens),
+        "src_rank": np.concatenate([g[t.src] for _, g, t, _ in parts]),
+        "dst_rank": np.concatenate([g[t.dst] for _, g, t, _ in parts]),
+    }
+    for col in ("channel", "step", "chunk", "bytes"):
+        cols[col] = np.concatenate([getattr(t, col) for _, _, t, _ in parts])
+    cols["link"] = np.where(fabric.same_node(cols["src_rank"], cols["dst_rank"]),
+                            LinkKind.NVLINK, LinkKind.NET).astype(np.uint8)
+    if len(parts) == 1:
+        deps = Ragged(parts[0][2].deps.ptr.copy(), parts[0][2].deps.values.copy())
+    else:
+        base = np.r_[0, np.cumsum(lens)[:-1]]
+        deps = Ragged.concat([t.deps for _, _, t, _ in parts], offsets=[int(b) for b in base])
+    return cols, deps
+
+
+def _table(cols: dict, deps: Ragged) -> Transfers:
+    total = len(deps)
+    rows = np.zeros(total, dtype=TRANSFER_DTYPE)
+    rows["transfer_id"] = np.arange(total)
+    if not cols:
+        return Transfers(rows, deps)
+    for name, col in cols.items():
+        rows[name] = col
+    simple = cols["proto"] == Proto.SIMPLE
+    rows["wire_bytes"] = cols["bytes"] if simple.all() else wire_bytes(cols["bytes"], cols["proto"])
+    return Transfers(rows, deps)
+
+
+def _rail(fabric: Fabric, ranks: np.ndarray) -> np.ndarray:
+    return fabric.nic_rail[fabric.rank_nic[ranks]]
+
+
+def _pxn(cols: dict, deps: Ragged, fabric: Fabric) -> tuple[dict, Ragged]:
+    if not cols:
+        return cols, deps
+    src_rail, dst_rail = _rail(fabric, cols["src_rank"]), _rail(fabric, cols["dst_rank"])
+    cross = (cols["link"] == LinkKind.NET) & (src_rail != dst_rail)
+    if not cross.any():
+        return cols, deps
+    # rank of each (node, rail): the proxy that sends on the destination's rail
+    proxy_of = np.full((fabric.nodes, int(fabric.nic_rail.max()) + 1), -1, np.int64)
+    proxy_of[fabric.rank_node, _rail(fabric, np.arange(fabric.world))] = np.arange(fabric.world)
+    m, c = len(cross), int(cross.sum())
+    new_idx = np.arange(m) + np.cumsum(cross)                  # original row -> its NET delivery
+    hop_idx = new_idx[cross] - 1                               # the NVLink hop just before it
+    proxy = proxy_of[fabric.rank_node[cols["src_rank"][cross]], dst_rail[cross]]
+    out = {}
+    for name, col in cols.items():
+        o = np.empty(m + c, dtype=col.dtype)
+        o[new_idx] = col
+        o[hop_idx] = col[cross]
+        out[name] = o
+    out["dst_rank"][hop_idx] = proxy
+    out["link"][hop_idx] = LinkKind.NVLINK
+    out["src_rank"][new_idx[cross]] = proxy
+    # deps: a split row's deps move to its hop (renumbered); its NET part needs just the hop
+    lens = np.diff(deps.ptr)
+    owner = np.where(cross, new_idx - 1, new_idx)              # who inherits row i's deps
+    new_lens = np.zeros(m + c, np.int64)
+    new_lens[owner] = lens
+    new_lens[new_idx[cross]] = 1
+    ptr = np.zeros(m + c + 1, np.int64)
+    np.cumsum(new_lens, out=ptr[1:])
+    vals = np.empty(int(ptr[-1]), np.int64)
+    vals[np.repeat(ptr[owner] - deps.ptr[:-1], lens) + np.arange(len(deps.values))] = \
+        new_idx[deps.values]
+    vals[ptr[new_idx[cross]]] = hop_idx
+    return out, Ragged(ptr, vals)

@@ -9,6 +9,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .template import Builder, Template
+
 
 @lru_cache(maxsize=256)
 def p2p_template(elems: int, elem_bytes: int, channels: int):
@@ -21,3 +23,16 @@ def p2p_template(elems: int, elem_bytes: int, channels: int):
     for v in out.values():
         v.flags.writeable = False
     return out
+
+
+@lru_cache(maxsize=256)
+def sendrecv(nodes: int, local: int, elems: int, elem_bytes: int, channels: int,
+             chunk_bytes: int = 0) -> Template:
+    """Position 0 sends its buffer to position 1 (the group is [src, dst]); no dependencies."""
+    b = Builder()
+    if nodes * local >= 2 and elems > 0:
+        per = -(-elems // channels)
+        lo = np.arange(channels, dtype=np.int64) * per
+        b.add(src=0, dst=1, channel=np.arange(channels), step=0, chunk=np.arange(channels), lo=lo,
+              hi=np.minimum(lo + per, elems), reduce=False)
+    return b.build(elem_bytes)

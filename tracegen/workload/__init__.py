@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from ..config import Job
 from ..tables import CommOps
-from .dense import build_dense
+from .iteration import build_iteration
 
 
 def build_commops(job: Job) -> CommOps:
-    return build_dense(job)
+    return build_iteration(job)

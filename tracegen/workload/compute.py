@@ -1,50 +1,61 @@
-"""Compute time between collectives: FLOPs / (GPU peak x MFU), in integer nanoseconds.
+"""Compute time between collectives: FLOPs / (GPU peak x MFU), in integer nanoseconds, per GPU.
 
-Forward FLOPs of one layer for one micro-batch are 2*b*s*(matmul weights) + 4*b*s^2*h (attention
-scores and values); for a GPT layer (weights 12h^2) that is FORMULAS.md's 24bsh^2 + 4bs^2h.
-Backward costs twice the forward. Tensor parallelism divides a layer's work by t.
+Forward FLOPs of one layer for one micro-batch are 2·tokens·(matmul weights) + 4·b·s_q·s·(heads·d)
+(attention scores and values); for a GPT layer (weights 12h²) that is FORMULAS.md's
+24bsh² + 4bs²h. Backward costs twice the forward. TP divides a layer's work by t, CP the
+queries by c; MoE experts see tokens·top_k·capacity_factor rows spread over the EP group.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from ..config import GPU_PEAK_TFLOPS, Job, Model
+from ..config import GPU_PEAK_TFLOPS, Job
+from .params import attention_weights, mlp_weights
 
 
-def attention_weights(m: Model) -> int:
-    """q and o projections are h x h; k and v shrink with grouped-query attention."""
-    kv_dim = m.hidden * (m.kv_heads or m.heads) // m.heads
-    return 2 * m.hidden * m.hidden + 2 * m.hidden * kv_dim
-
-
-def mlp_weights(m: Model) -> int:
-    mats = 3 if getattr(m, "gated_mlp", False) else 2
-    return mats * m.hidden * m.ffn
+def moe_rows(job: Job) -> int:
+    """Token rows one rank dispatches per MoE AllToAll (and its experts compute on)."""
+    m, par = job.model, job.parallelism
+    tokens = par.micro_batch * m.seq_len // (par.cp * par.tp)
+    return math.ceil(tokens * m.top_k * m.capacity_factor)
 
 
 @dataclass(frozen=True)
 class ComputeModel:
-    """Per-GPU compute times (ns) of the pieces between two collectives."""
-    attn_fwd_ns: int
-    mlp_fwd_ns: int
-    logits_fwd_ns: int
+    """Per-GPU forward compute times (ns) of the pieces between two collectives, one micro-batch."""
+    attn_linear_ns: int     # QKV and output projections
+    attn_core_ns: int       # scores and weighted values (what selective recompute redoes)
+    mlp_ns: int             # dense MLP
+    moe_ns: int             # router + routed experts + shared experts
+    logits_ns: int
     flops_per_ns: float
 
     @staticmethod
     def of(job: Job) -> "ComputeModel":
         m, par = job.model, job.parallelism
-        peak = GPU_PEAK_TFLOPS[job.cluster.gpu][m.dtype] * 1e12 * job.cluster.mfu
-        per_ns = peak / 1e9
-        b, s, h = par.micro_batch, m.seq_len, m.hidden
-        attn = 2 * b * s * attention_weights(m) + 4 * b * s * s * h
-        mlp = 2 * b * s * mlp_weights(m)
-        logits = 2 * b * s * h * m.vocab
-        t = par.tp
+        per_ns = GPU_PEAK_TFLOPS[job.cluster.gpu][m.dtype] * 1e3 * job.cluster.mfu
+        t, c = par.tp, par.cp
+        tokens = par.micro_batch * m.seq_len / c            # this CP rank's queries
 
         def ns(flops: float) -> int:
-            return max(1, round(flops / t / per_ns))
-        return ComputeModel(ns(attn), ns(mlp), ns(logits), per_ns)
+            return max(1, round(flops / per_ns))
+        moe = 0.0
+        if m.experts:
+            rows = moe_rows(job)
+            local = par.micro_batch * m.seq_len / (c * t)
+            moe = (2 * local * m.hidden * m.experts + 2 * rows * mlp_weights(m, m.moe_ffn)
+                   + 2 * local * m.shared_experts * mlp_weights(m, m.moe_ffn))
+        return ComputeModel(
+            attn_linear_ns=ns(2 * tokens * attention_weights(m) / t),
+            attn_core_ns=ns(4 * tokens * m.seq_len * m.heads * m.dhead / t),
+            mlp_ns=ns(2 * tokens * mlp_weights(m, m.ffn) / t),
+            moe_ns=ns(moe) if m.experts else 0,
+            logits_ns=ns(2 * tokens * m.hidden * m.vocab / t),
+            flops_per_ns=per_ns)
 
-    @property
-    def layer_fwd_ns(self) -> int:
-        return self.attn_fwd_ns + self.mlp_fwd_ns
+    def attention_ns(self) -> int:
+        return self.attn_linear_ns + self.attn_core_ns
+
+    def layer_fwd_ns(self, moe: bool) -> int:
+        return self.attention_ns() + (self.moe_ns if moe else self.mlp_ns)
