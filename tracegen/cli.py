@@ -134,7 +134,7 @@ def _print_plan(run) -> None:
     from rich.console import Console
     from rich.table import Table
     console = Console()
-    for title, header, rows in report_tables(run.report):
+    for title, header, rows in report_tables(run.report, exact=False):
         if title.startswith("Payload") and len(rows) > 33:
             rows = rows[:16] + [["…"] * len(header)] + rows[-17:]
         table = Table(title=title, title_justify="left")
@@ -168,6 +168,77 @@ def _write_atomically(target: Path, write) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ---------------------------------------------------------------- ns-3 (mainline, pip `ns3`)
+
+@main.group("ns3")
+def ns3_group() -> None:
+    """Simulate a generated scenario in ns-3 and compare it with the schedule."""
+
+
+@ns3_group.command("run")
+@click.argument("trace_dir", type=click.Path(file_okay=False))
+@click.option("--pcap", is_flag=True, help="Also write one ns-3 pcap per host NIC into ns3/sim/pcap/.")
+@click.option("--gap", type=click.Choice(["zero", "analytic"]), default="zero", show_default=True,
+              help="Wait between a flow's last dependency and its start: zero (NCCL computes "
+                   "nothing between ring steps) or the analytic schedule's start - dep end.")
+@click.option("--dcqcn", is_flag=True, help="Senders react to CNPs (DCQCN rate control).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def ns3_run(trace_dir, pcap, gap, dcqcn, quiet):
+    """Run TRACE_DIR (a `tracegen generate` folder or its ns3/) in ns-3; writes ns3/sim/."""
+    from .ns3_scenarios import run_scenario
+    try:
+        say = None if quiet else (lambda msg: click.echo(msg, err=True))
+        s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pcap=pcap, progress=say)
+    except (ConfigError, OutputError) as e:
+        _fail(str(e))
+    if not quiet:
+        click.echo(f"wrote {s['dir']}/: {s['completed']}/{s['flows']} flows, "
+                   f"iteration {s['sim_iteration_ns'] / 1e3:,.2f} µs simulated vs "
+                   f"{s['analytic_iteration_ns'] / 1e3:,.2f} µs scheduled "
+                   f"(x{s['sim_over_analytic']}), {s['ce_packets']:,} CE-marked packets, "
+                   f"{s['wall_s']:.1f} s wall")
+    if s["completed"] < s["flows"]:
+        click.echo(f"error: {s['flows'] - s['completed']} flows never completed (see "
+                   f"{s['dir']}/flows.csv, end_ns -1)", err=True)
+        sys.exit(1)
+
+
+@ns3_group.command("compare")
+@click.argument("trace_dir", type=click.Path(file_okay=False))
+@click.option("--fct", "fct_path", type=click.Path(dir_okay=False),
+              help="fct file to read (default ns3/sim/fct.txt; HPCC's fct.txt or SimAI's fct_simai.txt work too).")
+@click.option("--sport", type=click.Choice(["auto", "hpcc", "simai"]), default="auto", show_default=True,
+              help="Which source-port numbering the fct file uses.")
+@click.option("--png", "png_path", type=click.Path(dir_okay=False),
+              help="Plot of analytic vs simulated end times (default: compare.png beside the fct file).")
+def ns3_compare(trace_dir, fct_path, sport, png_path):
+    """Join a simulator's fct.txt to the schedule: completion, slowdown, ECN per collective."""
+    from .ns3_compare import REPORT_HEADER, join, plot, report_rows
+    try:
+        j = join(trace_dir, fct_path, sport)
+        png = plot(j, Path(png_path) if png_path else
+                   (Path(fct_path).parent if fct_path else j.sc.dir / "sim") / "compare.png")
+    except (ConfigError, OutputError) as e:
+        _fail(str(e))
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"Analytic schedule (ana) vs {fct_path or 'ns3/sim/fct.txt'} (sports as "
+                        f"{j.sport}): last flow end after t0, sim/ana ratio, slowdown "
+                        "(fct / standalone fct) p50 p99 max, ECN-CE packets",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for h in REPORT_HEADER:
+        table.add_column(h, justify="left" if h == "group" else "right", no_wrap=True)
+    for section in report_rows(j):
+        for k, r in enumerate(section):
+            table.add_row(*r, end_section=k == len(section) - 1)
+    Console().print(table)
+    if j.unmatched or j.missing:
+        click.echo(f"warning: {j.unmatched} fct rows match no flow; {j.missing} flows have no fct row",
+                   err=True)
+    click.echo(f"wrote {png}")
 
 
 if __name__ == "__main__":

@@ -104,30 +104,35 @@ def _fmt_bytes(n: int) -> str:
     return f"{n:,} B"
 
 
-def report_tables(rep: Report) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) tables shared by the Markdown and terminal renderings."""
+def _short_bytes(n: int) -> str:
+    return _fmt_bytes(n).split(" (")[0]
+
+
+def report_tables(rep: Report, exact: bool = True) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) tables shared by the Markdown (exact bytes) and terminal renderings."""
     j, m, par = rep.job, rep.job.model, rep.job.parallelism
+    _fmt = _fmt_bytes if exact else _short_bytes
     job_rows = [
         ["model", f"{m.name}: l={m.layers} h={m.hidden} a={m.heads} V={m.vocab} s={m.seq_len} {m.dtype}"],
         ["parameters Ψ", f"{rep.params:,}"],
         ["parallelism", _describe_parallelism(par)],
         ["cluster", f"{j.nodes} nodes × {j.cluster.gpus_per_node} {j.cluster.gpu.upper()}, "
                     f"{j.cluster.nic_gbps} Gb/s NIC per GPU, NVLink {j.cluster.nvlink_gbps} Gb/s"],
-        ["S_act = b·s·h·B (one micro-batch)", _fmt_bytes(rep.s_act_bytes)],
-        ["S_θ per rank (busiest stage)", _fmt_bytes(rep.s_theta_rank_bytes)],
-        ["S_grad per rank (busiest stage)", _fmt_bytes(rep.s_grad_rank_bytes)],
+        ["S_act = b·s·h·B (one micro-batch)", _fmt(rep.s_act_bytes)],
+        ["S_θ per rank (busiest stage)", _fmt(rep.s_theta_rank_bytes)],
+        ["S_grad per rank (busiest stage)", _fmt(rep.s_grad_rank_bytes)],
         ["iterations", str(j.iterations)],
-        *([["memory per GPU: model states (ZeRO-%d)" % par.zero, _fmt_bytes(int(rep.memory.model_states_bytes))],
-           ["memory per GPU: activations (first stage)", _fmt_bytes(int(rep.memory.activations_bytes))]]
+        *([["memory per GPU: model states (ZeRO-%d)" % par.zero, _fmt(int(rep.memory.model_states_bytes))],
+           ["memory per GPU: activations (first stage)", _fmt(int(rep.memory.activations_bytes))]]
           if rep.memory else []),
         ["scheduled time (all iterations)", f"{rep.iteration_ns / 1e6:,.3f} ms ({rep.iteration_ns:,} ns)"],
         ["transfers (on the fabric)", f"{rep.transfers:,} ({rep.net_transfers:,})"],
     ]
     if rep.pcap_packets >= 0:
-        job_rows.append(["pcap estimate", f"{rep.pcap_packets:,} packets, {_fmt_bytes(rep.pcap_bytes)}"])
-    dim_rows = [[d.dim, f"{d.ops:,}", f"{d.transfers:,}", _fmt_bytes(d.net_bytes), _fmt_bytes(d.nvlink_bytes),
-                 _fmt_bytes(d.max_rank_sent_bytes), _fmt_bytes(d.formula_rank_bytes), d.formula]
-                for d in rep.dims]
+        job_rows.append(["pcap estimate", f"{rep.pcap_packets:,} packets, {_fmt(rep.pcap_bytes)}"])
+    dim_rows = [[d.dim, f"{d.ops:,}", f"{d.transfers:,}", _fmt(d.net_bytes), _fmt(d.nvlink_bytes),
+                 _fmt(d.max_rank_sent_bytes), _fmt(d.formula_rank_bytes)] for d in rep.dims]
+    formula_rows = [[d.dim, d.formula] for d in rep.dims]
     nic_rows = [[f"{i}", f"{rep.nic_tx_bytes[i]:,}", f"{rep.nic_rx_bytes[i]:,}"]
                 for i in range(len(rep.nic_tx_bytes))]
     nic_rows.append(["all", f"{int(rep.nic_tx_bytes.sum()):,}", f"{int(rep.nic_rx_bytes.sum()):,}"])
@@ -135,8 +140,9 @@ def report_tables(rep: Report) -> list[tuple[str, list[str], list[list[str]]]]:
         ("Job", ["quantity", "value"], job_rows),
         ("Bytes per parallelism dimension (per iteration × iterations)",
          ["dim", "ops", "transfers", "on the network", "on NVLink", "busiest rank sent",
-          "closed form per rank", "formula"], dim_rows),
-        ("Payload bytes per NIC", ["NIC", "tx bytes", "rx bytes"], nic_rows),
+          "closed form (same rank)"], dim_rows),
+        ("Closed forms (../shared/FORMULAS.md)", ["dim", "formula"], formula_rows),
+        ("Payload bytes per NIC (on the fabric)", ["NIC", "tx bytes", "rx bytes"], nic_rows),
     ]
 
 

@@ -1,0 +1,186 @@
+"""How fast is the pcap writer? One run, three ways of producing the same bytes, side by side:
+
+  ours     write_pcaps(): headers packed with numpy, ICRC by table lookups (full frames); the
+           same bytes built but not written (the writer's own cost); and snaplen 128 (headers
+           only, what a switch lab usually keeps)
+  scapy    Ether/Dot1Q/IP/UDP/BTH built and written per packet by scapy (a sample, scaled up)
+  tofile   ndarray.tofile() of our finished bytes: the disk's ceiling
+Disk speed in VMs varies a lot from run to run; --dir /dev/shm leaves the disk out.
+
+Run: python bench/bench_pcap.py [--nodes 16] [--steps 6] [--dir /dev/shm]
+"""
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tracegen.config import Cluster, Job, Output, Parallelism  # noqa: E402
+from tracegen.emit.pcap import estimate_pcap, write_pcaps  # noqa: E402
+from tracegen.tables import COMMOP_DTYPE, FLOW_DTYPE, CommOps, Flows, LinkKind, Ragged  # noqa: E402
+from tracegen.topology import build_fabric  # noqa: E402
+
+MiB = 1 << 20
+
+
+def ring_flows(fabric, nodes: int, steps: int, channels: int = 2) -> Flows:
+    """A ring AllReduce over the nodes on every rail: each step every NIC sends a 2 MiB chunk
+    (two 1 MiB messages) per channel to the next node; channels and steps back to back."""
+    chunk = 2 * MiB
+    chunk_ns = chunk * 8 * 103 // 100 // fabric.nic_gbps      # + ~3% headers
+    rows = []
+    for rail in range(fabric.gpus_per_node):
+        ring = [n * fabric.gpus_per_node + rail for n in range(nodes)]
+        for step in range(steps):
+            for ch in range(channels):
+                for i, src in enumerate(ring):
+                    start = (step * channels + ch) * chunk_ns
+                    rows.append((src, ring[(i + 1) % nodes], ch, chunk, MiB, start))
+    a = np.zeros(len(rows), FLOW_DTYPE)
+    a["transfer_id"] = np.arange(len(rows))
+    for k, name in enumerate(["src_nic", "dst_nic", "channel", "bytes", "max_msg_bytes", "start_ns"]):
+        a[name] = [r[k] for r in rows]
+    a["src_rank"], a["dst_rank"], a["link"] = a["src_nic"], a["dst_nic"], int(LinkKind.NET)
+    if "wire_bytes" in FLOW_DTYPE.names:
+        a["wire_bytes"] = a["bytes"]
+    no_ops = CommOps(np.zeros(0, COMMOP_DTYPE), Ragged.empty(0), Ragged.empty(0))
+    return Flows(a, Ragged.empty(len(a)), no_ops)
+
+
+def read_records(path: Path, limit: int):
+    data = path.read_bytes()
+    off, recs = 24, []
+    while off < len(data) and len(recs) < limit:
+        sec, nsec, incl, orig = struct.unpack_from("<IIII", data, off)
+        recs.append((sec * 10**9 + nsec, data[off + 16:off + 16 + incl]))
+        off += 16 + incl
+    return recs
+
+
+def scapy_rebuild(recs, dest: Path) -> float:
+    """Build each sampled packet from its fields with scapy (ICRC computed by scapy's BTH) and
+    write it with scapy's PcapWriter; returns seconds. Also checks the bytes equal ours."""
+    from decimal import Decimal
+
+    from scapy.contrib.roce import AETH, BTH
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Dot1Q, Ether
+    from scapy.packet import Raw
+    from scapy.utils import PcapWriter
+
+    fields = []
+    for t, frame in recs:            # parse outside the timed part: only building is measured
+        p = Ether(frame)
+        b = p[BTH]
+        rest = bytes(b.payload) if AETH not in p else b""
+        fields.append((t, p.dst, p.src, p[Dot1Q].prio, p[Dot1Q].vlan, p[IP].src, p[IP].dst, p[IP].tos,
+                       p[IP].ttl, p[UDP].sport, b.opcode, b.padcount, b.dqpn, b.ackreq, b.psn,
+                       p[AETH].msn if AETH in p else None, rest))
+    start = time.perf_counter()
+    w = PcapWriter(str(dest), nano=True, linktype=1, sync=False)
+    built = []
+    for t, dst, src, prio, vlan, ipsrc, ipdst, tos, ttl, sport, op, pad, dqpn, ack, psn, msn, rest in fields:
+        pkt = (Ether(dst=dst, src=src) / Dot1Q(prio=prio, vlan=vlan)
+               / IP(src=ipsrc, dst=ipdst, tos=tos, ttl=ttl, flags="DF", id=0)
+               / UDP(sport=sport, dport=4791, chksum=0)
+               / BTH(opcode=op, migreq=1, padcount=pad, dqpn=dqpn, ackreq=ack, psn=psn))
+        pkt = pkt / AETH(syndrome=0x1F, msn=msn) if msn is not None else pkt / Raw(rest)
+        pkt.time = Decimal(t) / 10**9
+        w.write(pkt)
+        built.append(pkt)
+    w.close()
+    elapsed = time.perf_counter() - start
+    mismatches = sum(bytes(p) != frame for p, (_, frame) in zip(built, recs))
+    if mismatches:
+        print(f"  warning: {mismatches} scapy-built packets differ from ours")
+    return elapsed
+
+
+def _build_only(flows, fabric, out) -> int:
+    """write_pcaps() minus the files (uses the module's internals; benchmark only)."""
+    from tracegen.emit import pcap
+
+    p = pcap._build(flows, fabric, out)
+    pcap._schedule(p)
+    total = 0
+    for _, slices in pcap._files(p, fabric):
+        total += pcap.PCAP_FILE_HDR.itemsize + sum(len(buf) for buf in slices)
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--sample", type=int, default=1500, help="packets scapy builds")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of our writer; the best counts")
+    ap.add_argument("--dir", default=None, help="scratch folder (e.g. /dev/shm to leave the disk out)")
+    args = ap.parse_args()
+
+    job = Job(parallelism=Parallelism(dp=args.nodes, tp=2, pp=1, global_batch=args.nodes),
+              cluster=Cluster(gpus_per_node=2))
+    fabric = build_fabric(job)
+    flows = ring_flows(fabric, args.nodes, args.steps)
+    full, headers = Output(), Output(snaplen=128)
+    n_pkts, n_bytes = estimate_pcap(flows, fabric, full)
+    print(f"ring AllReduce, {args.nodes} nodes x 2 rails, {args.steps} steps x 2 channels: "
+          f"{len(flows)} flows, {n_pkts:,} packet records, {n_bytes / 1e9:.2f} GB of pcap\n")
+
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        tmp = Path(tmp)
+        results = []
+        for label, out in (("ours, full frames + ICRC", full), ("ours, snaplen 128", headers)):
+            best = float("inf")
+            for rep in range(args.repeat):
+                d = tmp / f"{'full' if out is full else 'snap'}{rep}"
+                d.mkdir()
+                t0 = time.perf_counter()
+                paths = write_pcaps(flows, fabric, out, d)
+                best = min(best, time.perf_counter() - t0)
+                if rep + 1 < args.repeat:
+                    for p in paths:
+                        p.unlink()
+            results.append((label, estimate_pcap(flows, fabric, out)[0],
+                            sum(p.stat().st_size for p in paths), best))
+            if out is full:
+                full_paths = paths
+            else:
+                for p in paths:
+                    p.unlink()
+
+        # The same bytes built but never written: what the writer costs without the disk.
+        t0 = time.perf_counter()
+        built = _build_only(flows, fabric, full)
+        results.insert(1, ("ours, bytes only (no file I/O)", n_pkts, built, time.perf_counter() - t0))
+
+        # scapy: build + write a sample of the very same packets, scaled to the whole trace.
+        recs = read_records(full_paths[0], args.sample)
+        dt = scapy_rebuild(recs, tmp / "scapy.pcap")
+        results.append((f"scapy build+write ({len(recs)} sampled)", n_pkts, n_bytes,
+                        dt / len(recs) * n_pkts))
+
+        # tofile: our bytes, already in memory, straight to disk (file by file, same footprint).
+        dt = 0.0
+        for p in full_paths:
+            a = np.fromfile(p, dtype=np.uint8)
+            p.unlink()
+            t0 = time.perf_counter()
+            a.tofile(p)
+            dt += time.perf_counter() - t0
+        results.append(("ndarray.tofile (same bytes)", n_pkts, n_bytes, dt))
+
+    ours = results[0][3]
+    print(f"{'writer':40s} {'packets/s':>14s} {'MB/s':>9s} {'seconds':>9s} {'time vs ours':>13s}")
+    for label, pk, nb, dt in results:
+        print(f"{label:40s} {pk / dt:14,.0f} {nb / dt / 1e6:9.0f} {dt:9.2f} {dt / ours:12.2f}x")
+
+
+if __name__ == "__main__":
+    main()

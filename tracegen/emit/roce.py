@@ -1,0 +1,177 @@
+"""RoCEv2 (RC) on the wire, as data: one numpy structured dtype per header.
+
+Fields are big-endian and 24-bit fields are byte triples, so the layout of WIRE.md can be read
+straight off the dtypes and a batch of packets is one structured array (writing = viewing it as
+bytes). Also here: the opcodes, the mlx5 UDP source port and a vectorized ICRC.
+"""
+from __future__ import annotations
+
+import enum
+import zlib
+from functools import lru_cache
+
+import numpy as np
+
+# --- headers ------------------------------------------------------------------------------------
+ETH = np.dtype([("dst", "u1", (6,)), ("src", "u1", (6,)), ("ethertype", ">u2")])
+DOT1Q = np.dtype([("tci", ">u2"), ("ethertype", ">u2")])       # follows ETH (ethertype 0x8100)
+IPV4 = np.dtype([("ver_ihl", "u1"), ("tos", "u1"), ("total_len", ">u2"), ("id", ">u2"),
+                 ("flags_frag", ">u2"), ("ttl", "u1"), ("proto", "u1"), ("csum", ">u2"),
+                 ("src", ">u4"), ("dst", ">u4")])
+UDP = np.dtype([("sport", ">u2"), ("dport", ">u2"), ("len", ">u2"), ("csum", ">u2")])
+BTH = np.dtype([("opcode", "u1"),
+                ("flags", "u1"),          # SE(1) M(1) PadCnt(2) TVer(4)
+                ("pkey", ">u2"),
+                ("fecn_becn", "u1"),      # FECN(1) BECN(1) reserved(6)
+                ("dest_qp", "u1", (3,)),
+                ("ack_req", "u1"),        # A(1) reserved(7)
+                ("psn", "u1", (3,))])
+RETH = np.dtype([("va", ">u8"), ("rkey", ">u4"), ("dma_len", ">u4")])
+IMMDT = np.dtype([("imm", ">u4")])
+AETH = np.dtype([("syndrome", "u1"), ("msn", "u1", (3,))])
+CNP_PAD = np.dtype([("reserved", "u1", (16,))])
+
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_DOT1Q = 0x8100
+IPPROTO_UDP = 17
+IPV4_DF = 0x4000
+ROCEV2_UDP_PORT = 4791
+PKEY_DEFAULT = 0xFFFF
+BTH_SE = 0x80
+BTH_MIGREQ = 0x40      # mlx5 creates QPs in path-migration state MIGRATED, so RC packets carry M=1
+BTH_BECN = 0x40
+BTH_ACKREQ = 0x80
+AETH_ACK = 0x1F        # ACK, credits invalid (what RoCE NICs send)
+ICRC_BYTES = 4
+WIRE_OVERHEAD_BYTES = 4 + 8 + 12   # FCS + preamble/SFD + inter-frame gap: on the wire, not in a pcap
+PSN_MASK = 0xFFFFFF
+
+
+class Opcode(enum.IntEnum):
+    RC_WRITE_FIRST = 0x06
+    RC_WRITE_MIDDLE = 0x07
+    RC_WRITE_LAST = 0x08
+    RC_WRITE_LAST_IMM = 0x09
+    RC_WRITE_ONLY = 0x0A
+    RC_WRITE_ONLY_IMM = 0x0B
+    RC_ACK = 0x11
+    CNP = 0x81
+
+
+# Extension headers after the BTH, per opcode (IBA 9.3.x).
+EXT_HEADERS: dict[Opcode, tuple[tuple[str, np.dtype], ...]] = {
+    Opcode.RC_WRITE_FIRST: (("reth", RETH),),
+    Opcode.RC_WRITE_MIDDLE: (),
+    Opcode.RC_WRITE_LAST: (),
+    Opcode.RC_WRITE_LAST_IMM: (("immdt", IMMDT),),
+    Opcode.RC_WRITE_ONLY: (("reth", RETH),),
+    Opcode.RC_WRITE_ONLY_IMM: (("reth", RETH), ("immdt", IMMDT)),
+    Opcode.RC_ACK: (("aeth", AETH),),
+    Opcode.CNP: (("cnp", CNP_PAD),),
+}
+
+
+@lru_cache(maxsize=None)
+def frame_dtype(opcode: int, vlan: bool) -> np.dtype:
+    """Every header of one frame, Ethernet to the last extension header (payload and ICRC follow)."""
+    parts = [("eth", ETH)] + ([("vlan", DOT1Q)] if vlan else [])
+    parts += [("ip", IPV4), ("udp", UDP), ("bth", BTH), *EXT_HEADERS[Opcode(opcode)]]
+    return np.dtype(parts)
+
+
+def l2_bytes(vlan: bool) -> int:
+    return ETH.itemsize + (DOT1Q.itemsize if vlan else 0)
+
+
+def put_u24(field: np.ndarray, values) -> None:
+    """Store integers into a (n, 3) byte-triple field, big-endian."""
+    v = np.asarray(values, dtype=np.uint32)
+    field[..., 0] = v >> 16
+    field[..., 1] = v >> 8
+    field[..., 2] = v
+
+
+def get_u24(field: np.ndarray) -> np.ndarray:
+    f = field.astype(np.uint32)
+    return (f[..., 0] << 16) | (f[..., 1] << 8) | f[..., 2]
+
+
+def ipv4_checksum(ip: np.ndarray) -> np.ndarray:
+    """Header checksums of a batch of IPV4 records (their csum field is ignored)."""
+    w = (ip["ver_ihl"].astype(np.uint32) << 8) | ip["tos"]
+    w = w + ip["total_len"] + ip["id"] + ip["flags_frag"]
+    w = w + ((ip["ttl"].astype(np.uint32) << 8) | ip["proto"])
+    for addr in (ip["src"].astype(np.uint32), ip["dst"].astype(np.uint32)):
+        w = w + (addr >> 16) + (addr & 0xFFFF)
+    w = (w & 0xFFFF) + (w >> 16)
+    w = (w & 0xFFFF) + (w >> 16)
+    return (~w & 0xFFFF).astype(np.uint16)
+
+
+def udp_sport(lqpn, rqpn) -> np.ndarray:
+    """mlx5's RoCEv2 source port from the two QPNs (flow label 0); symmetric, so both directions of
+    a QP pair hash alike. WIRE.md: QPs 0x123, 0x456 -> 60881."""
+    fl = np.asarray(lqpn, dtype=np.uint64) * np.asarray(rqpn, dtype=np.uint64)
+    fl ^= fl >> np.uint64(20)
+    fl ^= fl >> np.uint64(40)
+    fl &= np.uint64(0xFFFFF)
+    low, high = fl & np.uint64(0x3FFF), (fl & np.uint64(0xFC000)) >> np.uint64(14)
+    return (np.uint64(0xC000) | (low ^ high)).astype(np.uint16)
+
+
+# --- ICRC ---------------------------------------------------------------------------------------
+# Bytes forced to ones before the CRC, as offsets from the start of the IPv4 header:
+# ToS, TTL, header checksum, UDP checksum, BTH byte 4 (FECN/BECN/reserved).
+ICRC_MASKED_OFFSETS = np.array([1, 8, 10, 11, 26, 27, 32])
+_LRH_STANDIN = b"\xff" * 8
+_BYTE_BITS = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)     # [byte, bit]
+
+
+def _xor_of_bits(basis: np.ndarray) -> np.ndarray:
+    """basis[..., 8] (value of each single bit) -> table[..., 256] by linearity over GF(2)."""
+    return np.bitwise_xor.reduce(np.where(_BYTE_BITS, basis[..., None, :], np.uint32(0)), axis=-1)
+
+
+@lru_cache(maxsize=None)
+def _header_tables(n_bytes: int) -> tuple[int, np.ndarray]:
+    """CRC-32 is affine: crc(LRH'|H) = crc(LRH'|0) ^ XOR_i D[i, H_i]. Returns (crc(LRH'|0), D)."""
+    zero = bytearray(n_bytes)
+    base = zlib.crc32(_LRH_STANDIN + zero)
+    basis = np.empty((n_bytes, 8), dtype=np.uint32)
+    for i in range(n_bytes):
+        for bit in range(8):
+            zero[i] = 1 << bit
+            basis[i, bit] = zlib.crc32(_LRH_STANDIN + zero) ^ base
+        zero[i] = 0
+    return base, _xor_of_bits(basis)
+
+
+@lru_cache(maxsize=64)
+def _payload_tables(payload: bytes) -> tuple[int, np.ndarray]:
+    """Continuing a CRC over a fixed payload is an affine map of the 32-bit state s:
+    crc32(payload, s) = f0 ^ T[0][s & 255] ^ T[1][s >> 8 & 255] ^ T[2][..] ^ T[3][s >> 24]."""
+    f0 = zlib.crc32(payload, 0)
+    basis = np.array([zlib.crc32(payload, 1 << b) ^ f0 for b in range(32)], dtype=np.uint32)
+    return f0, _xor_of_bits(basis.reshape(4, 8))
+
+
+def icrc(headers: np.ndarray, payload: bytes = b"") -> np.ndarray:
+    """ICRC (the zlib.crc32 value; stored little-endian on the wire) of n packets that share one
+    header length and one payload (incl. pad bytes). headers: uint8 (n, L) from the IPv4 header
+    to the end of the transport headers; masked fields are forced to ones here."""
+    h = np.array(headers, dtype=np.uint8, copy=True, ndmin=2)
+    h[:, ICRC_MASKED_OFFSETS] = 0xFF
+    base, table = _header_tables(h.shape[1])
+    # Columns equal in every row fold into one constant; only the varying ones are looked up.
+    varies = (h != h[:1]).any(axis=0)
+    const_cols = np.flatnonzero(~varies)
+    var_cols = np.flatnonzero(varies)
+    crc = np.full(len(h), base ^ np.bitwise_xor.reduce(table[const_cols, h[0, const_cols]]),
+                  dtype=np.uint32)
+    if len(var_cols):
+        crc ^= np.bitwise_xor.reduce(table[var_cols, h[:, var_cols]], axis=1)
+    if payload:
+        f0, t = _payload_tables(bytes(payload))
+        crc = (f0 ^ t[0][crc & 0xFF] ^ t[1][(crc >> 8) & 0xFF]
+               ^ t[2][(crc >> 16) & 0xFF] ^ t[3][crc >> 24]).astype(np.uint32)
+    return crc
