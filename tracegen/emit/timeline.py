@@ -12,7 +12,7 @@ import numpy as np
 from ..tables import Dim, Flows, LinkKind
 
 DIM_COLOURS = {Dim.DP: "#1f77b4", Dim.TP: "#ff7f0e", Dim.PP: "#2ca02c", Dim.SP: "#d62728",
-               Dim.CP: "#9467bd", Dim.EP: "#8c564b"}
+               Dim.CP: "#9467bd", Dim.EP: "#8c564b", Dim.EDP: "#17becf", Dim.EMB: "#e377c2"}
 MAX_BARS = 200_000  # beyond this, merge a lane's bars into busy intervals per pixel column
 
 
@@ -25,7 +25,7 @@ def write_timeline(flows: Flows, world: int, path: Path, title: str = "") -> Pat
     dims = flows.ops.rows["dim"][r["op_id"]]
     t_end_us = max(1.0, float(r["end_ns"].max()) / 1e3) if len(r) else 1.0
     lanes = min(world, 64)  # the first 64 ranks: a picture, not a table
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.28 * lanes), dpi=110)
+    fig, ax = plt.subplots(figsize=(12, 1.9 + 0.28 * lanes), dpi=110)
     for dim, colour in DIM_COLOURS.items():
         for link, hatch in ((LinkKind.NET, None), (LinkKind.NVLINK, "////")):
             sel = (dims == dim) & (r["link"] == link) & (r["src_rank"] < lanes)
@@ -45,7 +45,7 @@ def write_timeline(flows: Flows, world: int, path: Path, title: str = "") -> Pat
     ax.set_ylim(lanes - 0.5, -0.5)
     ax.set_xlim(0, t_end_us * 1.01)
     ax.set_title(title or "transfers per rank")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / max(1, lanes / 8)),
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25 if lanes <= 8 else -0.08),
               ncol=6, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
