@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..tables import Algo, CollKind, Dim, Flows, LinkKind, Phase
+from ..tables import Algo, CollKind, Dim, Flows, LinkKind, Phase, Proto
 
 COLUMNS = ["transfer_id", "op_id", "iteration", "dim", "collective", "phase", "stage", "layer",
            "microbatch", "bucket", "algorithm", "step", "channel", "chunk", "src_rank", "dst_rank",
-           "src_nic", "dst_nic", "link", "bytes", "start_ns", "end_ns", "deps"]
+           "src_nic", "dst_nic", "link", "protocol", "bytes", "wire_bytes", "max_msg_bytes",
+           "start_ns", "end_ns", "deps"]
 
 
 def flow_columns(flows: Flows) -> dict[str, list]:
@@ -29,7 +30,9 @@ def flow_columns(flows: Flows) -> dict[str, list]:
         "step": r["step"].tolist(), "channel": r["channel"].tolist(), "chunk": r["chunk"].tolist(),
         "src_rank": r["src_rank"].tolist(), "dst_rank": r["dst_rank"].tolist(),
         "src_nic": r["src_nic"].tolist(), "dst_nic": r["dst_nic"].tolist(),
-        "link": label(LinkKind, r["link"]), "bytes": r["bytes"].tolist(),
+        "link": label(LinkKind, r["link"]), "protocol": label(Proto, r["proto"]),
+        "bytes": r["bytes"].tolist(), "wire_bytes": r["wire_bytes"].tolist(),
+        "max_msg_bytes": r["max_msg_bytes"].tolist(),
         "start_ns": r["start_ns"].tolist(), "end_ns": r["end_ns"].tolist(),
         "deps": [";".join(vals[ptr[i]:ptr[i + 1]]) for i in range(len(r))],
     }
