@@ -140,9 +140,21 @@ class Cluster:
     spines: int = 2
     leaf_spine_gbps: int = 0     # 0: same as nic_gbps
     link_latency_ns: int = 1000  # per hop propagation + switching
+    nics_per_node: int = 0       # 0: one NIC per GPU; 1, 2, 4: GPUs share NICs (a rail per NIC)
+    gpu_nic_map: str = ""        # "0,0,1,1,...": NIC of each GPU; "": GPU i -> NIC i // (gpus/nics)
 
     def node_count(self, world: int) -> int:
         return self.nodes or world // self.gpus_per_node
+
+    @property
+    def nics(self) -> int:
+        return self.nics_per_node or self.gpus_per_node
+
+    def nic_of_gpu(self) -> list[int]:
+        if self.gpu_nic_map:
+            return [int(x) for x in self.gpu_nic_map.split(",")]
+        share = self.gpus_per_node // self.nics
+        return [g // share for g in range(self.gpus_per_node)]
 
 
 @dataclass(frozen=True)
@@ -582,6 +594,7 @@ def validate(job: Job) -> Job:
     _check_parallel_features(job.model, job.parallelism)
     _check_world(job.parallelism, job.cluster)
     _check_network(job.network)
+    _check_nics(job.cluster)
     return job
 
 
@@ -661,6 +674,23 @@ def _check_world(p: Parallelism, c: Cluster) -> None:
         raise ConfigError(f"parallelism {sizes} GPUs not filling nodes of "
                           f"cluster.gpus_per_node={gpn} — make it a multiple of {gpn} "
                           f"or set cluster.gpus_per_node to a divisor of {world}")
+
+
+def _check_nics(c: Cluster) -> None:
+    if c.nics_per_node and c.nics_per_node > c.gpus_per_node:
+        raise ConfigError(f"cluster.nics_per_node={c.nics_per_node} exceeds cluster.gpus_per_node="
+                          f"{c.gpus_per_node}; use at most one NIC per GPU")
+    if not c.gpu_nic_map:
+        if c.gpus_per_node % c.nics:
+            raise ConfigError(f"cluster.nics_per_node={c.nics} does not divide cluster.gpus_per_node="
+                              f"{c.gpus_per_node}; set cluster.gpu_nic_map to place GPUs on NICs")
+        return
+    parts = c.gpu_nic_map.split(",")
+    if len(parts) != c.gpus_per_node or not all(p.strip().isdigit() for p in parts):
+        raise ConfigError(f"cluster.gpu_nic_map={c.gpu_nic_map!r}: give {c.gpus_per_node} comma-separated "
+                          "NIC indices, one per GPU (e.g. '0,0,1,1')")
+    if any(int(p) >= c.nics for p in parts):
+        raise ConfigError(f"cluster.gpu_nic_map={c.gpu_nic_map!r} names a NIC >= cluster.nics_per_node={c.nics}")
 
 
 def _check_network(n: Network) -> None:

@@ -1,10 +1,11 @@
 """Cluster -> Fabric: where each rank lives, which NIC it uses, and which wires a byte crosses.
 
 Layout: ranks fill nodes in order (rank r on node r // gpus_per_node, GPU r % gpus_per_node);
-GPU i of every node uses NIC i ("rail i", NCCL_CROSS_NIC=2). The fabric is a rail-optimised
-two-tier leaf-spine: NIC i of a group of `nodes_per_leaf` nodes hangs off the leaf of rail i of
-that group; every leaf connects to every spine. Leaves are L3 routers, so a host sees frames to and
-from its leaf's router MAC.
+GPU g of every node uses NIC `gpu_nic_map[g]` of its node (default: one NIC per GPU, GPU i -> NIC i;
+with fewer NICs, neighbouring GPUs share one), and NIC i of every node is on "rail i"
+(NCCL_CROSS_NIC=2). The fabric is a rail-optimised two-tier leaf-spine: NIC i of a group of
+`nodes_per_leaf` nodes hangs off the leaf of rail i of that group; every leaf connects to every
+spine. Leaves are L3 routers, so a host sees frames to and from its leaf's router MAC.
 
 Address plan (documented for labs):
   NIC MAC   02:00:<rail>:<node hi>:<node lo>:01      (locally administered)
@@ -35,7 +36,7 @@ class Fabric:
     link_latency_ns: int
     rank_node: np.ndarray    # i4 [world]
     rank_gpu: np.ndarray     # i4 [world]
-    rank_nic: np.ndarray     # i4 [world]: one NIC per GPU
+    rank_nic: np.ndarray     # i4 [world]: the NIC each GPU sends through
     nic_node: np.ndarray     # i4 [n_nics]
     nic_rail: np.ndarray     # i4 [n_nics]
     nic_leaf: np.ndarray     # i4 [n_nics]: leaf index 0..n_leaves-1
@@ -101,16 +102,19 @@ def build_fabric(job: Job) -> Fabric:
     ranks = np.arange(world, dtype=np.int32)
     rank_node = ranks // gpn
     rank_gpu = ranks % gpn
-    rank_nic = ranks.copy()          # one NIC per GPU: NIC index = node * gpn + gpu
-    nic_node, nic_rail = rank_node.copy(), rank_gpu.copy()
+    nics = c.nics
+    rank_nic = (rank_node * nics + np.asarray(c.nic_of_gpu(), dtype=np.int32)[rank_gpu]).astype(np.int32)
+    nic_ids = np.arange(nodes * nics, dtype=np.int32)
+    nic_node, nic_rail = nic_ids // nics, nic_ids % nics
+    n_nics = len(nic_ids)
 
     groups = -(-nodes // c.nodes_per_leaf)
     nic_leaf = (nic_rail * groups + nic_node // c.nodes_per_leaf).astype(np.int32)
-    n_leaves = gpn * groups
+    n_leaves = nics * groups
     # One leaf needs no spine; otherwise at least one.
     n_spines = c.spines if n_leaves > 1 else 0
 
-    nic_mac = np.zeros((world, 6), dtype=np.uint8)
+    nic_mac = np.zeros((n_nics, 6), dtype=np.uint8)
     nic_mac[:, 0] = 0x02
     nic_mac[:, 2] = nic_rail
     nic_mac[:, 3] = nic_node >> 8
@@ -125,8 +129,8 @@ def build_fabric(job: Job) -> Fabric:
     leaf_mac[:, 5] = np.arange(n_leaves) & 0xFF
 
     ls_gbps = c.leaf_spine_gbps or c.nic_gbps
-    links = [(n, world + int(nic_leaf[n]), c.nic_gbps, c.link_latency_ns) for n in range(world)]
-    links += [(world + lf, world + n_leaves + sp, ls_gbps, c.link_latency_ns)
+    links = [(n, n_nics + int(nic_leaf[n]), c.nic_gbps, c.link_latency_ns) for n in range(n_nics)]
+    links += [(n_nics + lf, n_nics + n_leaves + sp, ls_gbps, c.link_latency_ns)
               for lf in range(n_leaves) for sp in range(n_spines)]
     return Fabric(
         world=world, nodes=nodes, gpus_per_node=gpn, nic_gbps=c.nic_gbps, nvlink_gbps=c.nvlink_gbps,
