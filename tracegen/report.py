@@ -24,6 +24,7 @@ class DimVolume:
     transfers: int
     net_bytes: int             # all ranks, one iteration x iterations
     nvlink_bytes: int
+    net_messages: int          # NCCL network messages (RDMA writes) on the fabric
     max_rank_sent_bytes: int   # busiest rank
     formula_rank_bytes: int    # closed form, per rank (-1: not applicable)
     formula: str
@@ -39,6 +40,9 @@ class Report:
     dims: list[DimVolume]
     nic_tx_bytes: np.ndarray
     nic_rx_bytes: np.ndarray
+    rank_sent: dict             # Dim name -> bytes each rank sends [world]
+    rank_net_bytes: np.ndarray  # per rank: sent on the fabric
+    rank_nvlink_bytes: np.ndarray
     iteration_ns: int
     transfers: int
     net_transfers: int
@@ -63,9 +67,19 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
             continue
         sent = np.bincount(r["src_rank"][sel], weights=r["bytes"][sel], minlength=fabric.world)
         busiest = int(np.argmax(sent))
-        dims.append(DimVolume(dim.name, n_ops, int(sel.sum()), int(r["bytes"][sel & net].sum()),
-                              int(r["bytes"][sel & ~net].sum()), int(sent[busiest]),
+        on_net = r[sel & net]
+        msgs = int(np.maximum(1, -(-on_net["wire_bytes"] // np.maximum(on_net["max_msg_bytes"], 1))).sum())
+        dims.append(DimVolume(dim.name, n_ops, int(sel.sum()), int(on_net["bytes"].sum()),
+                              int(r["bytes"][sel & ~net].sum()), msgs, int(sent[busiest]),
                               round(expected[busiest].get(dim, 0)), DIM_FORMULAS[dim]))
+    rank_sent = {}
+    for dim in Dim:
+        sel = dim_of == dim
+        if sel.any():
+            rank_sent[dim.name] = np.bincount(r["src_rank"][sel], weights=r["bytes"][sel],
+                                              minlength=fabric.world).astype(np.int64)
+    per_rank = lambda mask: np.bincount(r["src_rank"][mask], weights=r["bytes"][mask],
+                                        minlength=fabric.world).astype(np.int64)
     tx = np.bincount(r["src_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     rx = np.bincount(r["dst_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     B = m.bytes_per_elem
@@ -76,7 +90,8 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
         job=job, params=params.param_count(m),
         s_act_bytes=par.micro_batch * m.seq_len * m.hidden * B,
         s_theta_rank_bytes=worst * B, s_grad_rank_bytes=worst * g, dims=dims,
-        nic_tx_bytes=tx, nic_rx_bytes=rx,
+        nic_tx_bytes=tx, nic_rx_bytes=rx, rank_sent=rank_sent,
+        rank_net_bytes=per_rank(net), rank_nvlink_bytes=per_rank(~net),
         iteration_ns=int(end.max()) if end is not None and len(end) else
         (int(r["end_ns"].max()) if len(r) else 0),
         transfers=len(r), net_transfers=int(net.sum()), memory=memory_estimate(job))
@@ -130,8 +145,9 @@ def report_tables(rep: Report, exact: bool = True) -> list[tuple[str, list[str],
     ]
     if rep.pcap_packets >= 0:
         job_rows.append(["pcap estimate", f"{rep.pcap_packets:,} packets, {_fmt(rep.pcap_bytes)}"])
-    dim_rows = [[d.dim, f"{d.ops:,}", f"{d.transfers:,}", _fmt(d.net_bytes), _fmt(d.nvlink_bytes),
-                 _fmt(d.max_rank_sent_bytes), _fmt(d.formula_rank_bytes)] for d in rep.dims]
+    dim_rows = [[d.dim, f"{d.ops:,}", f"{d.transfers:,}", f"{d.net_messages:,}", _fmt(d.net_bytes),
+                 _fmt(d.nvlink_bytes), _fmt(d.max_rank_sent_bytes), _fmt(d.formula_rank_bytes)]
+                for d in rep.dims]
     formula_rows = [[d.dim, d.formula] for d in rep.dims]
     nic_rows = [[f"{i}", f"{rep.nic_tx_bytes[i]:,}", f"{rep.nic_rx_bytes[i]:,}"]
                 for i in range(len(rep.nic_tx_bytes))]
@@ -139,11 +155,27 @@ def report_tables(rep: Report, exact: bool = True) -> list[tuple[str, list[str],
     return [
         ("Job", ["quantity", "value"], job_rows),
         ("Bytes per parallelism dimension (per iteration × iterations)",
-         ["dim", "ops", "transfers", "on the network", "on NVLink", "busiest rank sent",
+         ["dim", "ops", "transfers", "network messages", "on the network", "on NVLink", "busiest rank sent",
           "closed form (same rank)"], dim_rows),
         ("Closed forms (../shared/FORMULAS.md)", ["dim", "formula"], formula_rows),
         ("Payload bytes per NIC (on the fabric)", ["NIC", "tx bytes", "rx bytes"], nic_rows),
     ]
+
+
+RANK_ROWS_MAX = 512
+
+
+def rank_table(rep: Report, fabric) -> tuple[str, list[str], list[list[str]]]:
+    """Per accelerator: bytes it sends per dimension, on the network and on NVLink."""
+    dims = list(rep.rank_sent)
+    rows = []
+    for rank in range(min(fabric.world, RANK_ROWS_MAX)):
+        rows.append([str(rank), str(int(fabric.rank_node[rank])), str(int(fabric.rank_gpu[rank])),
+                     fabric.nic_name(int(fabric.rank_nic[rank]))]
+                    + [f"{int(rep.rank_sent[d][rank]):,}" for d in dims]
+                    + [f"{int(rep.rank_net_bytes[rank]):,}", f"{int(rep.rank_nvlink_bytes[rank]):,}"])
+    title = "Bytes each accelerator sends" + (f" (first {RANK_ROWS_MAX} ranks)" if fabric.world > RANK_ROWS_MAX else "")
+    return title, ["rank", "node", "GPU", "NIC"] + dims + ["network", "NVLink"], rows
 
 
 def _describe_parallelism(par) -> str:
@@ -158,9 +190,10 @@ def _describe_parallelism(par) -> str:
             f"m={par.microbatches} micro-batches")
 
 
-def render_markdown(rep: Report, nic_names: list[str] | None = None) -> str:
+def render_markdown(rep: Report, nic_names: list[str] | None = None, fabric=None) -> str:
     out = [f"# tracegen summary: {rep.job.name}", ""]
-    for title, header, rows in report_tables(rep):
+    tables = report_tables(rep) + ([rank_table(rep, fabric)] if fabric is not None else [])
+    for title, header, rows in tables:
         if title.startswith("Payload") and nic_names:
             rows = [[nic_names[int(r[0])] if r[0].isdigit() else r[0]] + r[1:] for r in rows]
         out += [f"## {title}", "", "| " + " | ".join(header) + " |",

@@ -34,5 +34,5 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
     write_timeline(run.flows, run.fabric.world, dest / "timeline.png",
                    title=f"{run.job.name}: transfers per rank, one iteration")
     names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
-    (dest / "summary.md").write_text(render_markdown(run.report, names))
+    (dest / "summary.md").write_text(render_markdown(run.report, names, run.fabric))
     return counts
