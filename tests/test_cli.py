@@ -93,7 +93,8 @@ def test_bad_yaml_file(tmp_path):
 
 def test_plan_writes_nothing_and_reports_volumes(tmp_path):
     before = set(os.listdir(tmp_path))
-    res = CliRunner().invoke(main, ["plan", "--set", "parallelism.dp=2"], catch_exceptions=False)
+    res = CliRunner().invoke(main, ["plan", "--set", "parallelism.dp=2"], catch_exceptions=False,
+                             env={"COLUMNS": "200"})
     assert res.exit_code == 0
     assert "pcap estimate" in res.output and "closed form" in res.output
     assert set(os.listdir(tmp_path)) == before
