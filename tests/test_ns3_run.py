@@ -1,0 +1,271 @@
+"""tracegen's own ns-3 scenario end to end: a generated trace dir simulated packet by packet.
+
+One non-blocking and one oversubscribed simulation are shared by the tests (module fixtures);
+ns-3 tests skip when the pip `ns3` bindings cannot be imported. The replay-plan tests at the
+bottom need no ns-3.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tracegen.cli import main
+from tracegen.config import job_from_dict
+from tracegen.emit.flows import write_flows_csv
+from tracegen.emit.ns3 import write_ns3
+from tracegen.errors import ConfigError
+from tracegen.ns3_compare import join, plot, report_rows
+from tracegen.ns3_scenarios.inputs import load_scenario, replay_plan
+from tracegen.pipeline import run_pipeline
+
+# 32 GPUs on 16 nodes x 2, one leaf per rail holding all 16 nodes: every NIC pair meets in one
+# switch, a crossbar, so nothing but the NICs can be a bottleneck (non-blocking for real).
+NONBLOCKING = {"parallelism": {"dp": 4, "tp": 2, "pp": 4, "global_batch": 16},
+               "cluster": {"nodes_per_leaf": 16}}
+# 16 GPUs on 8 nodes, 2 nodes per leaf, 2 spines at 100G against 400G NICs: 4:1 at the uplinks.
+OVERSUBSCRIBED = {"parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 16},
+                  "cluster": {"nodes_per_leaf": 2, "spines": 2, "leaf_spine_gbps": 100}}
+TSHARK = shutil.which("tshark")
+
+
+def make_trace(root: Path, spec: dict):
+    """What `tracegen generate --no-pcap` leaves for ns-3: ns3/ plus the transfer table."""
+    job = job_from_dict(spec, name=root.name)
+    run = run_pipeline(job)
+    write_ns3(run.flows, run.fabric, job, root / "ns3")
+    write_flows_csv(run.flows, root / "flows.csv")
+    return run
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def ns3_import_s():
+    if importlib.util.find_spec("ns") is None:
+        pytest.skip("pip package ns3 (ns-3 Python bindings) is not installed: "
+                    "pip install 'ns3>=3.44'")
+    from tracegen.ns3_scenarios.scenario import load_ns3
+    t = time.perf_counter()
+    try:
+        load_ns3()
+    except Exception as e:   # a broken install: the bindings or cppyy fail to load
+        pytest.skip(f"ns-3 bindings do not load: {type(e).__name__}: {e}")
+    return time.perf_counter() - t
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory, ns3_import_s):
+    from tracegen.ns3_scenarios import run_scenario
+    root = tmp_path_factory.mktemp("nonblocking")
+    run = make_trace(root, NONBLOCKING)
+    t = time.perf_counter()
+    summary = run_scenario(root, pcap=True)
+    return SimpleNamespace(root=root, run=run, summary=summary,
+                           wall_s=time.perf_counter() - t + ns3_import_s,
+                           sc=load_scenario(root), flows=read_csv(root / "ns3/sim/flows.csv"))
+
+
+@pytest.fixture(scope="module")
+def oversub(tmp_path_factory, ns3_import_s):
+    from tracegen.ns3_scenarios import run_scenario
+    root = tmp_path_factory.mktemp("oversub")
+    make_trace(root, OVERSUBSCRIBED)
+    # The other replay mode and DCQCN, so both paths run somewhere.
+    return SimpleNamespace(root=root, summary=run_scenario(root, gap="analytic", dcqcn=True))
+
+
+# ---------------------------------------------------------------- the non-blocking run
+
+def test_runs_to_completion_within_three_minutes(sim):
+    s = sim.summary
+    assert s["flows"] >= 200 and 16 <= s["hosts"] <= 32
+    assert s["completed"] == s["flows"]
+    assert sim.wall_s < 180, f"ns-3 import + run took {sim.wall_s:.0f} s"
+    assert json.loads((sim.root / "ns3/sim/summary.json").read_text())["completed"] == s["flows"]
+
+
+def test_bytes_received_equal_bytes_scheduled(sim):
+    net = sim.run.flows.net
+    scheduled = int(sim.run.flows.rows["bytes"][net].sum())
+    assert sim.summary["bytes_scheduled"] == scheduled
+    assert sim.summary["bytes_received"] == scheduled
+    for r in sim.flows:
+        assert int(r["rx_bytes"]) == int(r["bytes"]), r
+        assert int(r["rx_pkts"]) == -(-int(r["bytes"]) // 4096)
+    assert sim.summary["psn_errors"] == 0
+
+
+def test_fct_txt_is_hpcc_format_with_manifest_sports_and_never_beats_standalone(sim):
+    rows = [ln.split() for ln in (sim.root / "ns3/sim/fct.txt").read_text().splitlines()]
+    sc = sim.sc
+    assert len(rows) == len(sc)
+    by_key = {(r["sip"], r["dip"], r["hpcc_sport"]): r for r in sc.records}
+    for sip, dip, sport, dport, size, start, fct, standalone in rows:
+        rec = by_key[(sip, dip, int(sport))]          # the sport the manifest predicts for HPCC
+        assert len(sip) == 8 and int(dport) == 100 and int(size) == rec["bytes"]
+        assert int(start) >= sc.t0_ns + rec["start_ns"] - 1 or rec["deps"]
+        assert int(fct) >= int(standalone) > 0
+
+
+def test_flows_start_when_their_dependencies_complete(sim):
+    """Dependency-aware replay: a flow with deps starts at its last dep's simulated end (+ gap),
+    not at its flow.txt time; a flow without starts at its flow.txt time."""
+    sc, rows = sim.sc, sim.flows
+    plan = replay_plan(sc, "zero")
+    start = np.array([int(r["start_ns"]) for r in rows])
+    end = np.array([int(r["end_ns"]) for r in rows])
+    preds = [[] for _ in range(len(sc))]
+    for i in range(len(sc)):
+        for j in plan.dependents[plan.dep_ptr[i]:plan.dep_ptr[i + 1]]:
+            preds[j].append(i)
+    chained = [k for k in range(len(sc)) if preds[k]]
+    assert len(chained) > len(sc) // 3
+    for k in range(len(sc)):
+        if preds[k]:
+            assert abs(start[k] - (max(end[j] for j in preds[k]) + plan.gap_ns[k])) <= 1, k
+        else:
+            assert start[k] == sc.start_ns[k]
+    # the chain really reacts to the simulation: starts drift from the analytic ones
+    assert np.any(start[chained] != sc.sched_start_ns[chained])
+
+
+def test_nonblocking_iteration_within_ten_percent_of_the_schedule(sim):
+    s = sim.summary
+    assert s["analytic_iteration_ns"] == int(sim.run.flows.rows["end_ns"][sim.run.flows.net].max())
+    assert abs(s["sim_iteration_ns"] / s["analytic_iteration_ns"] - 1) <= 0.10, s
+
+
+@pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
+def test_ns3_pcap_decodes_as_rroce(sim):
+    pcap = sim.root / "ns3/sim/pcap/host0000.pcap"
+    fields = ["ip.src", "ip.dsfield.ecn", "udp.dstport", "infiniband.bth.opcode",
+              "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.a", "_ws.malformed"]
+    out = subprocess.run([TSHARK, "-r", str(pcap), "-T", "fields", "-E", "separator=,"]
+                         + [x for f in fields for x in ("-e", f)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    pkts = [dict(zip(fields, ln.split(","))) for ln in out.stdout.splitlines()]
+    assert len(pkts) > 100
+    assert all(p["_ws.malformed"] == "" for p in pkts)
+    assert all(p["udp.dstport"] == "4791" and p["infiniband.bth.opcode"] for p in pkts)
+    sent = [p for p in pkts if p["ip.src"] == "11.0.0.1" and int(p["infiniband.bth.opcode"]) < 0x10]
+    assert {int(p["infiniband.bth.opcode"]) for p in sent} <= {0x06, 0x07, 0x09, 0x0B}
+    assert all(p["ip.dsfield.ecn"] == "2" for p in sent)          # ECT(0)
+    psns: dict[str, list[int]] = {}
+    for p in sent:
+        psns.setdefault(p["infiniband.bth.destqp"], []).append(int(p["infiniband.bth.psn"]))
+        last = int(p["infiniband.bth.opcode"]) in (0x09, 0x0B)   # Last-Imm, Only-Imm
+        assert (p["infiniband.bth.a"] in ("1", "True")) == last
+    for qp, seq in psns.items():
+        assert int(qp, 16) >= 0x100 and seq == list(range(len(seq))), qp
+
+
+# ---------------------------------------------------------------- the oversubscribed run
+
+def test_oversubscribed_fabric_marks_ecn_ce(oversub):
+    s = oversub.summary
+    assert s["completed"] == s["flows"] and s["bytes_received"] == s["bytes_scheduled"]
+    assert s["ce_packets"] > 0 and s["flows_with_ce"] > 0
+    assert s["cnps_sent"] > 0
+    assert s["sim_iteration_ns"] > 1.1 * s["analytic_iteration_ns"]   # 100G uplinks: slower
+    assert s["fct_below_standalone"] == 0
+    ce = [int(r["ce_pkts"]) for r in read_csv(oversub.root / "ns3/sim/flows.csv")]
+    assert sum(ce) == s["ce_packets"]
+
+
+def test_same_scenario_same_bytes(oversub):
+    """RED's marking draws from fixed random streams: a rerun in the same process (automatic
+    streams would have moved on) writes identical fct.txt and flows.csv."""
+    from tracegen.ns3_scenarios import run_scenario
+    sim_dir = oversub.root / "ns3/sim"
+    before = {f: (sim_dir / f).read_bytes() for f in ("fct.txt", "flows.csv")}
+    run_scenario(oversub.root, gap="analytic", dcqcn=True)
+    assert {f: (sim_dir / f).read_bytes() for f in before} == before
+
+
+# ---------------------------------------------------------------- compare
+
+def test_compare_joins_every_flow_and_writes_the_plot(sim, tmp_path):
+    j = join(sim.root)
+    assert j.sport == "hpcc" and j.unmatched == 0 and j.missing == 0
+    assert sorted(j.line.tolist()) == list(range(len(sim.sc)))
+    assert np.all(j.slowdown >= 1.0)
+    sections = report_rows(j)
+    assert sections[-1][0][0] == "all" and int(sections[-1][0][1].replace(",", "")) == len(sim.sc)
+    kinds = {r[0] for r in sections[0]}
+    assert {"DP AllReduce", "PP SendRecv"} <= kinds
+    assert sections[1][0][0] == "iteration 0"            # iterations from the trace's flows.csv
+    png = plot(j, tmp_path / "c.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_recognises_simai_source_ports(sim, tmp_path):
+    """SimAI numbers sports per (src, dst) pair: same rows, other ports, still joined."""
+    simai = {(r["sip"], r["dip"], r["hpcc_sport"]): r["simai_sport"] for r in sim.sc.records}
+    lines = []
+    for ln in (sim.root / "ns3/sim/fct.txt").read_text().splitlines():
+        t = ln.split()
+        t[2] = str(simai[(t[0], t[1], int(t[2]))])
+        lines.append(" ".join(t))
+    fct = tmp_path / "fct_simai.txt"
+    fct.write_text("\n".join(lines) + "\n")
+    j = join(sim.root, fct)
+    assert j.sport == "simai" and j.unmatched == 0 and len(j.line) == len(sim.sc)
+    assert j.ce_pkts is None                                # no flows.csv beside a SimAI file
+
+
+def test_cli_compare_prints_the_table(sim):
+    res = CliRunner().invoke(main, ["ns3", "compare", str(sim.root)])
+    assert res.exit_code == 0, res.output
+    assert "DP AllReduce" in res.output and "compare.png" in res.output
+    assert (sim.root / "ns3/sim/compare.png").is_file()
+
+
+# ---------------------------------------------------------------- no ns-3 needed
+
+def test_cli_errors_are_one_line_and_exit_2(tmp_path):
+    for args in (["ns3", "run", str(tmp_path)], ["ns3", "compare", str(tmp_path)]):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2
+        assert res.output.count("\n") == 1 and res.output.startswith("error:")
+    assert not (tmp_path / "sim").exists()
+
+
+def test_replay_follows_ring_steps_through_nvlink(tmp_path):
+    """tp=1: a DP ring alternates NVLink and NET hops, so a NET step's manifest deps are NVLink
+    transfers; flows.csv links it to the previous NET step, with the NVLink time as its gap."""
+    make_trace(tmp_path, {"parallelism": {"dp": 4, "tp": 1, "pp": 1, "global_batch": 8}})
+    sc = load_scenario(tmp_path)
+    assert sc.nvlink
+    plan = replay_plan(sc, "zero")
+    chained = plan.n_deps > 0
+    assert chained.sum() > len(sc) // 2
+    assert np.all(plan.gap_ns[chained] > 0)                 # NVLink time between the NET steps
+    assert np.all(plan.fixed_start_ns[chained] == -1)
+    (tmp_path / "flows.csv").unlink()                       # a bare ns3/ dir: no NVLink table
+    bare = replay_plan(load_scenario(tmp_path / "ns3"), "zero")
+    assert np.all(bare.n_deps == 0) and np.all(bare.fixed_start_ns == sc.start_ns)
+
+
+def test_config_maps_must_cover_every_link_rate(tmp_path):
+    make_trace(tmp_path, OVERSUBSCRIBED)
+    cfg = tmp_path / "ns3" / "config.txt"
+    text = cfg.read_text()
+    assert "100000000000" in text and "400000000000" in text
+    cfg.write_text(re.sub(r"KMIN_MAP 2 100000000000 \d+ ", "KMIN_MAP 1 ", text))
+    with pytest.raises(ConfigError, match="KMIN_MAP"):
+        load_scenario(tmp_path)
