@@ -85,12 +85,18 @@ def generate(job_file, preset, sets, out_dir, snaplen, no_pcap, no_ns3, quiet):
 
 @main.command()
 @_job_options
-def plan(job_file, preset, sets):
+@click.option("--corpus", metavar="PATH", help="Also size one epoch of this corpus (file, folder, or dante-it/dante-en).")
+@click.option("--tokenizer", default="cl100k_base", show_default=True, help="Tokenizer for --corpus.")
+def plan(job_file, preset, sets, corpus, tokenizer):
     """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
     try:
         job = _load(job_file, preset, sets)
         run = with_pcap_estimate(run_pipeline(job))
         _print_plan(run)
+        if corpus:
+            from .corpus.traffic import corpus_plan_lines
+            for line in corpus_plan_lines(job, corpus, tokenizer, report=run.report):
+                click.echo(line)
     except (ConfigError, OutputError) as e:
         _fail(str(e))
 
@@ -239,6 +245,10 @@ def ns3_compare(trace_dir, fct_path, sport, png_path):
         click.echo(f"warning: {j.unmatched} fct rows match no flow; {j.missing} flows have no fct row",
                    err=True)
     click.echo(f"wrote {png}")
+
+
+from .tokens_cli import tokens as _tokens  # noqa: E402
+main.add_command(_tokens)
 
 
 if __name__ == "__main__":
