@@ -6,6 +6,7 @@ import pytest
 
 from tracegen.config import Cluster, Job, Model, Parallelism
 from tracegen.pipeline import run_pipeline
+from tracegen.schedule import duration_ns, net_wire_bytes
 from tracegen.tables import CollKind, Dim, LinkKind, Phase
 from tracegen.workload.pipeline_order import one_f_one_b
 
@@ -88,8 +89,9 @@ def test_schedule_honours_dependencies_and_ports():
     net = f[f["link"] == LinkKind.NET]
     for nic in np.unique(net["src_nic"]):
         x = np.sort(net[net["src_nic"] == nic], order="start_ns")
-        lat = run.fabric.hops(x["src_nic"], x["dst_nic"]) * run.fabric.link_latency_ns
-        busy_end = x["end_ns"] - lat
+        wire_ns = duration_ns(net_wire_bytes(x["wire_bytes"], x["max_msg_bytes"], job.output.pmtu),
+                              run.fabric.nic_gbps)
+        busy_end = x["start_ns"] + wire_ns
         assert (busy_end > x["start_ns"]).all()
         assert (x["start_ns"][1:] >= busy_end[:-1]).all()
     # same node -> NVLink, never a NIC

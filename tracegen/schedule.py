@@ -47,12 +47,15 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     src, dst = rows["src_rank"], rows["dst_rank"]
     src_nic = np.where(net, fabric.rank_nic[src], -1)
     dst_nic = np.where(net, fabric.rank_nic[dst], -1)
-    dur = np.where(net,
-                   duration_ns(net_wire_bytes(rows["wire_bytes"], rows["max_msg_bytes"], job.output.pmtu),
-                               fabric.nic_gbps),
+    on_wire = net_wire_bytes(rows["wire_bytes"], rows["max_msg_bytes"], job.output.pmtu)
+    dur = np.where(net, duration_ns(on_wire, fabric.nic_gbps),
                    duration_ns(rows["wire_bytes"], fabric.nvlink_gbps))
-    lat = np.where(net, fabric.hops(np.maximum(src_nic, 0), np.maximum(dst_nic, 0))
-                   * fabric.link_latency_ns, 0)
+    hops = fabric.hops(np.maximum(src_nic, 0), np.maximum(dst_nic, 0))
+    # Store-and-forward: each of the hops - 1 switches receives the last packet whole before
+    # sending it on, so the tail arrives one packet time per switch after the NIC's last bit.
+    last_pkt = duration_ns(np.minimum(on_wire, job.output.pmtu + PKT_WIRE_OVERHEAD_BYTES),
+                           fabric.nic_gbps)
+    lat = np.where(net, hops * fabric.link_latency_ns + (hops - 1) * last_pkt, 0)
     # Ports: NIC tx/rx for NET, NVLink out/in per GPU otherwise; one id space for both.
     tx_port = np.where(net, src_nic, fabric.n_nics + src)
     rx_port = np.where(net, dst_nic, fabric.n_nics + dst)
@@ -66,28 +69,33 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     return Flows(flows, tr.deps, ops, op_start, op_end)
 
 
-def _reverse(r: Ragged, n_targets: int) -> list[list[int]]:
-    out: list[list[int]] = [[] for _ in range(n_targets)]
-    ptr, vals = r.ptr.tolist(), r.values.tolist()
-    for i in range(len(ptr) - 1):
-        for v in vals[ptr[i]:ptr[i + 1]]:
-            out[v].append(i)
-    return out
+def _reverse(r: Ragged, n_targets: int) -> tuple[list[int], list[int]]:
+    """Who depends on whom, as CSR (ptr, values) Python lists: the hot loop indexes them."""
+    src = np.repeat(np.arange(len(r), dtype=np.int64), r.lengths())
+    order = np.argsort(r.values, kind="stable")
+    counts = np.bincount(r.values, minlength=n_targets) if len(r.values) else np.zeros(n_targets, np.int64)
+    ptr = np.zeros(n_targets + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr.tolist(), src[order].tolist()
 
 
 def _list_schedule(ops: CommOps, tr: Transfers, dur, lat, tx_port, rx_port, n_ports):
     n_ops, n = len(ops), len(tr)
-    op_of = tr.rows["op_id"].tolist()
+    op_ids = tr.rows["op_id"]
+    op_of = op_ids.tolist()
     gap = ops.rows["gap_ns"].tolist()
     op_deps_left = ops.deps.lengths().tolist()
-    op_dependents = _reverse(ops.deps, n_ops)
+    od_ptr, od_val = _reverse(ops.deps, n_ops)
     tr_deps_left = tr.deps.lengths().tolist()
-    tr_dependents = _reverse(tr.deps, n)
-    op_transfers: list[list[int]] = [[] for _ in range(n_ops)]
-    for t, o in enumerate(op_of):
-        op_transfers[o].append(t)
-    op_left = [len(x) for x in op_transfers]
+    td_ptr, td_val = _reverse(tr.deps, n)
+    # transfers of each op, CSR
+    by_op = np.argsort(op_ids, kind="stable")
+    ot_ptr = np.zeros(n_ops + 1, dtype=np.int64)
+    np.cumsum(np.bincount(op_ids, minlength=n_ops), out=ot_ptr[1:])
+    op_left = np.diff(ot_ptr).tolist()
+    ot_ptr, ot_val = ot_ptr.tolist(), by_op.tolist()
     op_ready = [0] * n_ops
+    op_start = [0] * n_ops
     op_end = [0] * n_ops
     ready = [0] * n
     start = [0] * n
@@ -95,51 +103,67 @@ def _list_schedule(ops: CommOps, tr: Transfers, dur, lat, tx_port, rx_port, n_po
     tx_free = [0] * n_ports
     rx_free = [0] * n_ports
     heap: list[tuple[int, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
+    released: list[tuple[int, int]] = [(o, gap[o]) for o in range(n_ops) if op_deps_left[o] == 0]
 
-    def finish_op(o: int, t_end: int) -> None:
-        op_end[o] = t_end
-        for p in op_dependents[o]:
-            op_ready[p] = max(op_ready[p], t_end)
-            op_deps_left[p] -= 1
-            if op_deps_left[p] == 0:
-                release(p, op_ready[p] + gap[p])
+    def settle() -> None:
+        """Release ops whose deps are done; ops without transfers complete on release."""
+        while released:
+            o, t0 = released.pop()
+            op_start[o] = t0
+            if ot_ptr[o] == ot_ptr[o + 1]:
+                op_end[o] = t0
+                for k in range(od_ptr[o], od_ptr[o + 1]):
+                    p = od_val[k]
+                    if t0 > op_ready[p]:
+                        op_ready[p] = t0
+                    op_deps_left[p] -= 1
+                    if op_deps_left[p] == 0:
+                        released.append((p, op_ready[p] + gap[p]))
+                continue
+            for k in range(ot_ptr[o], ot_ptr[o + 1]):
+                t = ot_val[k]
+                if t0 > ready[t]:
+                    ready[t] = t0
+                if tr_deps_left[t] == 0:
+                    push(heap, (ready[t], t))
 
-    op_start = [0] * n_ops
-
-    def release(o: int, t0: int) -> None:
-        op_start[o] = t0
-        if not op_transfers[o]:
-            finish_op(o, t0)
-            return
-        for t in op_transfers[o]:
-            ready[t] = max(ready[t], t0)
-            if tr_deps_left[t] == 0:
-                heapq.heappush(heap, (ready[t], t))
-
-    for o in range(n_ops):
-        if op_deps_left[o] == 0:
-            release(o, gap[o])
+    settle()
     while heap:
-        r, t = heapq.heappop(heap)
+        r, t = pop(heap)
         tp, rp, lt = tx_port[t], rx_port[t], lat[t]
-        s = max(r, tx_free[tp], rx_free[rp] - lt)
+        s = tx_free[tp]
+        if r > s:
+            s = r
+        if rx_free[rp] - lt > s:
+            s = rx_free[rp] - lt
         busy = s + dur[t]
         tx_free[tp] = busy
-        rx_free[rp] = busy + lt
         e = busy + lt
-        start[t], end[t] = s, e
-        for d in tr_dependents[t]:
+        rx_free[rp] = e
+        start[t] = s
+        end[t] = e
+        for k in range(td_ptr[t], td_ptr[t + 1]):
+            d = td_val[k]
             if e > ready[d]:
                 ready[d] = e
             tr_deps_left[d] -= 1
             if tr_deps_left[d] == 0:
-                heapq.heappush(heap, (ready[d], d))
+                push(heap, (ready[d], d))
         o = op_of[t]
         if e > op_end[o]:
             op_end[o] = e
         op_left[o] -= 1
         if op_left[o] == 0:
-            finish_op(o, op_end[o])
+            oe = op_end[o]
+            for k in range(od_ptr[o], od_ptr[o + 1]):
+                p = od_val[k]
+                if oe > op_ready[p]:
+                    op_ready[p] = oe
+                op_deps_left[p] -= 1
+                if op_deps_left[p] == 0:
+                    released.append((p, op_ready[p] + gap[p]))
+            settle()
     if any(x > 0 for x in op_left) or any(x > 0 for x in op_deps_left):
         raise RuntimeError("schedule: dependency cycle, some transfers never became ready")
     return (np.array(start, dtype=np.int64), np.array(end, dtype=np.int64),
