@@ -16,11 +16,12 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from tracegen.collectives.protocol import wire_bytes
 from tracegen.config import Cluster, Job, Network, Parallelism
 from tracegen.emit.ns3 import write_ns3
 from tracegen.errors import ConfigError
 from tracegen.tables import (COMMOP_DTYPE, FLOW_DTYPE, Algo, CollKind, CommOps, Dim, Flows,
-                             LinkKind, Phase, Ragged)
+                             LinkKind, Phase, Proto, Ragged)
 from tracegen.topology import build_fabric
 
 UINT32_MAX = 2**32 - 1
@@ -194,18 +195,20 @@ def read_simai_config(text: str) -> dict:
 
 # ------------------------------------------------------------------ test data
 
-def make_ops(specs) -> CommOps:
+def make_ops(specs, deps=None, gaps=None) -> CommOps:
     rows = np.zeros(len(specs), dtype=COMMOP_DTYPE)
     rows["op_id"] = np.arange(len(specs))
     rows["kind"] = [k for k, _ in specs]
     rows["dim"] = [d for _, d in specs]
     rows["phase"] = Phase.BWD
     rows["bytes"] = 1 << 20
-    return CommOps(rows, Ragged.from_lists([[0, 1]] * len(specs)), Ragged.empty(len(specs)))
+    rows["gap_ns"] = gaps or 0
+    return CommOps(rows, Ragged.from_lists([[0, 1]] * len(specs)),
+                   Ragged.from_lists(deps) if deps else Ragged.empty(len(specs)))
 
 
-def make_flows(fabric, specs, ops=None) -> Flows:
-    """specs: (op_id, link, src_rank, dst_rank, bytes, start_ns, deps)"""
+def make_flows(fabric, specs, ops=None, op_times=None) -> Flows:
+    """specs: (op_id, link, src_rank, dst_rank, bytes, start_ns, deps[, proto])"""
     rows = np.zeros(len(specs), dtype=FLOW_DTYPE)
     cols = list(zip(*[x[:6] for x in specs])) if specs else [()] * 6
     op, link, src, dst, nbytes, start = (np.array(c, dtype=np.int64) for c in cols)
@@ -215,12 +218,16 @@ def make_flows(fabric, specs, ops=None) -> Flows:
     rows["src_rank"], rows["dst_rank"] = src, dst
     rows["channel"], rows["step"], rows["chunk"] = rows["transfer_id"] % 2, rows["transfer_id"], 7
     rows["bytes"], rows["max_msg_bytes"] = nbytes, 1 << 20
+    rows["proto"] = [x[7] if len(x) > 7 else Proto.SIMPLE for x in specs]
+    rows["wire_bytes"] = wire_bytes(nbytes, rows["proto"])
     rows["src_nic"] = np.where(net, fabric.rank_nic[src], -1)
     rows["dst_nic"] = np.where(net, fabric.rank_nic[dst], -1)
     rows["start_ns"], rows["end_ns"] = start, start + 1000 + nbytes // 50
     ops = ops or make_ops([(CollKind.ALLREDUCE, Dim.DP), (CollKind.SENDRECV, Dim.PP),
                            (CollKind.ALLGATHER, Dim.TP)])
-    return Flows(rows, Ragged.from_lists([list(x[6]) for x in specs]), ops)
+    return Flows(rows, Ragged.from_lists([list(x[6]) for x in specs]), ops,
+                 *(np.array(t, dtype=np.int64) for t in (op_times or (None, None)))
+                 if op_times else ())
 
 
 NET, NVL = LinkKind.NET, LinkKind.NVLINK
@@ -288,8 +295,12 @@ def check_manifest(man, lines, flows):
     hpcc_port, simai_port = {}, {}
     for k, (m, f) in enumerate(zip(man, lines)):
         assert m["index"] == k
-        assert (m["src_nic"], m["dst_nic"], m["bytes"]) == f[:2] + (f[4],)
         row = rows[m["transfer_id"]]
+        if row["proto"] == Proto.SIMPLE:
+            assert (m["src_nic"], m["dst_nic"], m["bytes"]) == f[:2] + (f[4],)
+        assert (m["src_nic"], m["dst_nic"], m["wire_bytes"]) == f[:2] + (f[4],)  # flow.txt: wire
+        assert 0 < m["bytes"] <= m["wire_bytes"]
+        assert m["op_id"] == row["op_id"]
         assert row["link"] == NET
         assert (m["src_rank"], m["dst_rank"]) == (row["src_rank"], row["dst_rank"])
         assert (m["src_nic"], m["dst_nic"]) == (row["src_nic"], row["dst_nic"])
@@ -469,6 +480,71 @@ def test_manifest_maps_every_line(tmp_path, flows, fabric, job):
     # host 0 sends 0->2, 0->4, 0->2: HPCC counts per source host, SimAI per pair
     host0 = [(m["dst_nic"], m["hpcc_sport"], m["simai_sport"]) for m in man if m["src_nic"] == 0]
     assert host0 == [(2, 10000, 10000), (4, 10001, 10000), (2, 10002, 10001)]
+
+
+def test_flow_txt_sizes_are_wire_bytes(tmp_path, fabric, job):
+    """LL/LL128 flag bytes are on the wire: flow.txt carries wire_bytes (split at uint32 by
+    them), the manifest keeps the payload beside them."""
+    specs = [(0, NET, 0, 2, 1 << 20, 0, [], Proto.LL),            # wire = 2x payload
+             (0, NET, 2, 4, 1_200_000, 10, [0], Proto.LL128),     # 128 B lines of 120 B data
+             (1, NET, 4, 6, 3_000_000_000, 20, [], Proto.LL),      # payload fits a uint32, wire not
+             (1, NET, 6, 0, 4096, 30, [], Proto.SIMPLE)]
+    flows = make_flows(fabric, specs)
+    d, _ = export(tmp_path, flows, fabric, job)
+    s = load_all(d)
+    lines, man = s["flows"], s["manifest"]["flows"]
+    check_manifest(man, lines, flows)
+    rows = flows.rows
+    assert [f[4] for f in lines] == [2 << 20, 1_280_000, 3_000_000_000, 3_000_000_000, 4096]
+    assert sum(f[4] for f in lines) == int(rows["wire_bytes"].sum()) == \
+        s["manifest"]["net_wire_bytes"]
+    assert sum(m["bytes"] for m in man) == int(rows["bytes"].sum()) == s["manifest"]["net_bytes"]
+    big = [m for m in man if m["transfer_id"] == 2]
+    assert [(m["part"], m["parts"], m["bytes"], m["wire_bytes"]) for m in big] == \
+        [(0, 2, 1_500_000_000, 3_000_000_000), (1, 2, 1_500_000_000, 3_000_000_000)]
+    assert f"{sum(f[4] for f in lines)} bytes on the wire" in (d / "README.md").read_text()
+
+
+def test_manifest_ops_section(tmp_path, fabric, job):
+    """Every CommOp is in `ops` (NVLink-only ops and markers too, so the chain never breaks),
+    with deps, gap and the analytic release/completion; `local_transfers` holds the transfers
+    of net ops that are not flow.txt lines."""
+    ops = make_ops([(CollKind.ALLREDUCE, Dim.TP), (CollKind.SENDRECV, Dim.PP),
+                    (CollKind.ALLREDUCE, Dim.DP), (CollKind.MARKER, Dim.NONE)],
+                   deps=[[], [0], [1], [1, 2]], gaps=[100, 200, 0, 0])
+    specs = [(0, NVL, 0, 1, 1000, 100, []),                 # op 0: NVLink only
+             (1, NET, 1, 3, 1 << 20, 700, []),              # op 1: PP
+             (2, NVL, 2, 3, 5000, 3000, []),                # op 2: NVLink step
+             (2, NET, 3, 5, 1 << 20, 3100, [2]),            # ... then NET after it
+             (2, NET, 5, 1, 0, 3200, [3]),                  # ... a zero-byte NET step
+             (2, NET, 1, 3, 1 << 19, 3300, [4])]
+    op_times = ([100, 500, 2900, 9000], [400, 2900, 9000, 9000])
+    flows = make_flows(fabric, specs, ops, op_times)
+    d, _ = export(tmp_path, flows, fabric, job)
+    man = load_all(d)["manifest"]
+    assert man["format"] == "tracegen-ns3/2"
+    assert [o["op_id"] for o in man["ops"]] == [0, 1, 2, 3]
+    assert [(o["kind"], o["dim"]) for o in man["ops"]] == [
+        ("AllReduce", "TP"), ("SendRecv", "PP"), ("AllReduce", "DP"), ("Marker", "NONE")]
+    assert [o["deps"] for o in man["ops"]] == [[], [0], [1], [1, 2]]
+    assert [o["gap_ns"] for o in man["ops"]] == [100, 200, 0, 0]
+    assert [(o["op_start_ns"], o["op_end_ns"]) for o in man["ops"]] == list(zip(*op_times))
+    assert [o["net"] for o in man["ops"]] == [False, True, True, False]
+    assert {m["op_id"] for m in man["flows"]} == {1, 2}
+    assert [m["deps"] for m in man["flows"] if m["op_id"] == 2] == [[2], [4]]
+    # NVLink step and zero-byte NET step of net op 2; op 0's NVLink transfer is not needed
+    assert man["local_transfers"] == [
+        {"transfer_id": 2, "op_id": 2, "link": "NVLINK", "start_ns": 3000,
+         "end_ns": int(flows.rows["end_ns"][2]), "deps": []},
+        {"transfer_id": 4, "op_id": 2, "link": "NET", "start_ns": 3200,
+         "end_ns": int(flows.rows["end_ns"][4]), "deps": [3]}]
+    # without the schedule's op times: first transfer start / last transfer end
+    d2, _ = export(tmp_path, make_flows(fabric, specs, ops), fabric, job, "no_times")
+    man2 = load_all(d2)["manifest"]
+    rows = flows.rows
+    assert [(o["op_start_ns"], o["op_end_ns"]) for o in man2["ops"]] == [
+        (100, int(rows["end_ns"][0])), (700, int(rows["end_ns"][1])),
+        (3000, int(rows["end_ns"][2:].max())), (0, 0)]
 
 
 def test_trace_lists_hosts(tmp_path, flows, fabric, job):

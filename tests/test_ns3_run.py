@@ -1,8 +1,9 @@
 """tracegen's own ns-3 scenario end to end: a generated trace dir simulated packet by packet.
 
-One non-blocking and one oversubscribed simulation are shared by the tests (module fixtures);
-ns-3 tests skip when the pip `ns3` bindings cannot be imported. The replay-plan tests at the
-bottom need no ns-3.
+One non-blocking and one oversubscribed simulation are shared by the tests (module fixtures),
+plus a PP+DP+TP job on 4 nodes run on a non-blocking and an oversubscribed fabric for the op
+chain; ns-3 tests skip when the pip `ns3` bindings cannot be imported. The replay-plan tests at
+the bottom need no ns-3.
 """
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ NONBLOCKING = {"parallelism": {"dp": 4, "tp": 2, "pp": 4, "global_batch": 16},
 # 16 GPUs on 8 nodes, 2 nodes per leaf, 2 spines at 100G against 400G NICs: 4:1 at the uplinks.
 OVERSUBSCRIBED = {"parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 16},
                   "cluster": {"nodes_per_leaf": 2, "spines": 2, "leaf_spine_gbps": 100}}
+# PP+DP+TP where the op chain matters: 8 GPUs on 4 nodes x 2, TP inside a node (NVLink-only ops),
+# DP between nodes 0-1 and 2-3, PP between nodes 0-2 and 1-3. One leaf per rail: non-blocking.
+CHAIN = {"parallelism": {"dp": 2, "tp": 2, "pp": 2, "global_batch": 8},
+         "cluster": {"nodes_per_leaf": 4}}
+# The same job with nodes {0,1} and {2,3} under different leaves joined by one 100G spine: DP
+# stays under its leaf, PP crosses the 8:1 uplink, and every op after a PP transfer waits.
+CHAIN_OVERSUBSCRIBED = {"parallelism": {"dp": 2, "tp": 2, "pp": 2, "global_batch": 8},
+                        "cluster": {"nodes_per_leaf": 2, "spines": 1, "leaf_spine_gbps": 100}}
 TSHARK = shutil.which("tshark")
 
 
@@ -117,15 +126,20 @@ def test_fct_txt_is_hpcc_format_with_manifest_sports_and_never_beats_standalone(
     for sip, dip, sport, dport, size, start, fct, standalone in rows:
         rec = by_key[(sip, dip, int(sport))]          # the sport the manifest predicts for HPCC
         assert len(sip) == 8 and int(dport) == 100 and int(size) == rec["bytes"]
-        assert int(start) >= sc.t0_ns + rec["start_ns"] - 1 or rec["deps"]
+        # only flows chained to something (transfer deps, or an op with dep ops) may move
+        assert int(start) >= sc.t0_ns + rec["start_ns"] - 1 or rec["deps"] or \
+            sc.ops[rec["op_id"]]["deps"]
         assert int(fct) >= int(standalone) > 0
 
 
 def test_flows_start_when_their_dependencies_complete(sim):
     """Dependency-aware replay: a flow with deps starts at its last dep's simulated end (+ gap),
-    not at its flow.txt time; a flow without starts at its flow.txt time."""
+    not at its flow.txt time; a flow without starts at its op's simulated release, or at its
+    flow.txt time when its op has no dep ops either."""
     sc, rows = sim.sc, sim.flows
     plan = replay_plan(sc, "zero")
+    release = {int(r["op_id"]): int(r["release_ns"])
+               for r in read_csv(sim.root / "ns3/sim/ops.csv")}
     start = np.array([int(r["start_ns"]) for r in rows])
     end = np.array([int(r["end_ns"]) for r in rows])
     preds = [[] for _ in range(len(sc))]
@@ -137,8 +151,10 @@ def test_flows_start_when_their_dependencies_complete(sim):
     for k in range(len(sc)):
         if preds[k]:
             assert abs(start[k] - (max(end[j] for j in preds[k]) + plan.gap_ns[k])) <= 1, k
-        else:
+        elif plan.fixed_start_ns[k] >= 0:
             assert start[k] == sc.start_ns[k]
+        else:
+            assert start[k] == release[int(plan.op[k])] + plan.rel_off_ns[k], k
     # the chain really reacts to the simulation: starts drift from the analytic ones
     assert np.any(start[chained] != sc.sched_start_ns[chained])
 
@@ -195,6 +211,95 @@ def test_same_scenario_same_bytes(oversub):
     before = {f: (sim_dir / f).read_bytes() for f in ("fct.txt", "flows.csv")}
     run_scenario(oversub.root, gap="analytic", dcqcn=True)
     assert {f: (sim_dir / f).read_bytes() for f in before} == before
+
+
+# ---------------------------------------------------------------- the op chain (PP+DP+TP)
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, ns3_import_s):
+    return run_chain(tmp_path_factory.mktemp("chain"), CHAIN)
+
+
+@pytest.fixture(scope="module")
+def chain_oversub(tmp_path_factory, ns3_import_s):
+    return run_chain(tmp_path_factory.mktemp("chain_oversub"), CHAIN_OVERSUBSCRIBED)
+
+
+def run_chain(root: Path, spec: dict) -> SimpleNamespace:
+    from tracegen.ns3_scenarios import run_scenario
+    run = make_trace(root, spec)
+    summary = run_scenario(root)
+    return SimpleNamespace(root=root, run=run, summary=summary, sc=load_scenario(root),
+                           flows=read_csv(root / "ns3/sim/flows.csv"),
+                           ops=read_csv(root / "ns3/sim/ops.csv"))
+
+
+def check_op_chain(c) -> None:
+    """Every flow and op completes; each op is released exactly when its dep ops have completed
+    in the simulation plus its gap; no flow starts before its op's release; an op ends after
+    its flows (with flows) or its analytic duration after its release (without)."""
+    s, ops, flows = c.summary, c.ops, c.flows
+    assert s["completed"] == s["flows"] and s["bytes_received"] == s["bytes_scheduled"]
+    assert s["ops_completed"] == s["ops"] == len(c.run.flows.ops) == len(ops)
+    rel = np.array([int(o["release_ns"]) for o in ops])
+    end = np.array([int(o["end_ns"]) for o in ops])
+    assert np.all(rel >= 0) and np.all(end >= rel)
+    for o in ops:
+        i = int(o["op_id"])
+        deps = [int(x) for x in o["deps"].split(";") if x]
+        assert deps == c.run.flows.ops.deps[i].tolist()
+        assert rel[i] == max((end[d] for d in deps), default=0) + int(o["gap_ns"]), o
+        if int(o["lines"]) == 0:
+            assert end[i] == rel[i] + int(o["sched_end_ns"]) - int(o["sched_start_ns"]), o
+    by_op: dict[int, list[int]] = {}
+    for f in flows:
+        o, start = int(f["op_id"]), int(f["start_ns"])
+        deps = c.run.flows.ops.deps[o].tolist()
+        # the brief's invariant, from the simulation's own times
+        assert start >= max((end[d] for d in deps), default=0) + int(ops[o]["gap_ns"]), f
+        assert start >= rel[o]
+        by_op.setdefault(o, []).append(int(f["end_ns"]))
+    for o, ends in by_op.items():
+        assert end[o] >= max(ends) and int(ops[o]["net"]) == 1
+    # the chain runs through NVLink-only ops and markers, not just NET ones
+    no_net = {int(o["op_id"]) for o in ops if o["net"] == "0"}
+    assert {"TP", "NONE"} <= {ops[i]["dim"] for i in no_net}
+    assert any(set(c.run.flows.ops.deps[int(f["op_id"])].tolist()) & no_net for f in flows)
+
+
+def test_op_chain_nonblocking_tracks_the_schedule(chain):
+    s = chain.summary
+    check_op_chain(chain)
+    assert {"DP", "PP", "TP"} <= {o["dim"] for o in chain.ops}
+    assert s["analytic_ops_end_ns"] == int(chain.run.flows.op_end_ns.max())
+    assert abs(s["sim_ops_end_ns"] / s["analytic_ops_end_ns"] - 1) <= 0.10, s
+    assert abs(s["sim_iteration_ns"] / s["analytic_iteration_ns"] - 1) <= 0.10, s
+    assert s["fct_below_standalone"] == 0
+    # most flows hang off the op chain, not off a fixed flow.txt time
+    plan = replay_plan(chain.sc)
+    assert np.sum(plan.fixed_start_ns < 0) > 0.8 * len(chain.sc)
+
+
+def test_op_chain_oversubscribed_carries_contention_forward(chain, chain_oversub):
+    s = chain_oversub.summary
+    check_op_chain(chain_oversub)
+    assert s["ce_packets"] > 0 and s["flows_with_ce"] > 0
+    assert s["sim_ops_end_ns"] > 1.1 * s["analytic_ops_end_ns"], s
+    assert s["fct_below_standalone"] == 0
+    # PP crosses the 100G spine; the delay reaches ops that never touch it: TP ops (NVLink
+    # only) and the DP AllReduce (under one leaf) are released later than scheduled, and later
+    # than in the non-blocking run of the same job.
+    late = {}
+    for run in (chain, chain_oversub):
+        for o in run.ops:
+            late.setdefault((o["dim"], o["op_id"]), []).append(
+                int(o["release_ns"]) - int(o["sched_start_ns"]))
+    for dim in ("TP", "DP"):
+        worst = max(v[1] for (d, _), v in late.items() if d == dim)
+        assert worst > 10_000 and worst > 10 * max(abs(v[0]) for (d, _), v in late.items()
+                                                   if d == dim), dim
+    dp_flows = [f for f in chain_oversub.flows if chain_oversub.ops[int(f["op_id"])]["dim"] == "DP"]
+    assert dp_flows and all(int(f["start_ns"]) > int(f["sched_start_ns"]) for f in dp_flows)
 
 
 # ---------------------------------------------------------------- compare
@@ -256,9 +361,12 @@ def test_replay_follows_ring_steps_through_nvlink(tmp_path):
     assert chained.sum() > len(sc) // 2
     assert np.all(plan.gap_ns[chained] > 0)                 # NVLink time between the NET steps
     assert np.all(plan.fixed_start_ns[chained] == -1)
-    (tmp_path / "flows.csv").unlink()                       # a bare ns3/ dir: no NVLink table
+    # the manifest carries the NVLink transfers itself: a bare ns3/ dir gives the same plan
+    (tmp_path / "flows.csv").unlink()
     bare = replay_plan(load_scenario(tmp_path / "ns3"), "zero")
-    assert np.all(bare.n_deps == 0) and np.all(bare.fixed_start_ns == sc.start_ns)
+    for key in ("n_deps", "gap_ns", "fixed_start_ns", "dependents", "edge_gap_ns", "rel_off_ns",
+                "post_ns", "op_tail_ns"):
+        assert np.array_equal(getattr(bare, key), getattr(plan, key)), key
 
 
 def test_config_maps_must_cover_every_link_rate(tmp_path):
@@ -269,3 +377,53 @@ def test_config_maps_must_cover_every_link_rate(tmp_path):
     cfg.write_text(re.sub(r"KMIN_MAP 2 100000000000 \d+ ", "KMIN_MAP 1 ", text))
     with pytest.raises(ConfigError, match="KMIN_MAP"):
         load_scenario(tmp_path)
+
+
+def test_replay_plan_chains_every_op(tmp_path):
+    """The plan holds every CommOp; ops without flow lines keep their analytic duration; only
+    flows of dep-free ops without transfer deps keep a fixed start; gap="analytic" adds back
+    exactly the schedule's wait between a flow being ready and starting."""
+    run = make_trace(tmp_path, CHAIN)
+    sc = load_scenario(tmp_path)
+    plan = replay_plan(sc)
+    ops = run.flows.ops
+    assert len(sc.ops) == len(plan.op_gap_ns) == len(ops)
+    assert np.array_equal(plan.op_gap_ns, ops.rows["gap_ns"])
+    assert np.array_equal(plan.op_n_deps, ops.deps.lengths())
+    assert np.array_equal(plan.op_start_ns, run.flows.op_start_ns)
+    net = np.array([o["net"] for o in sc.ops])
+    assert net.any() and (~net).any()
+    span = run.flows.op_end_ns - run.flows.op_start_ns
+    assert np.array_equal(plan.op_tail_ns[~net], span[~net])
+    assert sorted(plan.op_lines.tolist()) == list(range(len(sc)))
+    root = plan.op_n_deps[plan.op] == 0
+    no_tdeps = np.array([not d for d in sc.deps])
+    assert np.array_equal(plan.fixed_start_ns >= 0, root & no_tdeps)
+    assert np.all(plan.extra_gap_ns == 0)
+    ana = replay_plan(sc, "analytic")
+    assert np.all(ana.extra_gap_ns >= 0) and ana.extra_gap_ns.any()
+    pred_end: dict[int, int] = {}
+    for j in range(len(sc)):
+        for e in range(ana.dep_ptr[j], ana.dep_ptr[j + 1]):
+            k = int(ana.dependents[e])
+            pred_end[k] = max(pred_end.get(k, 0), int(sc.sched_end_ns[j] + ana.edge_gap_ns[e]))
+    for k in np.flatnonzero(ana.extra_gap_ns > 0):
+        ready = max(int(plan.op_start_ns[plan.op[k]] + plan.rel_off_ns[k]), pred_end.get(k, 0))
+        assert ready + ana.extra_gap_ns[k] == sc.sched_start_ns[k]
+    with pytest.raises(ConfigError, match="gap mode"):
+        replay_plan(sc, "bogus")
+
+
+def test_manifest_without_ops_fails_before_importing_ns3(tmp_path):
+    """A tracegen-ns3/1 manifest has no op chain: say so at once (no 15 s ns-3 import)."""
+    from tracegen.ns3_scenarios import run_scenario
+    make_trace(tmp_path, CHAIN)
+    path = tmp_path / "ns3" / "manifest.json"
+    man = json.loads(path.read_text())
+    del man["ops"], man["local_transfers"]
+    path.write_text(json.dumps(man))
+    t = time.perf_counter()
+    with pytest.raises(ConfigError, match="no ops"):
+        run_scenario(tmp_path)
+    assert time.perf_counter() - t < 5
+    assert not (tmp_path / "ns3" / "sim").exists()

@@ -5,7 +5,8 @@ SimAI and `tracegen ns3 run` write them, and finds each row's flow.txt line thro
 manifest.json: (sip, dip, sport) with sport = hpcc_sport or simai_sport (whichever numbering
 matches more rows, unless told). Simulated end = start + fct - t0, on the manifest's clock.
 ECN-CE counts come from `tracegen ns3 run`'s flows.csv when it sits beside the fct file (HPCC's
-fct.txt has none); iterations from the trace dir's flows.csv when there is one.
+fct.txt has none); iterations from the manifest's ops (or, for an older manifest, the trace
+dir's flows.csv). MB are payload (flow.txt sizes are wire bytes: LL/LL128 flags included).
 """
 from __future__ import annotations
 
@@ -113,8 +114,13 @@ def report_rows(j: Joined) -> list[list[list[str]]]:
     recs = j.sc.records
     kind = np.array([f"{recs[i]['dim']} {recs[i]['kind']}" for i in j.line.tolist()], dtype=object)
     sections = [[_row(g, j, kind == g) for g in sorted(set(kind.tolist()))]]
-    if j.sc.iteration:
+    it = None
+    if j.sc.ops is not None and j.sc.op_id is not None:
+        op_it = [int(o.get("iteration", 0)) for o in j.sc.ops]
+        it = np.array([op_it[int(j.sc.op_id[i])] for i in j.line.tolist()], dtype=np.int64)
+    elif j.sc.iteration:
         it = np.array([j.sc.iteration.get(int(j.sc.transfer_id[i]), -1) for i in j.line.tolist()])
+    if it is not None:
         sections.append([_row(f"iteration {i}", j, it == i) for i in sorted(set(it.tolist()))])
     sections.append([_row("all", j, np.ones(len(j.line), bool))])
     return sections
@@ -125,7 +131,8 @@ def _row(name: str, j: Joined, m: np.ndarray) -> list[str]:
     sim = int(j.sim_end_ns[m].max()) if m.any() else 0
     s = j.slowdown[m]
     ce = "n/a" if j.ce_pkts is None else f"{int(j.ce_pkts[m].sum()):,}"
-    return [name, f"{int(m.sum()):,}", f"{j.sc.bytes[j.line[m]].sum() / 1e6:,.1f}",
+    payload = j.sc.payload_bytes if j.sc.payload_bytes is not None else j.sc.bytes
+    return [name, f"{int(m.sum()):,}", f"{payload[j.line[m]].sum() / 1e6:,.1f}",
             f"{ana / 1e3:,.1f}", f"{sim / 1e3:,.1f}", f"{sim / ana:.3f}" if ana else "-",
             *(f"{np.percentile(s, q):.2f}" if len(s) else "-" for q in (50, 99)),
             f"{s.max():.2f}" if len(s) else "-", ce]

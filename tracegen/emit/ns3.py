@@ -6,7 +6,12 @@ One directory serves two readers:
   SimAI (aliyun/ns-3-alibabacloud, branch dev/qp, scratch/NormalNetwork):
         config_simai.txt, topology_simai.txt, and the same flow.txt / trace.txt
 plus manifest.json (flow.txt line -> flow row, and the (sip, dip, sport) each line gets in the
-simulators' fct files) and README.md (how to run both).
+simulators' fct files; the CommOps with their dependencies, for tracegen's dependency-aware
+replay) and README.md (how to run both).
+
+flow.txt sizes are the transfers' `wire_bytes`: what the NIC carries, LL/LL128 flag bytes
+included (the schedule times the same bytes); the manifest keeps the payload as `bytes` beside
+`wire_bytes`.
 
 Reader facts this module relies on (checked against the C++ sources):
 - third.cc reads config.txt as a stream of whitespace tokens `KEY value...` with no comments; a
@@ -31,7 +36,7 @@ import numpy as np
 from .. import __version__
 from ..config import Job
 from ..errors import ConfigError, OutputError
-from ..tables import CollKind, Dim, Flows
+from ..tables import CollKind, Dim, Flows, LinkKind
 from ..topology import Fabric
 
 T0_NS = 2_000_000_000          # simulators' convention: traffic starts at 2.0 s
@@ -65,7 +70,8 @@ LINE_DTYPE = np.dtype([
     ("parts", "i4"),
     ("src", "i4"),          # host id = NIC index
     ("dst", "i4"),
-    ("bytes", "i8"),
+    ("bytes", "i8"),        # payload carried by this line (a split transfer's payload is split too)
+    ("wire_bytes", "i8"),   # flow.txt size: bytes on the wire, LL/LL128 flags included
     ("start_ns", "i8"),     # relative to t0
     ("hpcc_sport", "i4"),
     ("simai_sport", "i4"),
@@ -73,11 +79,13 @@ LINE_DTYPE = np.dtype([
 
 
 def flow_lines(flows: Flows, fabric: Fabric) -> np.ndarray:
-    """The flow.txt lines in file order (LINE_DTYPE): NET rows with bytes > 0, stably sorted by
-    start, transfers over 2^32-1 bytes split into equal parts that start together."""
+    """The flow.txt lines in file order (LINE_DTYPE): NET rows with wire bytes > 0, stably sorted
+    by start, transfers over 2^32-1 wire bytes split into equal parts that start together (the
+    payload split into as many equal parts)."""
     rows = flows.rows
-    net = np.flatnonzero(flows.net & (rows["bytes"] > 0))
-    if np.any(rows["bytes"][flows.net] < 0) or np.any(rows["start_ns"][net] < 0):
+    net = np.flatnonzero(flows.net & (rows["wire_bytes"] > 0))
+    if (np.any(rows["bytes"][flows.net] < 0) or np.any(rows["wire_bytes"][flows.net] < 0)
+            or np.any(rows["start_ns"][net] < 0)):
         raise OutputError("ns3: flow table has negative bytes or start_ns on NET rows")
     src, dst = rows["src_nic"][net], rows["dst_nic"][net]
     bad = (src < 0) | (src >= fabric.n_nics) | (dst < 0) | (dst >= fabric.n_nics) | (src == dst)
@@ -87,16 +95,17 @@ def flow_lines(flows: Flows, fabric: Fabric) -> np.ndarray:
                           f"{int(rows['dst_nic'][i])}, not two distinct NICs of the fabric")
 
     order = net[np.argsort(rows["start_ns"][net], kind="stable")]
-    total = rows["bytes"][order].astype(np.int64)
+    total = rows["wire_bytes"][order].astype(np.int64)
     parts = -(-total // MAX_FLOW_BYTES)
     out = np.zeros(int(parts.sum()), dtype=LINE_DTYPE)
     out["row"] = np.repeat(order, parts)
     out["parts"] = np.repeat(parts, parts)
     first = np.repeat(np.cumsum(parts) - parts, parts)
     out["part"] = np.arange(len(out)) - first
-    b = np.repeat(total, parts)
     # Equal pieces; the first (total % parts) get one byte more, so they sum to the total.
-    out["bytes"] = b // out["parts"] + (out["part"] < b % out["parts"])
+    for key, tot in (("wire_bytes", total), ("bytes", rows["bytes"][order].astype(np.int64))):
+        b = np.repeat(tot, parts)
+        out[key] = b // out["parts"] + (out["part"] < b % out["parts"])
     out["src"] = rows["src_nic"][out["row"]]
     out["dst"] = rows["dst_nic"][out["row"]]
     out["start_ns"] = rows["start_ns"][out["row"]]
@@ -159,7 +168,7 @@ def _simai_header(fabric: Fabric, job: Job) -> str:
 def _flow_txt(lines: np.ndarray):
     yield f"{len(lines)}\n"
     for part in _batches(lines):
-        rows = zip(part["src"].tolist(), part["dst"].tolist(), part["bytes"].tolist(),
+        rows = zip(part["src"].tolist(), part["dst"].tolist(), part["wire_bytes"].tolist(),
                    part["start_ns"].tolist())
         yield "".join(f"{s} {d} {PG} {DPORT} {b} {_seconds(T0_NS + t)}\n" for s, d, b, t in rows)
 
@@ -248,7 +257,8 @@ def _warnings(fabric: Fabric, job: Job) -> list[str]:
 
 
 def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]):
-    """manifest.json in chunks: header, hosts, then one flow record per flow.txt line."""
+    """manifest.json in chunks: header, hosts, one flow record per flow.txt line, one op record
+    per CommOp, then the transfers of NET ops that are not flow.txt lines (see _op_records)."""
     rows = flows.rows
     nic_rank = np.full(fabric.n_nics, -1, dtype=np.int64)
     nic_rank[fabric.rank_nic] = np.arange(fabric.world)
@@ -256,14 +266,20 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
               "node": int(fabric.nic_node[i]), "rail": int(fabric.nic_rail[i]),
               "sim_ip": _sim_ip_hex(i), "nic_ip": fabric.nic_ip_str(i)}
              for i in range(fabric.n_nics)]
-    zero = np.flatnonzero(flows.net & (rows["bytes"] == 0))
+    zero = np.flatnonzero(flows.net & (rows["wire_bytes"] == 0))
     header = {
-        "format": "tracegen-ns3/1",
+        "format": "tracegen-ns3/2",
         "job": job.name,
         "t0_ns": T0_NS,
         "flow_file": "flow.txt",
         "first_flow_line": 2,
-        "note": "flows[k] is flow.txt line k+2; start in flow.txt = (t0_ns + start_ns) s*1e-9",
+        "note": "flows[k] is flow.txt line k+2; start in flow.txt = (t0_ns + start_ns) s*1e-9; "
+                "flow.txt size = wire_bytes (payload + LL/LL128 flags), bytes = payload",
+        "ops_note": "ops[i] is CommOp i: released gap_ns after its deps (op ids) complete; "
+                    "op_start_ns/op_end_ns are the analytic release and completion; net: it has "
+                    "flow.txt lines. local_transfers: the transfers of net ops that are not "
+                    "flow.txt lines (NVLink, zero-byte NET), with analytic times and deps, so a "
+                    "replay can follow flow deps through them",
         "cc_mode": job.network.cc_mode,
         "hpcc": {"config": "config.txt", "topology": "topology.txt", "fct": "fct.txt",
                  "sport": "hpcc_sport: 10000 + k-th flow of the source host, mod 65536"},
@@ -271,6 +287,7 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
                   "fct": SIMAI_FCT_FILE,
                   "sport": "simai_sport: 10000 + k-th flow of the (src, dst) pair, mod 65536"},
         "net_bytes": int(lines["bytes"].sum()),
+        "net_wire_bytes": int(lines["wire_bytes"].sum()),
         "skipped_zero_byte_transfers": rows["transfer_id"][zero].tolist(),
         "warnings": warnings,
     }
@@ -282,7 +299,11 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
     ip = [_sim_ip_hex(i) for i in range(fabric.n_nics)]
     for lo, part in zip(range(0, len(lines), _BATCH), _batches(lines)):
         yield ("\n" if lo == 0 else ",\n") + ",\n".join(_flow_records(flows, part, lo, ip))
-    yield "\n ]\n}\n" if len(lines) else "]\n}\n"
+    yield "\n ]" if len(lines) else "]"
+    op_recs, local_recs = _op_records(flows, lines)
+    for name, recs in (("ops", op_recs), ("local_transfers", local_recs)):
+        yield f',\n "{name}": [' + ("\n" + ",\n".join(recs) + "\n ]" if recs else "]")
+    yield "\n}\n"
 
 
 def _flow_records(flows: Flows, part: np.ndarray, first_index: int, ip: list[str]) -> list[str]:
@@ -298,23 +319,77 @@ def _flow_records(flows: Flows, part: np.ndarray, first_index: int, ip: list[str
                *(rows[k][sel].tolist() for k in ("step", "chunk", "channel", "src_rank",
                                                   "dst_rank")),
                part["src"].tolist(), part["dst"].tolist(), part["bytes"].tolist(),
+               part["wire_bytes"].tolist(),
                rows["start_ns"][sel].tolist(), rows["end_ns"][sel].tolist(),
                part["hpcc_sport"].tolist(), part["simai_sport"].tolist(),
                deps.ptr[sel].tolist(), deps.ptr[sel + 1].tolist())
     dval = deps.values
     # A format string, not json.dumps per record: 5x faster at a million lines.
     return [_FLOW_RECORD % (k, tid, pt, pts, o, kind, dim, step, chunk, chan, sr, dr, src, dst,
-                            nbytes, start, end, ip[src], ip[dst], DPORT, hsp, ssp,
+                            nbytes, wbytes, start, end, ip[src], ip[dst], DPORT, hsp, ssp,
                             ",".join(map(str, dval[d0:d1].tolist())))
             for (k, tid, pt, pts, o, kind, dim, step, chunk, chan, sr, dr, src, dst, nbytes,
-                 start, end, hsp, ssp, d0, d1) in cols]
+                 wbytes, start, end, hsp, ssp, d0, d1) in cols]
 
 
 _FLOW_RECORD = (
     '{"index":%d,"transfer_id":%d,"part":%d,"parts":%d,"op_id":%d,"kind":"%s","dim":"%s",'
     '"step":%d,"chunk":%d,"channel":%d,"src_rank":%d,"dst_rank":%d,"src_nic":%d,"dst_nic":%d,'
-    '"bytes":%d,"start_ns":%d,"end_ns":%d,"sip":"%s","dip":"%s","dport":%d,"hpcc_sport":%d,'
-    '"simai_sport":%d,"deps":[%s]}')
+    '"bytes":%d,"wire_bytes":%d,"start_ns":%d,"end_ns":%d,"sip":"%s","dip":"%s","dport":%d,'
+    '"hpcc_sport":%d,"simai_sport":%d,"deps":[%s]}')
+
+
+def _op_times(flows: Flows) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic op release / completion: the schedule's, or (a hand-built table without them)
+    the first transfer's start / the last transfer's end (0 for an op without transfers)."""
+    n = len(flows.ops)
+    if flows.op_start_ns is not None and flows.op_end_ns is not None:
+        return (np.asarray(flows.op_start_ns, dtype=np.int64),
+                np.asarray(flows.op_end_ns, dtype=np.int64))
+    rows = flows.rows
+    start = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    end = np.zeros(n, dtype=np.int64)
+    np.minimum.at(start, rows["op_id"], rows["start_ns"])
+    np.maximum.at(end, rows["op_id"], rows["end_ns"])
+    start[start == np.iinfo(np.int64).max] = 0
+    return start, np.maximum(start, end)
+
+
+def _op_records(flows: Flows, lines: np.ndarray) -> tuple[list[str], list[str]]:
+    """One record per CommOp (all of them: NVLink-only ops and markers keep the chain), and one
+    per transfer of a net op that is not a flow.txt line."""
+    ops, rows = flows.ops.rows, flows.rows
+    n = len(ops)
+    start, end = _op_times(flows)
+    net = np.zeros(n, dtype=bool)
+    net[rows["op_id"][lines["row"]]] = True
+    kind_label = {int(k): k.label for k in CollKind}
+    dim_name = {int(d): d.name for d in Dim}
+    dptr, dval = flows.ops.deps.ptr.tolist(), flows.ops.deps.values.tolist()
+    op_recs = [_OP_RECORD % (o, kind_label[k], dim_name[d], it,
+                             ",".join(map(str, dval[dptr[o]:dptr[o + 1]])), gap, s, e,
+                             "true" if nt else "false")
+               for o, k, d, it, gap, s, e, nt in zip(
+                   ops["op_id"].tolist(), ops["kind"].tolist(), ops["dim"].tolist(),
+                   ops["iteration"].tolist(), ops["gap_ns"].tolist(), start.tolist(), end.tolist(),
+                   net.tolist())]
+    in_file = np.zeros(len(rows), dtype=bool)
+    in_file[lines["row"]] = True
+    local = np.flatnonzero(net[rows["op_id"]] & ~in_file)
+    link_name = {int(x): x.name for x in LinkKind}
+    tptr, tval = flows.deps.ptr, flows.deps.values
+    local_recs = [_LOCAL_RECORD % (t, o, link_name[lk], s, e,
+                                   ",".join(map(str, tval[tptr[t]:tptr[t + 1]].tolist())))
+                  for t, o, lk, s, e in zip(
+                      local.tolist(), rows["op_id"][local].tolist(), rows["link"][local].tolist(),
+                      rows["start_ns"][local].tolist(), rows["end_ns"][local].tolist())]
+    return op_recs, local_recs
+
+
+_OP_RECORD = ('  {"op_id":%d,"kind":"%s","dim":"%s","iteration":%d,"deps":[%s],"gap_ns":%d,'
+              '"op_start_ns":%d,"op_end_ns":%d,"net":%s}')
+_LOCAL_RECORD = ('  {"transfer_id":%d,"op_id":%d,"link":"%s","start_ns":%d,"end_ns":%d,'
+                 '"deps":[%s]}')
 
 
 def _readme(fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]) -> str:
@@ -322,7 +397,7 @@ def _readme(fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]) ->
     pfc_off = not job.network.pfc
     return _template("ns3_readme.md").substitute(
         job_name=job.name, version=__version__, n_flows=len(lines),
-        n_bytes=int(lines["bytes"].sum()), n_hosts=fabric.n_nics,
+        n_bytes=int(lines["wire_bytes"].sum()), n_hosts=fabric.n_nics,
         n_switches=fabric.n_switches, n_links=len(fabric.links),
         first_leaf=leaf0, last_leaf=leaf0 + fabric.n_leaves - 1,
         first_spine=spine0, last_spine=spine0 + fabric.n_spines - 1,

@@ -1,25 +1,33 @@
 """Read a scenario dir written by tracegen.emit.ns3 into flat arrays for the ns-3 program.
 
 The program reads the same files the HPCC simulators read (topology.txt, flow.txt, config.txt)
-plus manifest.json for what they cannot express: each flow line's dependencies and the UDP
-source port HPCC will print for it. Pure Python: no ns-3 import here, so it is testable alone.
+plus manifest.json for what they cannot express: each flow line's op and transfer
+dependencies, the op chain, and the UDP source port HPCC will print for it. Pure Python: no ns-3 import here, so it is testable alone.
 
-Dependency-aware replay (what `replay_plan` derives):
-  - a flow's predecessors are the flow.txt lines of the transfers in its manifest `deps`. A dep
-    that is an NVLink transfer (not in flow.txt) is looked up in the trace dir's flows.csv, when
-    there is one, and replaced by its own deps, recursively: NET step k of a ring that crosses a
-    node waits for NET step k-2 plus the NVLink step between them.
-  - a flow with predecessors starts when the last of them has completed in the simulation, plus a
-    gap. gap="zero" (the default): only the NVLink time on the chain. The manifest's deps are
-    steps of one collective (ring step k needs step k-1) and NCCL computes nothing between them.
-    gap="analytic": the analytic start minus the analytic end of the latest predecessor, floored
-    at 0. That gap is time the analytic schedule spent waiting for a busy NIC (it sends one
-    transfer at a time per NIC), so it keeps the schedule's per-NIC order, but where the
-    simulation runs late the NIC sharing is counted twice: once as the kept gap, once as
-    contention among the flows that now overlap.
-  - a flow with no predecessors (the first step of a collective, a p2p chunk, or a chain of
-    NVLink deps without flows.csv) starts at its flow.txt time: the manifest carries no op-level
-    dependencies (op -> op plus compute gap) to chain it to the previous collective.
+Dependency-aware replay (what `replay_plan` derives from manifest.json's `ops`,
+`local_transfers` and the flow records' transfer `deps`; roce_nic.h runs it event by event):
+  - ops: every CommOp, NVLink-only ops and markers included, so the chain never breaks. Op o is
+    released at max(simulated completion of its dep ops) + gap_ns(o); an op without dep ops at
+    its analytic release (= its gap_ns after t0).
+  - an op with flow.txt lines ("net") completes when all its lines have completed in the
+    simulation and its local transfers (NVLink, zero-byte NET: not simulated) are done; an op
+    without lines completes at release + (analytic op_end - op_start).
+  - a local transfer v of op o completes at
+        max(release(o) + (analytic end(v) - analytic op_start(o)),
+            max over its deps d of completion(d) + (analytic end(v) - analytic start(v)))
+    i.e. it keeps its analytic offset from the op's release, and, when the NET transfers it
+    waits for run late in the simulation, its analytic duration after them (a ring's NET step k
+    -> NVLink step -> NET step k+2 stays a chain; the first term alone would cut it). While the
+    simulation keeps the analytic pace the second term is never the larger one.
+  - a flow line starts when its op is released AND its transfer deps have completed: at
+        max(release(o) + relOff, max over predecessor lines j of end(j) + edgeGap(j))
+    where a dep that is a flow line gives edgeGap 0, a local dep v gives relOff >= its offset
+    above and, through its own deps, edges with the local durations on the chain as gap.
+    A line whose op has no dep ops and which has no transfer deps starts at its flow.txt time.
+  - gap="zero" (default) adds nothing more. gap="analytic" adds the analytic schedule's wait
+    between the line being ready and starting (time it queued for a busy NIC there, which the
+    simulation's round-robin NIC also models: counted twice where the simulation runs late).
+A split transfer's parts are separate lines; each depends on every part of its predecessors.
 """
 from __future__ import annotations
 
@@ -80,7 +88,7 @@ class Scenario:
     # per flow.txt line
     src: np.ndarray
     dst: np.ndarray
-    bytes: np.ndarray
+    bytes: np.ndarray           # flow.txt size: wire bytes (LL/LL128 flags included)
     start_ns: np.ndarray        # flow.txt start - t0 (integer ns)
     hpcc_sport: np.ndarray
     transfer_id: np.ndarray
@@ -90,6 +98,10 @@ class Scenario:
     records: list[dict]         # manifest flow records, for reports
     nvlink: dict | None         # from flows.csv: NVLink transfer id -> (start_ns, end_ns, deps)
     iteration: dict | None      # from flows.csv: transfer id -> iteration
+    payload_bytes: np.ndarray | None = None   # manifest `bytes` (payload) per line
+    op_id: np.ndarray | None = None           # per line
+    ops: list[dict] | None = None             # manifest ops (None: a tracegen-ns3/1 manifest)
+    local: dict | None = None                 # transfer id -> manifest local_transfers record
 
     def __len__(self) -> int:
         return len(self.src)
@@ -126,8 +138,10 @@ def load_scenario(path: str | Path) -> Scenario:
     def col(key):
         return np.array([r[key] for r in recs], dtype=np.int64)
 
+    wire = (np.array([r.get("wire_bytes", r["bytes"]) for r in recs], dtype=np.int64)
+            if recs else np.zeros(0, np.int64))
     if len(recs) and (np.any(col("src_nic") != src) or np.any(col("dst_nic") != dst)
-                      or np.any(col("bytes") != nbytes)):
+                      or np.any(wire != nbytes)):
         raise ConfigError(f"{d}: flow.txt and manifest.json disagree on src/dst/bytes — "
                           "regenerate")
     if len(src) and (src.max() >= topo.n_hosts or dst.max() >= topo.n_hosts):
@@ -138,7 +152,23 @@ def load_scenario(path: str | Path) -> Scenario:
                     col("start_ns") if recs else np.zeros(0, np.int64),
                     col("end_ns") if recs else np.zeros(0, np.int64),
                     [list(r.get("deps", [])) for r in recs], recs,
-                    *read_trace_flows(d.parent / "flows.csv"))
+                    *read_trace_flows(d.parent / "flows.csv"),
+                    payload_bytes=col("bytes") if recs else np.zeros(0, np.int64),
+                    op_id=col("op_id") if recs else np.zeros(0, np.int64),
+                    ops=_check_ops(d, man.get("ops"), recs),
+                    local={int(r["transfer_id"]): r for r in man.get("local_transfers", [])})
+
+
+def _check_ops(d: Path, ops, recs) -> list[dict] | None:
+    if ops is None:
+        return None
+    if any(int(o["op_id"]) != i for i, o in enumerate(ops)):
+        raise ConfigError(f"{d}/manifest.json: ops are not numbered 0..n-1 in order — regenerate")
+    n = len(ops)
+    if any(not 0 <= int(r["op_id"]) < n for r in recs) or any(
+            not 0 <= int(x) < n for o in ops for x in o["deps"]):
+        raise ConfigError(f"{d}/manifest.json: an op id out of range — regenerate")
+    return ops
 
 
 def read_trace_flows(path: Path):
@@ -251,66 +281,143 @@ def read_config(path: Path, rates: set[int]) -> Config:
 
 @dataclass(frozen=True)
 class ReplayPlan:
-    fixed_start_ns: np.ndarray   # >= 0 for flows with no deps in flow.txt, else -1
-    gap_ns: np.ndarray
+    """The replay's tables (see the module docstring); ns are relative to t0."""
+    # per flow line
+    fixed_start_ns: np.ndarray   # >= 0: starts at its flow.txt time; -1: when ready
+    gap_ns: np.ndarray           # for reports: largest edge gap + extra gap
+    extra_gap_ns: np.ndarray     # gap="analytic": the analytic wait once ready; else 0
+    rel_off_ns: np.ndarray       # earliest start after the op's release
+    post_ns: np.ndarray          # local transfers of the op that follow this line
+    op: np.ndarray               # op index
     dep_ptr: np.ndarray          # CSR: flows depending on flow i are dependents[ptr[i]:ptr[i+1]]
     dependents: np.ndarray
-    n_deps: np.ndarray
+    edge_gap_ns: np.ndarray      # per dependents entry: wait after flow i ends
+    n_deps: np.ndarray           # predecessor lines
+    # per op
+    op_gap_ns: np.ndarray
+    op_tail_ns: np.ndarray       # completes no earlier than release + tail
+    op_n_deps: np.ndarray
+    op_dep_ptr: np.ndarray       # CSR: ops waiting for op o
+    op_dependents: np.ndarray
+    op_line_ptr: np.ndarray      # CSR: lines of op o
+    op_lines: np.ndarray
+    op_start_ns: np.ndarray      # analytic release / completion (manifest)
+    op_end_ns: np.ndarray
+    op_deps: list[list[int]]
 
 
 GAP_MODES = ("analytic", "zero")
 
 
+def _csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in lists], out=ptr[1:])
+    flat = np.array([v for x in lists for v in x], dtype=np.int64)
+    return ptr, flat
+
+
 def replay_plan(sc: Scenario, gap: str = "zero") -> ReplayPlan:
-    """Dependency edges between flow lines (see the module docstring)."""
+    """Ops and flow lines with their dependency edges (see the module docstring)."""
     if gap not in GAP_MODES:
         raise ConfigError(f"gap mode {gap!r}: use one of {', '.join(GAP_MODES)}")
-    n = len(sc)
+    if sc.ops is None:
+        raise ConfigError(f"{sc.dir}/manifest.json has no ops (an older tracegen wrote it): "
+                          "regenerate the scenario for the dependency-aware replay")
+    n, ops, local = len(sc), sc.ops, sc.local or {}
+    n_ops = len(ops)
+    op_start = np.array([o["op_start_ns"] for o in ops], dtype=np.int64)
+    op_end = np.array([o["op_end_ns"] for o in ops], dtype=np.int64)
+    op_deps = [[int(x) for x in o["deps"]] for o in ops]
     lines_of: dict[int, list[int]] = {}
     for k, t in enumerate(sc.transfer_id.tolist()):
         lines_of.setdefault(t, []).append(k)   # a split transfer has several lines
-    nvlink = sc.nvlink or {}
+
+    def offset(t: int) -> int:
+        """A local transfer's analytic end after its op's analytic release."""
+        r = local[t]
+        return int(r["end_ns"]) - int(op_start[int(r["op_id"])])
+
     memo: dict[int, dict[int, int]] = {}
 
-    def through(t: int) -> dict[int, int]:
-        """flow line -> NVLink ns between it and transfer t, for the NET transfers behind t."""
-        if t in lines_of:
-            return {k: 0 for k in lines_of[t]}
-        if t not in nvlink:
-            return {}
+    def chain(t: int) -> dict[int, int]:
+        """flow line -> local-transfer ns between that line's end and local transfer t's end."""
         if t not in memo:
             memo[t] = {}   # a cycle would end here instead of recursing forever
-            start, end, deps = nvlink[t]
+            r = local[t]
+            dur = int(r["end_ns"]) - int(r["start_ns"])
             out: dict[int, int] = {}
-            for d in deps:
-                for k, ns in through(d).items():
-                    out[k] = max(out.get(k, 0), ns + end - start)
+            for d in r["deps"]:
+                if d in lines_of:
+                    for k in lines_of[d]:
+                        out[k] = max(out.get(k, 0), dur)
+                elif d in local:
+                    for k, ns in chain(d).items():
+                        out[k] = max(out.get(k, 0), ns + dur)
             memo[t] = out
         return memo[t]
 
-    preds, nvl_ns = [], np.zeros(n, dtype=np.int64)
+    line_op = sc.op_id.astype(np.int64)
+    rel_off = np.zeros(n, dtype=np.int64)
+    preds: list[dict[int, int]] = []
     for k, deps in enumerate(sc.deps):
         merged: dict[int, int] = {}
         for t in deps:
-            for j, ns in through(t).items():
-                merged[j] = max(merged.get(j, 0), ns)
-        preds.append(sorted(merged))
-        nvl_ns[k] = max(merged.values(), default=0)
-    n_deps = np.array([len(p) for p in preds], dtype=np.int64)
-    fixed = np.where(n_deps == 0, sc.start_ns, -1)
-    gap_ns = nvl_ns.copy()
+            if t in lines_of:
+                for j in lines_of[t]:
+                    merged[j] = max(merged.get(j, 0), 0)
+            elif t in local:
+                rel_off[k] = max(rel_off[k], offset(t))
+                for j, ns in chain(t).items():
+                    merged[j] = max(merged.get(j, 0), ns)
+        preds.append(merged)
+    fixed = np.array([sc.start_ns[k] if not sc.deps[k] and not op_deps[line_op[k]] else -1
+                      for k in range(n)], dtype=np.int64)
+
+    # Local transfers after a line, up to the op's end; and each op's own tail.
+    post = np.zeros(n, dtype=np.int64)
+    op_tail = op_end - op_start
+    net_tail = np.zeros(n_ops, dtype=np.int64)
+    for t, r in local.items():
+        o = int(r["op_id"])
+        net_tail[o] = max(net_tail[o], offset(t))
+        for k, ns in chain(t).items():
+            post[k] = max(post[k], ns)
+    is_net = np.array([bool(o["net"]) for o in ops], dtype=bool)
+    op_tail = np.where(is_net, net_tail, op_tail)
+
+    extra = np.zeros(n, dtype=np.int64)
+    edge_max = np.array([max(p.values(), default=0) for p in preds], dtype=np.int64)
     if gap == "analytic":
         for k, p in enumerate(preds):
-            if p:
-                gap_ns[k] = max(0, int(sc.sched_start_ns[k]) - int(sc.sched_end_ns[p].max()))
+            ready = int(op_start[line_op[k]]) + int(rel_off[k])
+            for j, g in p.items():
+                ready = max(ready, int(sc.sched_end_ns[j]) + g)
+            extra[k] = max(0, int(sc.sched_start_ns[k]) - ready)
     succ: list[list[int]] = [[] for _ in range(n)]
+    succ_gap: list[list[int]] = [[] for _ in range(n)]
     for k, p in enumerate(preds):
-        for j in p:
+        for j, g in sorted(p.items()):
             succ[j].append(k)
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in succ], out=ptr[1:])
-    flat = np.array([x for s in succ for x in s], dtype=np.int64)
-    return ReplayPlan(fixed, gap_ns, ptr, flat, n_deps)
+            succ_gap[j].append(g)
+    dep_ptr, dependents = _csr(succ)
+    _, edge_gap = _csr(succ_gap)
+    op_succ: list[list[int]] = [[] for _ in range(n_ops)]
+    for o, ds in enumerate(op_deps):
+        for x in ds:
+            op_succ[x].append(o)
+    op_dep_ptr, op_dependents = _csr(op_succ)
+    op_lines: list[list[int]] = [[] for _ in range(n_ops)]
+    for k, o in enumerate(line_op.tolist()):
+        op_lines[o].append(k)
+    op_line_ptr, op_line_vals = _csr(op_lines)
+    return ReplayPlan(
+        fixed_start_ns=fixed, gap_ns=edge_max + extra, extra_gap_ns=extra, rel_off_ns=rel_off,
+        post_ns=post, op=line_op, dep_ptr=dep_ptr, dependents=dependents, edge_gap_ns=edge_gap,
+        n_deps=np.array([len(p) for p in preds], dtype=np.int64),
+        op_gap_ns=np.array([o["gap_ns"] for o in ops], dtype=np.int64), op_tail_ns=op_tail,
+        op_n_deps=np.array([len(x) for x in op_deps], dtype=np.int64), op_dep_ptr=op_dep_ptr,
+        op_dependents=op_dependents, op_line_ptr=op_line_ptr, op_lines=op_line_vals,
+        op_start_ns=op_start, op_end_ns=op_end, op_deps=op_deps)
 
 
 def _parse_rate(s: str) -> int:

@@ -1,5 +1,16 @@
 // A RoCE-like NIC for mainline ns-3 (which has no RDMA module), plus the dependency-aware replay
-// that drives it. Loaded at run time with cppyy.cppdef; all per-packet work stays in C++.
+// that drives it. Loaded at run time with cppyy.cppdef; all per-packet and per-event work stays
+// in C++ (Python only fills the tables before the run and reads the results after it).
+//
+// Replay (an event-driven DAG of CommOps and flow.txt lines; inputs.py derives the tables):
+//   - op o is released at max(simulated completion of its dep ops) + gap(o); an op without deps
+//     at t0 + gap(o) (its analytic release).
+//   - line k starts at max(release(op) + relOff(k), max over predecessor lines j of
+//     end(j) + edgeGap(j, k)) + extraGap(k); a line whose op has no deps and which has no
+//     transfer deps starts at its flow.txt time instead (fixedStartPs >= 0).
+//   - op o completes once released and all its lines have completed, at
+//     max(release + tail(o), max over its lines k of end(k) + post(k)); an op without lines
+//     (NVLink-only, markers) at release + tail(o).
 //
 // Wire format: RoCEv2 on UDP 4791, one RC RDMA WRITE-with-immediate message per flow:
 //   WRITE First 0x06 (BTH+RETH) / Middle 0x07 (BTH) / Last-Imm 0x09 (BTH+ImmDt), or Only-Imm 0x0B,
@@ -64,9 +75,19 @@ class Replay
     std::vector<uint16_t> sport;
     std::vector<uint64_t> bytes;
     std::vector<int64_t> fixedStartPs; // >= 0: start then (no dependencies); -1: after deps
-    std::vector<int64_t> gapPs;        // wait after the last dependency completes
-    std::vector<uint32_t> depsLeft;
-    std::vector<uint32_t> depPtr, dependents; // CSR: flows waiting for flow i
+    std::vector<int64_t> extraGapPs;   // wait after the line is ready (gap="analytic")
+    std::vector<int64_t> relOffPs;     // earliest start after the op's release
+    std::vector<int64_t> postPs;       // the op's local transfers that follow this line
+    std::vector<uint32_t> opOf;        // line -> op index
+    std::vector<uint32_t> depsLeft;    // predecessor lines (+1 for the op's release unless fixed)
+    std::vector<uint32_t> depPtr, dependents; // CSR: lines waiting for line i
+    std::vector<int64_t> edgeGapPs;    // per dependents entry: wait after line i ends
+    // per op
+    std::vector<int64_t> opGapPs, opTailPs;
+    std::vector<uint32_t> opDepsLeft, opLinesLeft;
+    std::vector<uint32_t> opDepPtr, opDependents;   // CSR: ops waiting for op o
+    std::vector<uint32_t> opLinePtr, opLines;       // CSR: lines of op o
+    int64_t t0Ps = 0;
     std::vector<ns3::Ptr<RoceNic>> nics;
     uint32_t pmtu = 4096;
     int64_t cnpIntervalPs = 4000000;
@@ -77,6 +98,8 @@ class Replay
     std::vector<uint64_t> rxBytes;
     std::vector<uint32_t> rxPkts, cePkts, cnps, cnpsHeeded, psnErrors;
     uint32_t completed = 0;
+    std::vector<int64_t> opReleasePs, opEndPs, opReadyPs, opDonePs;
+    uint32_t opsCompleted = 0;
 
     void Resize(uint32_t n)
     {
@@ -87,7 +110,10 @@ class Replay
         sport.assign(n, 0);
         bytes.assign(n, 0);
         fixedStartPs.assign(n, -1);
-        gapPs.assign(n, 0);
+        extraGapPs.assign(n, 0);
+        relOffPs.assign(n, 0);
+        postPs.assign(n, 0);
+        opOf.assign(n, 0);
         depsLeft.assign(n, 0);
         depPtr.assign(n + 1, 0);
         startPs.assign(n, -1);
@@ -101,8 +127,22 @@ class Replay
         psnErrors.assign(n, 0);
     }
 
+    void ResizeOps(uint32_t n)
+    {
+        opGapPs.assign(n, 0);
+        opTailPs.assign(n, 0);
+        opDepsLeft.assign(n, 0);
+        opLinesLeft.assign(n, 0);
+        opDepPtr.assign(n + 1, 0);
+        opLinePtr.assign(n + 1, 0);
+        opReleasePs.assign(n, -1);
+        opEndPs.assign(n, -1);
+        opReadyPs.assign(n, 0);
+        opDonePs.assign(n, 0);
+    }
+
     void SetFlow(uint32_t f, uint32_t s, uint32_t d, uint64_t b, uint16_t sp, uint32_t sq,
-                 uint32_t dq, int64_t fixedStart, int64_t gap, uint32_t ndeps)
+                 uint32_t dq)
     {
         src[f] = s;
         dst[f] = d;
@@ -110,14 +150,34 @@ class Replay
         sport[f] = sp;
         sqpn[f] = sq;
         dqpn[f] = dq;
-        fixedStartPs[f] = fixedStart;
-        gapPs[f] = gap;
-        depsLeft[f] = ndeps;
+    }
+
+    // Bulk fills from numpy int64 buffers (cppyy passes them as pointers).
+    static void FillI64(std::vector<int64_t>& v, const int64_t* p, size_t n)
+    {
+        v.assign(p, p + n);
+    }
+
+    static void FillU32(std::vector<uint32_t>& v, const int64_t* p, size_t n)
+    {
+        v.assign(p, p + n);
     }
 
     void Begin();
     void Start(uint32_t f);
     void Complete(uint32_t f);
+    void Release(uint32_t o);
+    void LineReady(uint32_t f);
+    void CheckOp(uint32_t o);
+    void OpComplete(uint32_t o);
+
+  private:
+    static ns3::Time At(int64_t ps)
+    { // an absolute time as a delay from now (never negative)
+        return ns3::PicoSeconds(std::max<int64_t>(ps - ns3::Simulator::Now().GetPicoSeconds(), 0));
+    }
+
+  public:
 
     // A flow is one RDMA WRITE message of PMTU-sized packets (k counts from 0 = the PSN).
     uint32_t Packets(uint32_t f) const
@@ -543,10 +603,66 @@ inline void Replay::Begin()
     for (uint32_t f = 0; f < src.size(); ++f)
     {
         nics[dst[f]]->ExpectFlow(f);
-        if (depsLeft[f] == 0)
+        if (fixedStartPs[f] >= 0)
         {
-            int64_t at = std::max<int64_t>(fixedStartPs[f], 0);
-            ns3::Simulator::Schedule(ns3::PicoSeconds(at), &Replay::Start, this, f);
+            ns3::Simulator::Schedule(At(fixedStartPs[f]), &Replay::Start, this, f);
+        }
+    }
+    for (uint32_t o = 0; o < opGapPs.size(); ++o)
+    {
+        opReadyPs[o] = t0Ps;
+        if (opDepsLeft[o] == 0)
+        {
+            ns3::Simulator::Schedule(At(t0Ps + opGapPs[o]), &Replay::Release, this, o);
+        }
+    }
+}
+
+inline void Replay::Release(uint32_t o)
+{
+    int64_t now = ns3::Simulator::Now().GetPicoSeconds();
+    opReleasePs[o] = now;
+    opDonePs[o] = std::max(opDonePs[o], now + opTailPs[o]);
+    for (uint32_t i = opLinePtr[o]; i < opLinePtr[o + 1]; ++i)
+    {
+        uint32_t f = opLines[i];
+        if (fixedStartPs[f] < 0)
+        {
+            readyPs[f] = std::max(readyPs[f], now + relOffPs[f]);
+            LineReady(f);
+        }
+    }
+    CheckOp(o);
+}
+
+inline void Replay::LineReady(uint32_t f)
+{
+    if (--depsLeft[f] == 0)
+    {
+        ns3::Simulator::Schedule(At(readyPs[f] + extraGapPs[f]), &Replay::Start, this, f);
+    }
+}
+
+inline void Replay::CheckOp(uint32_t o)
+{
+    if (opReleasePs[o] >= 0 && opLinesLeft[o] == 0)
+    {
+        ns3::Simulator::Schedule(At(opDonePs[o]), &Replay::OpComplete, this, o);
+    }
+}
+
+inline void Replay::OpComplete(uint32_t o)
+{
+    int64_t now = ns3::Simulator::Now().GetPicoSeconds();
+    opEndPs[o] = now;
+    opsCompleted++;
+    for (uint32_t i = opDepPtr[o]; i < opDepPtr[o + 1]; ++i)
+    {
+        uint32_t p = opDependents[i];
+        opReadyPs[p] = std::max(opReadyPs[p], now);
+        if (--opDepsLeft[p] == 0)
+        {
+            ns3::Simulator::Schedule(At(opReadyPs[p] + opGapPs[p]), &Replay::Release, this, p);
         }
     }
 }
@@ -565,13 +681,13 @@ inline void Replay::Complete(uint32_t f)
     for (uint32_t i = depPtr[f]; i < depPtr[f + 1]; ++i)
     {
         uint32_t d = dependents[i];
-        readyPs[d] = std::max(readyPs[d], now);
-        if (--depsLeft[d] == 0)
-        {
-            ns3::Simulator::Schedule(ns3::PicoSeconds(readyPs[d] + gapPs[d] - now), &Replay::Start,
-                                     this, d);
-        }
+        readyPs[d] = std::max(readyPs[d], now + edgeGapPs[i]);
+        LineReady(d);
     }
+    uint32_t o = opOf[f];
+    opDonePs[o] = std::max(opDonePs[o], now + postPs[f]);
+    --opLinesLeft[o];
+    CheckOp(o);
 }
 
 } // namespace tracegen

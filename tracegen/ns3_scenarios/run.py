@@ -6,6 +6,7 @@ sim/fct.txt       HPCC's format: `sip dip sport dport size start_ns fct_ns stand
                   the destination — one way, like tracegen's schedule end_ns (HPCC waits for the
                   last ACK). standalone_fct = the same flow alone on its path, exactly.
 sim/flows.csv     per flow.txt line: the same plus analytic start/end, ECN-CE packets, CNPs.
+sim/ops.csv       per CommOp: simulated release/completion beside the analytic ones.
 sim/summary.json  simulated vs analytic iteration time, wall times, totals.
 sim/pcap/         with pcap=True: one ns-resolution pcap per host NIC (PPP link type).
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ConfigError, OutputError
-from .inputs import Scenario, load_scenario
+from .inputs import Scenario, load_scenario, replay_plan
 
 
 def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool = False,
@@ -30,6 +31,7 @@ def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool = False,
     """Simulate the scenario under `path` (a trace dir or its ns3/); returns the summary."""
     t_wall = time.perf_counter()
     sc = load_scenario(path)
+    plan = replay_plan(sc, gap)   # before the 15 s import: an old manifest fails fast
     say = progress or (lambda msg: None)
     say("loading ns-3 (about 15 s)")
     t0 = time.perf_counter()
@@ -44,11 +46,13 @@ def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool = False,
     tmp = _tmp_dir(sc.dir)
     try:
         say(f"simulating {len(sc)} flows on {sc.topology.n_hosts} hosts")
-        res = simulate(sc, gap=gap, dcqcn=dcqcn, pcap_dir=tmp / "pcap" if pcap else None)
+        res = simulate(sc, gap=gap, dcqcn=dcqcn, pcap_dir=tmp / "pcap" if pcap else None,
+                       plan=plan)
         summary = _summary(sc, res, gap=gap, dcqcn=dcqcn, pcap=pcap, load_s=load_s,
                            wall_s=time.perf_counter() - t_wall)
         _write_fct(tmp / "fct.txt", sc, res)
         _write_flows_csv(tmp / "flows.csv", sc, res)
+        _write_ops_csv(tmp / "ops.csv", sc, res)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         _swap_in(tmp, target)
     except BaseException:
@@ -88,16 +92,31 @@ def _summary(sc: Scenario, res, **opts) -> dict:
     sim_iter = int(end_rel.max()) if len(sc) else 0
     ana_iter = int(sc.sched_end_ns.max()) if len(sc) else 0
     slow = fct[done] / np.maximum(sa[done], 1)
+    # Payload delivered: a line's payload in proportion to the wire bytes that arrived.
+    payload = sc.payload_bytes if sc.payload_bytes is not None else sc.bytes
+    got = np.where(res.rx_bytes >= sc.bytes, payload,
+                   res.rx_bytes * payload // np.maximum(sc.bytes, 1))
+    plan = res.plan
+    op_end = np.where(res.op_end_ps >= 0, _ns(res.op_end_ps) - sc.t0_ns, -1)
+    sim_ops = int(op_end.max()) if len(op_end) else 0
+    ana_ops = int(plan.op_end_ns.max()) if len(op_end) else 0
     return {
         "flows": len(sc),
         "completed": int(res.completed),
         "hosts": int(sc.topology.n_hosts),
         "switches": int(len(sc.topology.switches)),
-        "bytes_scheduled": int(sc.bytes.sum()),
-        "bytes_received": int(res.rx_bytes.sum()),
+        "bytes_scheduled": int(payload.sum()),
+        "bytes_received": int(got.sum()),
+        "wire_bytes_scheduled": int(sc.bytes.sum()),
+        "wire_bytes_received": int(res.rx_bytes.sum()),
+        "ops": len(op_end),
+        "ops_completed": int(res.ops_completed),
         "sim_iteration_ns": sim_iter,
         "analytic_iteration_ns": ana_iter,
         "sim_over_analytic": round(sim_iter / ana_iter, 6) if ana_iter else None,
+        "sim_ops_end_ns": sim_ops,
+        "analytic_ops_end_ns": ana_ops,
+        "ops_sim_over_analytic": round(sim_ops / ana_ops, 6) if ana_ops else None,
         "slowdown_p50": _q(slow, 50), "slowdown_p99": _q(slow, 99),
         "slowdown_max": float(slow.max()) if len(slow) else None,
         "fct_below_standalone": int(np.sum(fct[done] < sa[done])),
@@ -112,7 +131,8 @@ def _summary(sc: Scenario, res, **opts) -> dict:
         "run_s": round(res.run_s, 3),
         "options": opts,
         "note": "iteration = last flow.txt flow's end minus t0 (NET flows only; the analytic "
-                "value is the schedule's latest NET end_ns)",
+                "value is the schedule's latest NET end_ns); ops_end = last CommOp's completion "
+                "(markers, NVLink-only ops included; -1 if an op never completed)",
     }
 
 
@@ -138,7 +158,8 @@ def _write_fct(path: Path, sc: Scenario, res) -> None:
 
 FLOW_COLUMNS = ["line", "sip", "dip", "sport", "bytes", "start_ns", "end_ns", "fct_ns",
                 "standalone_fct_ns", "sched_start_ns", "sched_end_ns", "rx_bytes", "rx_pkts",
-                "ce_pkts", "cnps_sent", "cnps_heeded", "deps", "gap_ns"]
+                "ce_pkts", "cnps_sent", "cnps_heeded", "deps", "gap_ns", "op_id",
+                "payload_bytes"]
 
 
 def _write_flows_csv(path: Path, sc: Scenario, res) -> None:
@@ -151,8 +172,30 @@ def _write_flows_csv(path: Path, sc: Scenario, res) -> None:
             sc.bytes.tolist(), start.tolist(), end.tolist(), fct.tolist(),
             _ns(res.standalone_ps).tolist(), sc.sched_start_ns.tolist(), sc.sched_end_ns.tolist(),
             res.rx_bytes.tolist(), res.rx_pkts.tolist(), res.ce_pkts.tolist(), res.cnps.tolist(),
-            res.cnps_heeded.tolist(), res.plan.n_deps.tolist(), res.plan.gap_ns.tolist()]
+            res.cnps_heeded.tolist(), res.plan.n_deps.tolist(), res.plan.gap_ns.tolist(),
+            res.plan.op.tolist(),
+            (sc.payload_bytes if sc.payload_bytes is not None else sc.bytes).tolist()]
     with open(path, "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(FLOW_COLUMNS)
         w.writerows(zip(*cols))
+
+
+OP_COLUMNS = ["op_id", "kind", "dim", "iteration", "net", "deps", "gap_ns", "lines",
+              "release_ns", "end_ns", "sched_start_ns", "sched_end_ns"]
+
+
+def _write_ops_csv(path: Path, sc: Scenario, res) -> None:
+    """Times relative to t0; -1 for an op never released / completed. deps: `;`-joined op ids."""
+    plan = res.plan
+    rel = np.where(res.op_release_ps >= 0, _ns(res.op_release_ps) - sc.t0_ns, -1)
+    end = np.where(res.op_end_ps >= 0, _ns(res.op_end_ps) - sc.t0_ns, -1)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(OP_COLUMNS)
+        w.writerows(
+            (o["op_id"], o["kind"], o["dim"], o.get("iteration", 0), int(bool(o["net"])),
+             ";".join(map(str, d)), g, nl, r, e, s, t)
+            for o, d, g, nl, r, e, s, t in zip(
+                sc.ops, plan.op_deps, plan.op_gap_ns.tolist(), np.diff(plan.op_line_ptr).tolist(),
+                rel.tolist(), end.tolist(), plan.op_start_ns.tolist(), plan.op_end_ns.tolist()))

@@ -67,6 +67,9 @@ class SimResult:
     cnps_heeded: np.ndarray
     psn_errors: np.ndarray
     completed: int
+    op_release_ps: np.ndarray   # -1: never released
+    op_end_ps: np.ndarray       # -1: never completed
+    ops_completed: int
     sim_end_ps: int
     setup_s: float
     run_s: float
@@ -74,7 +77,7 @@ class SimResult:
 
 
 def simulate(sc: Scenario, *, gap: str = "zero", dcqcn: bool = False,
-             pcap_dir: Path | None = None) -> SimResult:
+             pcap_dir: Path | None = None, plan: ReplayPlan | None = None) -> SimResult:
     ns = load_ns3()
     t_setup = time.perf_counter()
     topo, cfg = sc.topology, sc.config
@@ -116,7 +119,7 @@ def simulate(sc: Scenario, *, gap: str = "zero", dcqcn: bool = False,
         _install_routes(ns, nodes.Get(node), fab.next_hops(node))
 
     # 5. one RoCE NIC per host, and the replay that starts flows as dependencies complete
-    plan = replay_plan(sc, gap)
+    plan = plan or replay_plan(sc, gap)
     R = _cpp().tracegen.Replay()
     _fill_replay(R, sc, plan, cfg, dcqcn)
     for h in range(topo.n_hosts):
@@ -132,7 +135,7 @@ def simulate(sc: Scenario, *, gap: str = "zero", dcqcn: bool = False,
         p2p = ns.PointToPointHelper()
         for h in range(topo.n_hosts):
             p2p.EnablePcap(str(pcap_dir / f"host{h:04d}.pcap"), host_dev[h], False, True)
-    R.Begin()   # schedules the flows without deps; node start-up events are queued before them
+    R.Begin()   # schedules fixed-time flows and root ops; node start-up events come first
     setup_s = time.perf_counter() - t_setup
 
     # 6. run until no event is left: every flow done (or stuck: reported by the caller)
@@ -144,6 +147,8 @@ def simulate(sc: Scenario, *, gap: str = "zero", dcqcn: bool = False,
         start_ps=_np(R.startPs), end_ps=_np(R.endPs), standalone_ps=standalone,
         rx_bytes=_np(R.rxBytes), rx_pkts=_np(R.rxPkts), ce_pkts=_np(R.cePkts), cnps=_np(R.cnps),
         cnps_heeded=_np(R.cnpsHeeded), psn_errors=_np(R.psnErrors), completed=int(R.completed),
+        op_release_ps=_np(R.opReleasePs), op_end_ps=_np(R.opEndPs),
+        ops_completed=int(R.opsCompleted),
         sim_end_ps=int(sim_end), setup_s=setup_s, run_s=run_s, plan=plan)
     ns.Simulator.Destroy()
     return res
@@ -306,15 +311,30 @@ def _fill_replay(R, sc: Scenario, plan: ReplayPlan, cfg, dcqcn: bool) -> None:
     ends = np.empty(2 * n, dtype=np.int64)
     ends[0::2], ends[1::2] = sc.src, sc.dst
     qpn = QPN_BASE + _occurrence(ends)
-    t0_ps = sc.t0_ns * 1000
-    fixed = np.where(plan.fixed_start_ns >= 0, t0_ps + plan.fixed_start_ns * 1000, -1)
     for f, row in enumerate(zip(sc.src.tolist(), sc.dst.tolist(), sc.bytes.tolist(),
-                                sc.hpcc_sport.tolist(), qpn[0::2].tolist(), qpn[1::2].tolist(),
-                                fixed.tolist(), (plan.gap_ns * 1000).tolist(),
-                                plan.n_deps.tolist())):
+                                sc.hpcc_sport.tolist(), qpn[0::2].tolist(), qpn[1::2].tolist())):
         R.SetFlow(f, *row)
-    _assign_vec(R.depPtr, plan.dep_ptr)
-    _assign_vec(R.dependents, plan.dependents)
+    t0_ps = sc.t0_ns * 1000
+    R.t0Ps = t0_ps
+    fixed = plan.fixed_start_ns >= 0
+    _fill(R.fixedStartPs, np.where(fixed, t0_ps + plan.fixed_start_ns * 1000, -1))
+    _fill(R.extraGapPs, plan.extra_gap_ns * 1000)
+    _fill(R.relOffPs, plan.rel_off_ns * 1000)
+    _fill(R.postPs, plan.post_ns * 1000)
+    _fill(R.opOf, plan.op, u32=True)
+    _fill(R.depsLeft, plan.n_deps + (~fixed).astype(np.int64), u32=True)  # + op release
+    _fill(R.depPtr, plan.dep_ptr, u32=True)
+    _fill(R.dependents, plan.dependents, u32=True)
+    _fill(R.edgeGapPs, plan.edge_gap_ns * 1000)
+    R.ResizeOps(len(plan.op_gap_ns))
+    _fill(R.opGapPs, plan.op_gap_ns * 1000)
+    _fill(R.opTailPs, plan.op_tail_ns * 1000)
+    _fill(R.opDepsLeft, plan.op_n_deps, u32=True)
+    _fill(R.opLinesLeft, np.diff(plan.op_line_ptr), u32=True)
+    _fill(R.opDepPtr, plan.op_dep_ptr, u32=True)
+    _fill(R.opDependents, plan.op_dependents, u32=True)
+    _fill(R.opLinePtr, plan.op_line_ptr, u32=True)
+    _fill(R.opLines, plan.op_lines, u32=True)
     D = R.dcqcn
     D.enabled = bool(dcqcn)
     D.g = cfg.ewma_gain
@@ -325,11 +345,14 @@ def _fill_replay(R, sc: Scenario, plan: ReplayPlan, cfg, dcqcn: bool) -> None:
     D.fastRecoverySteps = cfg.fast_recovery_times
 
 
-def _assign_vec(vec, arr: np.ndarray) -> None:
-    vec.clear()
-    vec.reserve(len(arr))
-    for x in arr.tolist():
-        vec.push_back(x)
+def _fill(vec, arr: np.ndarray, u32: bool = False) -> None:
+    """numpy int64 -> std::vector in one C++ call (cppyy passes the buffer as a pointer)."""
+    a = np.ascontiguousarray(arr, dtype=np.int64)
+    if len(a) == 0:
+        vec.clear()     # cppyy cannot pass an empty buffer as a pointer
+        return
+    Rp = _cpp().tracegen.Replay
+    (Rp.FillU32 if u32 else Rp.FillI64)(vec, a, len(a))
 
 
 def _standalone_ps(R, sc: Scenario, fab: _Fabric) -> np.ndarray:
