@@ -133,3 +133,38 @@ def test_header_batch_round_trips_through_scapy():
         assert Ether(bytes(p))[IP].chksum == ip_chk
         p[BTH].icrc = None
         assert bytes(p)[-4:] == frame[-4:]
+
+
+@pytest.mark.parametrize("hdr_bytes,payload_bytes", [(60, 0), (76, 4096), (64, 1023)])
+def test_icrc_ipv6_matches_zlib(hdr_bytes, payload_bytes):
+    """RoCEv2 over IPv6: traffic class, flow label and hop limit masked (the version nibble kept),
+    UDP checksum and BTH byte 4 too (offsets from the IPv6 header: 40 + 6, 40 + 8 + 4)."""
+    rng = np.random.default_rng(hdr_bytes)
+    h = rng.integers(0, 256, size=(100, hdr_bytes), dtype=np.uint8)
+    h[:, 0] = 0x60 | (h[:, 0] & 0x0F)
+    payload = rng.integers(0, 256, size=payload_bytes, dtype=np.uint8).tobytes()
+    masked = h.copy()
+    masked[:, 0] |= 0x0F
+    masked[:, [1, 2, 3, 7, 46, 47, 52]] = 0xFF
+    want = [zlib.crc32(b"\xff" * 8 + row.tobytes() + payload) for row in masked]
+    np.testing.assert_array_equal(roce.icrc(h, payload, ip_version=6), np.array(want, dtype=np.uint32))
+
+
+def test_icrc_ipv6_agrees_with_scapy():
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+
+    p = (Ether() / IPv6(src="fd00::a00:1", dst="fd00::a01:2", tc=0x6A, fl=0x12345, hlim=63)
+         / UDP(sport=0xC123, dport=4791, chksum=0) / BTH(opcode=0x0A, dqpn=0x101, psn=7) / (b"\x11" * 64))
+    frame = bytes(p)
+    crc = roce.icrc(np.frombuffer(frame[14:14 + 40 + 8 + 12], np.uint8), frame[14 + 60:-4], ip_version=6)[0]
+    assert struct.pack("<I", crc) == frame[-4:]
+
+
+def test_ipv6_address_plan_embeds_ipv4():
+    import ipaddress
+    a = roce.ipv6_from_ipv4([0x0A010203])
+    assert ipaddress.IPv6Address(a[0].tobytes()) == ipaddress.IPv6Address("fd00::a01:203")
+    assert roce.frame_dtype(Opcode.RC_WRITE_MIDDLE, True, 6).itemsize == 18 + 40 + 8 + 12

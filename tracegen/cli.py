@@ -19,6 +19,7 @@ from . import __version__
 from .config import Job, list_presets, load_job
 from .errors import ConfigError, OutputError
 from .emit.bundle import with_pcap_estimate, write_bundle
+from .emit.select import check_budget, parse_bytes
 from .pipeline import run_pipeline
 from .report import report_tables
 
@@ -52,10 +53,29 @@ def main() -> None:
 @_job_options
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output folder (default traces/<job name>).")
 @click.option("--snaplen", type=int, default=None, help="Capture only the first N bytes of each frame (orig_len stays real).")
+@click.option("--payload", type=click.Choice(["zero", "pattern", "none"]), default=None,
+              help="Payload bytes: zeros, a byte pattern, or none (records end after the headers; orig_len real).")
+@click.option("--max-bytes", default=None, metavar="SIZE",
+              help="Refuse pcaps whose estimate exceeds SIZE (e.g. 500MB, 2GiB; 0: no limit; default 2GiB).")
+@click.option("--time-window", default=None, metavar="START_NS:END_NS",
+              help="Only packets that start in [START_NS, END_NS).")
+@click.option("--nics", default=None, metavar="LIST", help="Only these NICs' pcaps (indices or names, comma list).")
+@click.option("--ranks", default=None, metavar="LIST", help="Only the pcaps of the NICs these ranks use (comma list).")
+@click.option("--collective", "collectives", default=None, metavar="LIST",
+              help="Only packets of these collectives: dims (dp,tp,pp,sp,cp,ep,emb,edp) or kinds (allreduce,...).")
+@click.option("--iteration", type=int, default=None, metavar="N", help="Only packets of iteration N.")
+@click.option("--format", "fmt", type=click.Choice(["pcap", "pcapng"]), default=None,
+              help="Nanosecond pcap, or pcapng with one interface block per NIC / port.")
+@click.option("--comments/--no-comments", default=None, help="pcapng: comment every packet with its collective, op, step, chunk.")
+@click.option("--merge", is_flag=True, default=None, help="One merged file for the selected NICs instead of one per NIC.")
+@click.option("--switch", default=None, metavar="NAME", help="One file per port of this switch (leaf3, spine0) instead.")
+@click.option("--lab", default=None, type=click.Path(dir_okay=False), metavar="PLAN.yaml",
+              help="Lab mode: one replayable pcap per tester port of the lab plan (see emit/lab.py).")
 @click.option("--no-pcap", is_flag=True, help="Skip the pcap files.")
 @click.option("--no-ns3", is_flag=True, help="Skip the ns-3 scenario files.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def generate(job_file, preset, sets, out_dir, snaplen, no_pcap, no_ns3, quiet):
+def generate(job_file, preset, sets, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
+             collectives, iteration, fmt, comments, merge, switch, lab, no_pcap, no_ns3, quiet):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
     try:
         job = _load(job_file, preset, sets)
@@ -64,6 +84,9 @@ def generate(job_file, preset, sets, out_dir, snaplen, no_pcap, no_ns3, quiet):
             if snaplen < 0:
                 raise ConfigError("--snaplen must be >= 0 (0 keeps whole frames)")
             out = replace(out, snaplen=snaplen)
+        out = _pcap_options(out, payload=payload, max_bytes=max_bytes, time_window=time_window, nics=nics,
+                            ranks=ranks, collectives=collectives, iteration=iteration, format=fmt,
+                            comments=comments, merge=merge or None, switch=switch, lab=lab)
         if no_pcap:
             out = replace(out, pcap=False)
         if no_ns3:
@@ -73,6 +96,7 @@ def generate(job_file, preset, sets, out_dir, snaplen, no_pcap, no_ns3, quiet):
         run = run_pipeline(job)
         if job.output.pcap:
             run = with_pcap_estimate(run)
+            check_budget(run.report.pcap_packets, run.report.pcap_bytes, job.output)
         counts = {}
         with _progress(quiet) as bar:
             _write_atomically(target, lambda tmp: counts.update(write_bundle(run, tmp, progress=bar)))
@@ -81,6 +105,17 @@ def generate(job_file, preset, sets, out_dir, snaplen, no_pcap, no_ns3, quiet):
             click.echo(f"wrote {target}/ ({what}; iteration {run.report.iteration_ns / 1e6:.3f} ms scheduled)")
     except (ConfigError, OutputError) as e:
         _fail(str(e))
+
+
+def _pcap_options(out, max_bytes=None, **options):
+    """generate's pcap options over the job's output section (validated like the YAML keys)."""
+    from .config import validate
+    changes = {k: v for k, v in options.items() if v is not None}
+    if max_bytes is not None:
+        changes["max_bytes"] = parse_bytes(max_bytes)
+    out = replace(out, **changes)
+    validate(Job(output=out))
+    return out
 
 
 @main.command()

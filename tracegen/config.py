@@ -193,8 +193,32 @@ class Output:
     dscp: int = 26
     ecn: int = 2                 # 2 = ECT(0)
     snaplen: int = 0             # 0: whole frames
-    payload: str = "zero"        # zero | pattern
+    payload: str = "zero"        # zero | pattern | none (none: records end at the headers, orig_len real)
     ack_every: int = 0           # 0: one ACK per message (on the A bit); N: also every N packets
+    # pcap budget and filters (emit/select.py): refuse writing more than max_bytes (0: no limit)
+    max_bytes: int = 2 << 30
+    time_window: str = ""        # "START_NS:END_NS": only packets starting in [START, END)
+    nics: str = ""               # "0,3" or "node0001-rail0,...": only these NICs' files
+    ranks: str = ""              # "0,5": only the files of the NICs these ranks use
+    collectives: str = ""        # "dp,pp" (parallelism) or "allreduce,sendrecv" (kind): only their packets
+    iteration: int = -1          # -1: every iteration
+    # wire details
+    qp_split: bool = False       # nccl.qps_per_connection > 1: False = whole messages round-robin over
+                                 # the QPs (NCCL_IB_SPLIT_DATA_ON_QPS=0, NCCL's default); True = every
+                                 # message split in 128 B-aligned parts, one per QP
+    ip_version: int = 4          # 4 | 6 (RoCEv2 over IPv6: fd00::<IPv4 plan>)
+    pkey: int = 0xFFFF           # BTH P_Key (0xFFFF: default partition, full member)
+    # congestion artefacts (emit/congestion.py): CE marks on this fraction of data packets, and
+    # the CNPs (<= 1 per QP per 4 us) the receivers send back
+    ecn_mark_fraction: float = 0.0
+    ecn_pattern: str = "random"  # random (seeded by ecn_seed) | periodic (every 1/fraction-th)
+    ecn_seed: int = 0
+    # capture files and views (emit/capture_file.py, emit/views.py)
+    format: str = "pcap"         # pcap (nanosecond) | pcapng (one interface block per NIC / port)
+    comments: bool = False       # pcapng: per-packet comment naming collective, op, step, chunk
+    merge: bool = False          # one merged file for the selected NICs instead of one per NIC
+    switch: str = ""             # "leaf3" / "spine0": one file per port of that switch instead
+    lab: str = ""                # lab plan YAML (emit/lab.py): one replayable pcap per tester port
 
 
 @dataclass(frozen=True)
@@ -265,7 +289,9 @@ _POSITIVE = {
     "network.kmax_bytes", "network.buffer_bytes",
 }
 _RANGES = {"parallelism.zero": (0, 3), "output.dscp": (0, 63), "output.pcp": (0, 7), "output.ecn": (0, 3),
-           "output.vlan_id": (1, 4094), "network.pmax": (0.0, 1.0)}
+           "output.vlan_id": (1, 4094), "network.pmax": (0.0, 1.0),
+           "output.pkey": (1, 0xFFFF), "output.iteration": (-1, 2**31 - 1),
+           "output.ecn_mark_fraction": (0.0, 1.0)}
 _CHOICES = {
     "model.dtype": tuple(DTYPE_BYTES),
     "parallelism.grad_dtype": ("",) + tuple(DTYPE_BYTES),
@@ -275,7 +301,10 @@ _CHOICES = {
     "nccl.protocol": ("simple", "ll", "ll128", "auto"),
     "network.cc_mode": ("dcqcn", "hpcc", "timely", "dctcp", "hpcc-pint"),
     "output.pmtu": (256, 512, 1024, 2048, 4096),   # IB MTUs: RoCE has no other
-    "output.payload": ("zero", "pattern"),
+    "output.payload": ("zero", "pattern", "none"),
+    "output.ip_version": (4, 6),
+    "output.ecn_pattern": ("random", "periodic"),
+    "output.format": ("pcap", "pcapng"),
 }
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")   # becomes a directory name under traces/
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

@@ -1,32 +1,12 @@
-"""Flows -> RoCEv2 packets -> one nanosecond pcap per NIC.
+"""The wire plan -> capture files: pcap / pcapng per NIC (host view), merged, per switch port or
+per lab tester port, written window by window from one reused buffer (bounded memory).
 
-What goes on the wire for one NET flow (NCCL net_ib over RC, WIRE.md):
-  * the flow is cut into messages of at most `max_msg_bytes`; each message is one RDMA WRITE with
-    immediate (First, Middle..., Last-Imm, or Only-Imm), PMTU payload per packet, imm = size;
-  * before each message the receiver writes a 64 B CTS (WRITE Only) into the sender's FIFO on the
-    same QP pair, reverse direction;
-  * every RC WRITE is acknowledged: one ACK per message (its A-bit packet), plus one after every
-    `ack_every`-th packet of the message when that is > 0.
-
-Timing, per NIC and direction: t_i = max(nominal_i, t_{i-1} + wire_{i-1}) over frames in order.
-A message's packets go back to back unless a control frame (CTS/ACK) is due: it slips in at the
-next packet boundary. Messages are not interleaved with each other, on send nor on receive (two
-senders into one NIC: their messages arrive one after the other, in order of nominal arrival).
-This packet-exact schedule is computed for all NICs at once on *segments* (runs of a message's
-packets between two control frames), so memory scales with messages and control frames, never
-with packets. Packets are made per NIC only, window by window in time, into a reused buffer.
-
-Choices where NCCL/mlx5 leave freedom (all deterministic):
-  * QPNs per NIC from 0x100 in sorted (src, dst, channel) order; PSNs and MSNs per QP direction
-    follow the order messages actually leave; M (MigReq) = 1 as mlx5 QPs start MIGRATED.
-  * Data VA = 0x7F00_0000_0000 + (receiver QPN << 32) + bytes written so far on that QP, R_Key =
-    receiver QPN << 8 | 0x5D; CTS VA = sender's FIFO 0x7E00_0000_0000 + (sender QPN << 16) +
-    slot * 512 (32 slots), R_Key = sender QPN << 8 | 0xF1.
-  * Nominal times: a flow's messages back to back from start_ns; a CTS leaves so that it arrives
-    two frames before its message starts (never before t = 0). Causality is then enforced: a
-    message waits for its CTS, an ACK for the packet it acknowledges.
-    Frame wire time (FCS, preamble, IFG included) is rounded up to whole ns per frame.
-  * Receivers see src MAC = their leaf's router MAC and TTL 64 - (routers crossed).
+Packets are built per file from the plan (packets.py): header columns as numpy arrays, one
+structured header array per opcode, ICRC by table lookups (CRC is affine in the headers and the
+payload is constant per size), then copied run by run into the record buffer.
+  * Ethernet and TTL are those of the link the copy is on: a NIC's own capture has its sent
+    frames as they leave (to its leaf's router MAC, TTL 64) and its received frames as they
+    arrive (from its leaf's router MAC, TTL 64 - routers crossed).
 """
 from __future__ import annotations
 
@@ -38,482 +18,261 @@ from typing import Callable
 import numpy as np
 
 from ..config import Output
-from ..errors import ConfigError
 from ..tables import Flows
 from ..topology import Fabric
-from . import roce
+from . import congestion, roce, select
+from .capture_file import Interface, comment_option_bytes, comment_options
+from .packets import (ACK_CTS, ACK_DATA, CNP, COMMENT_PREFIX, CTS, CTS_BYTES, DATA, IP_TTL, _PATTERN,
+                      _data_packet, _incl_cap, _pad4, _Plan, _prepare, _Segs)
 from .roce import Opcode
-
-PCAP_MAGIC_NS = 0xA1B23C4D
-LINKTYPE_ETHERNET = 1
-PCAP_MAX_SNAPLEN = 262144
-PCAP_FILE_HDR = np.dtype([("magic", "<u4"), ("version_major", "<u2"), ("version_minor", "<u2"),
-                          ("thiszone", "<i4"), ("sigfigs", "<u4"), ("snaplen", "<u4"),
-                          ("linktype", "<u4")])
-PCAP_REC_HDR = np.dtype([("ts_sec", "<u4"), ("ts_nsec", "<u4"), ("incl_len", "<u4"),
-                         ("orig_len", "<u4")])
-
-FIRST_QPN = 0x100            # QP 0/1 are SMI/GSI; tshark decodes DestQP 1 as MADs
-CTS_BYTES = 64               # one ncclIbSendFifo element (nreqs = 1)
-FIFO_SLOTS = 32              # NCCL_NET_MAX_REQUESTS
-FIFO_SLOT_BYTES = 8 * 64     # NCCL_NET_IB_MAX_RECVS elements per slot
-MAX_MSG_BYTES = 1 << 31      # IBA limit on one RDMA message
-DATA_VA_BASE = 0x7F00_0000_0000
-FIFO_VA_BASE = 0x7E00_0000_0000
-IP_TTL = 64
-FIX_ROUNDS = 16              # fixed-point rounds that move ACKs / messages behind what they wait for
-CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its message (slack for
-                             # the packet-boundary waits on both NICs)
 
 # Slice budget per write: bounds memory whatever the trace size.
 WINDOW_PACKETS = 1 << 16
 WINDOW_BYTES = 64 << 20
 
-# Control frame kinds (their order is the tie-break at equal time), and DATA for message packets.
-ACK_CTS, ACK_DATA, CTS, DATA = 0, 1, 2, 3
-
-_PATTERN = (np.arange(8192) & 0xFF).astype(np.uint8)   # "pattern" payload: byte j of a payload = j
-
-
-def _pad4(n):
-    return (n + 3) & ~3
-
-
-def _wire_ns(frame_bytes, gbps: int):
-    """Integer ns a frame occupies the link, FCS + preamble + IFG included (rounded up)."""
-    return ((np.asarray(frame_bytes, dtype=np.int64) + roce.WIRE_OVERHEAD_BYTES) * 8 + gbps - 1) // gbps
-
-
-def _data_packet(m_size, m_npk, j, pmtu):
-    """Opcode and payload bytes of packet j of a message (vectorized)."""
-    last = j == m_npk - 1
-    op = np.where(m_npk == 1, Opcode.RC_WRITE_ONLY_IMM,
-                  np.where(j == 0, Opcode.RC_WRITE_FIRST,
-                           np.where(last, Opcode.RC_WRITE_LAST_IMM, Opcode.RC_WRITE_MIDDLE)))
-    payload = np.where(last, m_size - (m_npk - 1) * pmtu, pmtu)
-    return op, payload
-
-
-@dataclass
-class _PerPacket:
-    """A quantity per data packet: First and Middle are the same for every message; Last and
-    Only depend on the message size."""
-    first: int
-    mid: int
-    last: np.ndarray   # per message
-    only: np.ndarray   # per message
-
-    def span(self, npk, m, ka, kb):
-        """Sum over packets [ka, kb) of messages m (npk = their packet counts)."""
-        single = npk == 1
-        s = np.where((ka == 0) & (kb > 0), np.where(single, self.only[m], self.first), 0)
-        s = s + np.where((kb == npk) & (kb > ka) & ~single, self.last[m], 0)
-        return s + self.mid * np.maximum(0, np.minimum(kb, npk - 1) - np.maximum(ka, 1))
-
-
-@dataclass
-class _Segs:
-    """Runs of consecutive packets [ka, kb) of message msg, sent/received back to back from t."""
-    msg: np.ndarray
-    ka: np.ndarray
-    kb: np.ndarray
-    t: np.ndarray
-
-
-@dataclass
-class _Plan:
-    """Everything about the wire per connection / message / control frame (never per packet)."""
-    out: Output
-    hdr_bytes: np.ndarray       # header length per opcode (256 entries)
-    nics: np.ndarray            # NICs that get a file
-    # connections: unique (src_nic, dst_nic, channel), sorted
-    c_src: np.ndarray
-    c_dst: np.ndarray
-    c_qpn_src: np.ndarray       # QPN on the sender NIC (sends data, receives CTS)
-    c_qpn_dst: np.ndarray       # QPN on the receiver NIC
-    c_sport: np.ndarray
-    c_hops: np.ndarray
-    # messages
-    m_conn: np.ndarray
-    m_src: np.ndarray
-    m_dst: np.ndarray
-    m_size: np.ndarray
-    m_npk: np.ndarray
-    m_row: np.ndarray           # the flow it belongs to (messages of a flow are contiguous)
-    m_flight_ns: np.ndarray     # propagation, sender to receiver
-    m_nominal_ns: np.ndarray
-    wire: _PerPacket            # ns on the link
-    rec: _PerPacket             # bytes of the pcap record (header + captured frame)
-    # control frames, in order ACK_CTS[M], ACK_DATA[A], CTS[M]
-    k_kind: np.ndarray
-    k_msg: np.ndarray
-    k_pkt: np.ndarray           # ACK_DATA: index in its message of the packet acknowledged
-    k_tx_nic: np.ndarray
-    k_rx_nic: np.ndarray
-    k_wire_ns: np.ndarray
-    k_rec_bytes: np.ndarray
-    k_nominal_ns: np.ndarray
-    # filled by _schedule
-    tx: _Segs | None = None
-    rx: _Segs | None = None
-    k_tx_ns: np.ndarray | None = None
-    k_rx_ns: np.ndarray | None = None
-    m_psn: np.ndarray | None = None        # PSN of the first packet
-    m_done: np.ndarray | None = None       # messages before it on its QP direction
-    m_va: np.ndarray | None = None
-    m_cts_psn: np.ndarray | None = None
-    m_cts_va: np.ndarray | None = None
-    late: int = 0                          # ACKs/messages still ahead of what they wait for
-
-    @property
-    def n_msgs(self) -> int:
-        return len(self.m_conn)
-
-    def offset(self, m, k):
-        """Start of packet k within message m's back-to-back burst (k = npk: the burst's end)."""
-        return self.wire.span(self.m_npk[m], m, 0, k)
-
-    def packets_before(self, m, ka, kb, x):
-        """The first of packets [ka, kb) of messages m that starts at or after burst offset x (ns);
-        kb if none does."""
-        first, mid = self.wire.first, self.wire.mid
-        k = np.where(x <= 0, 0, np.where(x <= first, 1, 1 + -(-(x - first) // mid)))
-        return np.clip(k, ka, kb)
-
-
-# --- plan: connections, QPs, messages, control frames -------------------------------------------
-
-def _check_output(out: Output) -> None:
-    if out.pmtu not in (256, 512, 1024, 2048, 4096):
-        raise ConfigError(f"output.pmtu={out.pmtu} is not an IB MTU; use 1024 or 4096")
-    if out.payload not in ("zero", "pattern"):
-        raise ConfigError(f"output.payload={out.payload!r}; use 'zero' or 'pattern'")
-    if out.snaplen < 0:
-        raise ConfigError(f"output.snaplen={out.snaplen}; use 0 (whole frames) or a byte count")
-    if out.ack_every < 0:
-        raise ConfigError(f"output.ack_every={out.ack_every}; use 0 or a packet count")
-    if not (0 <= out.vlan_id < 4096 and 0 <= out.pcp < 8 and 0 <= out.dscp < 64 and 0 <= out.ecn < 4):
-        raise ConfigError("output: vlan_id 0..4095, pcp 0..7, dscp 0..63, ecn 0..3")
-
-
-def _build(flows: Flows, fabric: Fabric, out: Output) -> _Plan | None:
-    _check_output(out)
-    rows = flows.rows[flows.net]
-    if len(rows) == 0:
-        return None
-    src, dst = rows["src_nic"].astype(np.int64), rows["dst_nic"].astype(np.int64)
-    if (src < 0).any() or (dst < 0).any() or (src == dst).any():
-        raise ValueError("NET flow rows need two different NICs (src_nic, dst_nic >= 0)")
-    if (rows["start_ns"] < 0).any():
-        raise ValueError("flow start_ns must be >= 0")
-    ch = rows["channel"].astype(np.int64)
-    order = np.lexsort((np.arange(len(rows)), rows["start_ns"], ch, dst, src))
-    rows, src, dst, ch = rows[order], src[order], dst[order], ch[order]
-
-    # Connections and QPNs: per NIC counting up from FIRST_QPN in sorted connection order.
-    new_conn = np.r_[True, (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (ch[1:] != ch[:-1])]
-    row_conn = np.cumsum(new_conn) - 1
-    c_src, c_dst = src[new_conn], dst[new_conn]
-    ev_nic = np.column_stack([c_src, c_dst]).ravel()
-    ev_order = np.argsort(ev_nic, kind="stable")
-    ev_sorted = ev_nic[ev_order]
-    qpn = np.empty(len(ev_nic), dtype=np.int64)
-    qpn[ev_order] = FIRST_QPN + np.arange(len(ev_nic)) - np.searchsorted(ev_sorted, ev_sorted)
-    if qpn.max() > roce.PSN_MASK:
-        raise ConfigError("more than 2^24 QPs on one NIC; use fewer channels")
-    c_qpn_src, c_qpn_dst = qpn[0::2], qpn[1::2]
-    c_hops = np.asarray(fabric.hops(c_src, c_dst), dtype=np.int64)
-
-    # Messages: NCCL cuts a transfer into network messages of at most max_msg_bytes. What the NIC
-    # carries is wire_bytes (payload + LL/LL128 flags) where the table has it.
-    size = rows["wire_bytes" if "wire_bytes" in rows.dtype.names else "bytes"].astype(np.int64)
-    cap = np.where(rows["max_msg_bytes"] > 0, rows["max_msg_bytes"], np.maximum(size, 1))
-    n_msg = np.maximum(1, -(-size // cap))
-    m_row = np.repeat(np.arange(len(rows)), n_msg)
-    last_of_row = np.r_[m_row[1:] != m_row[:-1], True]
-    m_size = np.where(last_of_row, size[m_row] - (n_msg[m_row] - 1) * cap[m_row], cap[m_row])
-    if m_size.max() > MAX_MSG_BYTES:
-        raise ConfigError(f"a network message of {m_size.max()} B exceeds the RDMA limit of 2 GiB")
-    pmtu, M = out.pmtu, len(m_row)
-    m_npk = np.maximum(1, -(-m_size // pmtu))
-    m_conn = row_conn[m_row]
-
-    hdr = np.zeros(256, dtype=np.int64)
-    for op in Opcode:
-        hdr[op] = roce.frame_dtype(op, out.vlan).itemsize
-    frame = lambda op, payload: hdr[op] + _pad4(payload) + roce.ICRC_BYTES
-    snap = out.snaplen if out.snaplen > 0 else np.iinfo(np.int64).max
-    rec = lambda f: 16 + np.minimum(f, snap)
-    gbps = fabric.nic_gbps
-    _, last_payload = _data_packet(m_size, m_npk, m_npk - 1, pmtu)
-    frames = [frame(Opcode.RC_WRITE_FIRST, pmtu), frame(Opcode.RC_WRITE_MIDDLE, pmtu),
-              frame(Opcode.RC_WRITE_LAST_IMM, last_payload), frame(Opcode.RC_WRITE_ONLY_IMM, m_size)]
-    w = [_wire_ns(f, gbps) for f in frames]
-    wire = _PerPacket(int(w[0]), int(w[1]), w[2], w[3])
-    recb = _PerPacket(int(rec(frames[0])), int(rec(frames[1])), rec(frames[2]), rec(frames[3]))
-
-    # Nominal: a flow's messages back to back from its start_ns.
-    burst = wire.span(m_npk, np.arange(M), 0, m_npk)
-    excl = np.cumsum(burst) - burst
-    first_of_row = np.r_[True, m_row[1:] != m_row[:-1]]
-    row_base = np.maximum.accumulate(np.where(first_of_row, np.arange(M), 0))
-    m_nominal = rows["start_ns"].astype(np.int64)[m_row] + excl - excl[row_base]
-    flight = (c_hops * fabric.link_latency_ns)[m_conn]
-
-    # ACKs of data: the A-bit packet, plus every ack_every-th packet of the message.
-    n_ack = 1 + ((m_npk - 1) // out.ack_every if out.ack_every > 0 else 0 * m_npk)
-    a_msg = np.repeat(np.arange(M), n_ack)
-    i = np.arange(len(a_msg)) - np.repeat(np.cumsum(n_ack) - n_ack, n_ack)
-    a_pkt = np.where(i == n_ack[a_msg] - 1, m_npk[a_msg] - 1, (i + 1) * max(out.ack_every, 1) - 1)
-    A = len(a_msg)
-
-    # A CTS is due at the sender a little before its message; an ACK once its packet has arrived.
-    f_cts, f_ack = frame(Opcode.RC_WRITE_ONLY, CTS_BYTES), frame(Opcode.RC_ACK, 0)
-    w_cts, w_ack = int(_wire_ns(f_cts, gbps)), int(_wire_ns(f_ack, gbps))
-    cts_nominal = np.maximum(0, m_nominal - flight - w_cts - CTS_LEAD_FRAMES * wire.first)
-    a_off = wire.span(m_npk[a_msg], a_msg, 0, a_pkt)
-    a_wire = wire.span(m_npk[a_msg], a_msg, a_pkt, a_pkt + 1)
-    s, d = c_src[m_conn], c_dst[m_conn]
-    per_kind = lambda v_ack, v_cts: np.repeat([v_ack, v_ack, v_cts], [M, A, M])
-    return _Plan(
-        out=out, hdr_bytes=hdr, nics=np.unique(np.r_[c_src, c_dst]),
-        c_src=c_src, c_dst=c_dst, c_qpn_src=c_qpn_src, c_qpn_dst=c_qpn_dst,
-        c_sport=roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64), c_hops=c_hops,
-        m_conn=m_conn, m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
-        m_nominal_ns=m_nominal, wire=wire, rec=recb,
-        k_kind=np.repeat([ACK_CTS, ACK_DATA, CTS], [M, A, M]).astype(np.int8),
-        k_msg=np.r_[np.arange(M), a_msg, np.arange(M)],
-        k_pkt=np.r_[np.zeros(M, np.int64), a_pkt, np.zeros(M, np.int64)],
-        k_tx_nic=np.r_[s, d[a_msg], d], k_rx_nic=np.r_[d, s[a_msg], s],
-        k_wire_ns=per_kind(w_ack, w_cts), k_rec_bytes=per_kind(int(rec(f_ack)), int(rec(f_cts))),
-        k_nominal_ns=np.r_[cts_nominal + flight + w_cts,
-                           m_nominal[a_msg] + a_off + flight[a_msg] + a_wire, cts_nominal],
-    )
-
-
-# --- schedule -----------------------------------------------------------------------------------
-
-def _running_max(order: np.ndarray, nic: np.ndarray, nominal: np.ndarray, wire: np.ndarray):
-    """Items in `order` (grouped by NIC): t_i = max(nominal_i, t_{i-1} + wire_{i-1}) per NIC.
-    With C_i = wire of earlier items, t_i - C_i is a running max of nominal - C: one accumulate."""
-    s, n, w = nic[order], nominal[order], wire[order]
-    first = np.r_[True, s[1:] != s[:-1]]
-    cw = np.cumsum(w) - w
-    before = cw - cw[np.maximum.accumulate(np.where(first, np.arange(len(s)), 0))]
-    v = n - before
-    seg_id = np.cumsum(first) - 1
-    span = int(v.max() - v.min()) + 1
-    if span * (int(seg_id[-1]) + 1) < 2 ** 62:
-        lift = seg_id * span     # each NIC above the previous: one accumulate restarts per NIC
-        u = np.maximum.accumulate(v + lift) - lift
-    else:
-        u = np.empty_like(v)
-        for a, b in zip(np.flatnonzero(first), np.r_[np.flatnonzero(first)[1:], len(s)]):
-            u[a:b] = np.maximum.accumulate(v[a:b])
-    t = np.empty_like(nominal)
-    t[order] = u + before
-    return t
-
-
-def _serialize(p: _Plan, trains: _Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire):
-    """One direction of every NIC: trains (runs of a message's packets, nominally back to back
-    from trains.t) and single control frames. Trains keep their order by nominal start and are
-    never interleaved; a control frame goes in at the first packet boundary at or after its
-    nominal time. Returns the trains split at those boundaries (with times) and control times."""
-    T, C = len(train_nic), len(ctl_nic)
-    data_order = np.lexsort((trains.t, train_nic))      # lexsort is stable: ties keep index order
-    rank = np.empty(T, np.int64)
-    rank[data_order] = np.arange(T)
-    # The last train on the same NIC that starts at or before each control frame.
-    nic_all, t_all = np.r_[train_nic, ctl_nic], np.r_[trains.t, ctl_nominal]
-    is_ctl = np.r_[np.zeros(T, bool), np.ones(C, bool)]
-    o = np.lexsort((is_ctl, t_all, nic_all))
-    last = np.maximum.accumulate(np.where(is_ctl[o], -1, np.r_[rank, np.zeros(C, np.int64)][o]))
-    pos = np.empty(T + C, np.int64)
-    pos[o] = np.arange(T + C)
-    r = last[pos[T:]]
-    tr = data_order[np.maximum(r, 0)]
-    r = np.where((r >= 0) & (train_nic[tr] == ctl_nic), r, -1)
-    m, ka, kb = trains.msg[tr], trains.ka[tr], trains.kb[tr]
-    x = ctl_nominal - trains.t[tr] + p.offset(m, ka)
-    k = np.where(r >= 0, p.packets_before(m, ka, kb, x), 0)
-    # Split trains where a control frame goes in between two of their packets.
-    inside = (r >= 0) & (k > ka) & (k < kb)
-    cut_r = np.r_[rank, r[inside]]
-    cut_k = np.r_[trains.ka, k[inside]]
-    width = int(trains.kb.max()) + 1
-    cuts = np.sort(cut_r * width + cut_k)
-    cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]]
-    seg_r, seg_ka = np.divmod(cuts, width)
-    seg_tr = data_order[seg_r]
-    same_next = np.r_[seg_r[1:] == seg_r[:-1], False]
-    seg_kb = np.where(same_next, np.r_[seg_ka[1:], 0], trains.kb[seg_tr])
-    seg_m = trains.msg[seg_tr]
-    seg_nominal = trains.t[seg_tr] + p.offset(seg_m, seg_ka) - p.offset(seg_m, trains.ka[seg_tr])
-    seg_wire = p.wire.span(p.m_npk[seg_m], seg_m, seg_ka, seg_kb)
-    # One sequence per NIC: by train rank, packet index, control frames first, nominal time.
-    S = len(seg_r)
-    nic = np.r_[train_nic[seg_tr], ctl_nic]
-    is_seg = np.r_[np.ones(S, np.int64), np.zeros(C, np.int64)]
-    place = ((np.r_[seg_r, r] + 1) * width + np.r_[seg_ka, k]) * 2 + is_seg
-    order = np.lexsort((np.r_[seg_nominal, ctl_nominal], place, nic))
-    t = _running_max(order, nic, np.r_[seg_nominal, ctl_nominal], np.r_[seg_wire, ctl_wire])
-    return _Segs(seg_m, seg_ka, seg_kb, t[:S]), t[S:]
-
-
-def _schedule(p: _Plan) -> None:
-    M = p.n_msgs
-    n_ack = len(p.k_kind) - M
-    k_flight = p.m_flight_ns[p.k_msg]
-    acked_m, acked_j = p.k_msg[M:n_ack], p.k_pkt[M:n_ack]
-    acked_wire = np.r_[p.k_wire_ns[n_ack:], p.wire.span(p.m_npk[acked_m], acked_m, acked_j, acked_j + 1)]
-    burst = p.wire.span(p.m_npk, np.arange(M), 0, p.m_npk)
-    m_nominal, k_nominal = p.m_nominal_ns.copy(), p.k_nominal_ns.copy()
-    # Nominal times assume an idle fabric. Where an ACK would leave before its packet has arrived,
-    # or a message before its CTS has, move that nominal time later (and the flow's following
-    # messages with it) and reschedule. Nominal times only grow; a few rounds in practice.
-    for _ in range(FIX_ROUNDS):
-        bursts = _Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
-        tx, k_tx = _serialize(p, bursts, p.m_src, p.k_tx_nic, k_nominal, p.k_wire_ns)
-        arriving = _Segs(tx.msg, tx.ka, tx.kb, tx.t + p.m_flight_ns[tx.msg])
-        rx, k_rx = _serialize(p, arriving, p.m_dst[tx.msg], p.k_rx_nic, k_tx + k_flight, p.k_wire_ns)
-        ack_ready = np.r_[k_rx[n_ack:], _arrival(p, rx, acked_m, acked_j)] + acked_wire
-        data_ready = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
-        m_start = _arrival(p, tx, np.arange(M), np.zeros(M, np.int64))
-        late_ack, late_data = k_tx[:n_ack] < ack_ready, m_start < data_ready
-        if not (late_ack.any() or late_data.any()):
-            break
-        k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
-        m_nominal = _running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), burst)
-    p.late = int(late_ack.sum() + late_data.sum())
-    p.tx, p.rx, p.k_tx_ns, p.k_rx_ns = tx, rx, k_tx, k_rx
-
-    # PSNs, MSNs and VAs follow the order messages really left on their QP.
-    m_psn, m_done, m_va = _per_qp_running(p.m_conn, m_start, p.m_npk, p.m_size)
-    p.m_psn, p.m_done = m_psn & roce.PSN_MASK, m_done
-    p.m_va = DATA_VA_BASE + (p.c_qpn_dst[p.m_conn] << 32) + m_va
-    ones = np.ones(M, np.int64)
-    cts_psn, _, _ = _per_qp_running(p.m_conn, k_tx[n_ack:], ones, ones)
-    p.m_cts_psn = cts_psn & roce.PSN_MASK
-    p.m_cts_va = (FIFO_VA_BASE + (p.c_qpn_src[p.m_conn] << 16)
-                  + (cts_psn % FIFO_SLOTS) * FIFO_SLOT_BYTES)
-
-
-def _arrival(p: _Plan, rx: _Segs, m, j):
-    """Time packet j of message m starts in a direction's segments (sent or received)."""
-    width = int(p.m_npk.max()) + 1
-    key = rx.msg * width + rx.ka
-    order = np.argsort(key, kind="stable")
-    seg = order[np.searchsorted(key[order], m * width + j, side="right") - 1]
-    return rx.t[seg] + p.offset(m, j) - p.offset(m, rx.ka[seg])
-
-
-def _per_qp_running(conn, t, npk, size):
-    """In send order per connection: packets before, messages before, bytes before."""
-    order = np.lexsort((t, conn))
-    c = conn[order]
-    first = np.r_[True, c[1:] != c[:-1]]
-    start = np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))
-    res = []
-    for x in (npk[order], np.ones(len(c), np.int64), size[order]):
-        cx = np.cumsum(x) - x
-        r = np.empty(len(c), np.int64)
-        r[order] = cx - cx[start]
-        res.append(r)
-    return res
-
 
 # --- public -------------------------------------------------------------------------------------
 
-def estimate_pcap(flows: Flows, fabric: Fabric, out: Output) -> tuple[int, int]:
+def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> tuple[int, int]:
     """(packet records, bytes on disk) over all files write_pcaps would write; exact.
-    Every packet is recorded twice: in its sender's file and in its receiver's."""
-    p = _build(flows, fabric, out)
+    Host view unfiltered: every packet is recorded twice, in its sender's file and its receiver's.
+    Only a time window (or CNPs) needs the schedule; the other filters count from the plan."""
+    fabric, lab_plan = _lab(out, fabric)
+    p = _prepare(flows, fabric, out, qps, times=bool(out.time_window) or _view(out) != "nic")
     if p is None:
         return 0, 0
-    m = np.arange(p.n_msgs)
-    data_bytes = int(p.rec.span(p.m_npk, m, 0, p.m_npk).sum())
-    return (2 * (int(p.m_npk.sum()) + len(p.k_kind)),
-            2 * (data_bytes + int(p.k_rec_bytes.sum())) + PCAP_FILE_HDR.itemsize * len(p.nics))
+    p.lab = lab_plan
+    if p.tx is None:
+        return _host_counts_unscheduled(p, fabric)
+    counts = [_count(p, spec) for spec in _file_specs(p, fabric)]
+    return sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0)
+
+
+def _host_counts_unscheduled(p: _Plan, fabric: Fabric) -> tuple[int, int]:
+    """Host view without a time window: every selected packet is in its sender's and its
+    receiver's file, whatever the schedule; counted per NIC from the plan alone."""
+    n = fabric.n_nics
+    pk, nbytes = np.zeros(n), np.zeros(n)     # float sums: exact below 2^53
+    m_bytes = p.rec.span(p.m_npk, np.arange(p.n_msgs), 0, p.m_npk)
+    k_keep = p.m_keep[p.k_msg]
+    for nic, keep, count, b in [(p.m_src, p.m_keep, p.m_npk, m_bytes), (p.m_dst, p.m_keep, p.m_npk, m_bytes),
+                                (p.k_tx_nic, k_keep, 1, p.k_rec_bytes), (p.k_rx_nic, k_keep, 1, p.k_rec_bytes)]:
+        w = keep & p.sel.nic_mask[nic]
+        pk += np.bincount(nic, weights=np.broadcast_to(count, w.shape) * w, minlength=n)
+        nbytes += np.bincount(nic, weights=b * w, minlength=n)
+    files = np.flatnonzero(pk > 0)
+    headers = sum(len(p.fmt.file_header([nic_interface(fabric, int(k))])) for k in files)
+    return int(pk.sum()), int(nbytes.sum()) + headers
 
 
 def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
-                progress: Callable[[int, int], None] | None = None) -> list[Path]:
-    """Write dest_dir/<nic name>.pcap for every NIC on a NET flow; returns the paths."""
-    p = _build(flows, fabric, out)
+                progress: Callable[[int, int], None] | None = None, qps: int = 1) -> list[Path]:
+    """Write the capture files of out's view into dest_dir; returns their paths. Host view
+    (default): <nic name>.pcap[ng] per NIC with a selected packet. Refuses (OutputError, nothing
+    written) when they would exceed output.max_bytes. qps: nccl.qps_per_connection."""
+    fabric, lab_plan = _lab(out, fabric)
+    p = _prepare(flows, fabric, out, qps, times=True)
     if p is None:
         return []
-    _schedule(p)
+    p.lab = lab_plan
+    specs = _file_specs(p, fabric)
+    counts = [_count(p, spec) for spec in specs]
+    specs = [spec for spec, c in zip(specs, counts) if c[0] > 0]
+    select.check_budget(sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0), out)
     paths = []
-    for n_done, (nic, slices) in enumerate(_files(p, fabric), start=1):
-        path = Path(dest_dir) / f"{fabric.nic_name(nic)}.pcap"
+    scratch = _Scratch()
+    # Plain sequential writes: a writer thread overlapping build and write measured slower here
+    # (2 shared cores; bench/bench_pcap.py), and unbuffered I/O avoids a copy of each slice.
+    for n_done, spec in enumerate(specs, start=1):
+        path = Path(dest_dir) / (spec.name + p.fmt.suffix)
         tmp = path.with_name(path.name + ".part")
-        with open(tmp, "wb") as f:
-            f.write(_file_header(out).tobytes())
-            for buf in slices:
-                f.write(buf.data)
+        with open(tmp, "wb", buffering=0) as f:
+            f.write(p.fmt.file_header(spec.interfaces))
+            for buf in _slices(p, fabric, _Items.gather(p, spec.parts), scratch):
+                _write_all(f, buf)
         os.replace(tmp, path)
         paths.append(path)
         if progress is not None:
-            progress(n_done, len(p.nics))
+            progress(n_done, len(specs))
     return paths
 
 
-def _files(p: _Plan, fabric: Fabric):
-    """(nic, its records as a stream of byte slices) for every NIC, in NIC order."""
-    # Per NIC: what it sends (tx segments, control frames) and what it receives.
-    sources = [(p.m_src[p.tx.msg], False, p.tx), (p.m_dst[p.rx.msg], True, p.rx),
-               (p.k_tx_nic, False, p.k_tx_ns), (p.k_rx_nic, True, p.k_rx_ns)]
-    by_nic = [(np.argsort(nic, kind="stable"), np.sort(nic, kind="stable"), rx, what)
-              for nic, rx, what in sources]
-    scratch = _Scratch()
-    for nic in p.nics.tolist():
-        picks = [(order[np.searchsorted(s, nic):np.searchsorted(s, nic, "right")], rx, what)
-                 for order, s, rx, what in by_nic]
-        yield nic, _nic_slices(p, fabric, nic, _Items.gather(p, picks), scratch)
+def _write_all(f, buf: np.ndarray) -> None:
+    view = memoryview(buf).cast("B")
+    while len(view):
+        view = view[f.write(view):]
 
 
-def _file_header(out: Output) -> np.ndarray:
-    h = np.zeros(1, PCAP_FILE_HDR)
-    h["magic"], h["version_major"], h["version_minor"] = PCAP_MAGIC_NS, 2, 4
-    h["snaplen"] = out.snaplen if out.snaplen > 0 else PCAP_MAX_SNAPLEN
-    h["linktype"] = LINKTYPE_ETHERNET
-    return h
+def _view(out: Output) -> str:
+    return "lab" if out.lab else "switch" if out.switch else "merge" if out.merge else "nic"
 
 
-# --- one NIC's file, window by window -----------------------------------------------------------
+def _lab(out: Output, fabric: Fabric):
+    """Lab mode: the fabric with the lab's addresses, and the plan (None otherwise)."""
+    if not out.lab:
+        return fabric, None
+    from . import lab
+    plan = lab.load(out, fabric)
+    return plan.remap(fabric), plan
+
+
+def _sources(p: _Plan):
+    """Every scheduled copy: (nic per item, received?, what) for data segments sent, received,
+    and control frames sent, received."""
+    return [(p.m_src[p.tx.msg], False, p.tx), (p.m_dst[p.rx.msg], True, p.rx),
+            (p.k_tx_nic, False, p.k_tx_ns), (p.k_rx_nic, True, p.k_rx_ns)]
+
+
+@dataclass
+class _Part:
+    """Items of one source that a file records, on which link of their path, shifted by dt_ns."""
+    src: int                     # index into _sources()
+    idx: np.ndarray
+    link: np.ndarray             # per item: 0 = leaving the sender NIC .. hops-1 = into the receiver
+    dt_ns: int                   # source time -> time at the file's port
+    iface: int                   # pcapng interface id
+
+
+@dataclass
+class _FileSpec:
+    name: str
+    interfaces: list
+    parts: list
+
+
+def _window_packets(p: _Plan, segs: _Segs, idx, a_ns: int, b_ns: int):
+    """Per segment: the packets [lo, hi) that start in [a_ns, b_ns)."""
+    m, ka, kb = segs.msg[idx], segs.ka[idx], segs.kb[idx]
+    base = p.offset(m, ka) - segs.t[idx]
+    return p.packets_before(m, ka, kb, a_ns + base), p.packets_before(m, ka, kb, b_ns + base)
+
+
+def _count(p: _Plan, spec: _FileSpec) -> tuple[int, int]:
+    """(records, bytes with the file header) of one file."""
+    sources, window = _sources(p), p.sel.window_ns
+    n, nbytes = 0, 0
+    for part in spec.parts:
+        what, idx = sources[part.src][2], part.idx
+        if isinstance(what, _Segs):
+            m = what.msg[idx]
+            if window is None:
+                lo, hi = what.ka[idx], what.kb[idx]
+            else:
+                lo, hi = _window_packets(p, what, idx, window[0] - part.dt_ns, window[1] - part.dt_ns)
+            n += int((hi - lo).sum())
+            nbytes += int(p.rec.span(p.m_npk[m], m, lo, hi).sum())
+        else:
+            inside = np.ones(len(idx), bool)
+            if window is not None:
+                t = what[idx] + part.dt_ns
+                inside = (t >= window[0]) & (t < window[1])
+            n += int(inside.sum())
+            nbytes += int(p.k_rec_bytes[idx][inside].sum())
+    return n, nbytes + len(p.fmt.file_header(spec.interfaces))
+
+
+def _item_endpoints(p: _Plan, src: int, idx):
+    """Per item of a source: (sending NIC, receiving NIC, UDP source port, hops) of its packets."""
+    what = _sources(p)[src][2]
+    if isinstance(what, _Segs):
+        m = what.msg[idx]
+        c = p.m_conn[m]
+        return p.m_src[m], p.m_dst[m], p.c_sport[c], p.c_hops[c]
+    m, kind = p.k_msg[idx], p.k_kind[idx]
+    c = np.where((kind == CTS) | (kind == ACK_CTS), p.m_conn[m] - p.m_q[m], p.m_conn[m])
+    return p.k_tx_nic[idx], p.k_rx_nic[idx], np.where(kind == CNP, 0, p.c_sport[c]), p.c_hops[c]
+
+
+def _kept(p: _Plan, src: int) -> np.ndarray:
+    """Items of a source that pass the collective/iteration filters (windows are per packet)."""
+    what = _sources(p)[src][2]
+    return p.m_keep[what.msg] if isinstance(what, _Segs) else p.m_keep[p.k_msg]
+
+
+def _host_parts(p: _Plan, by_nic, nic: int, iface: int) -> list[_Part]:
+    """What a NIC's own capture holds: its sent copies (link 0) and received ones (last link)."""
+    parts = []
+    for src, (order, sorted_nic) in enumerate(by_nic):
+        idx = order[np.searchsorted(sorted_nic, nic):np.searchsorted(sorted_nic, nic, "right")]
+        hops = _item_endpoints(p, src, idx)[3]
+        parts.append(_Part(src, idx, np.zeros(len(idx), np.int64) if src in (0, 2) else hops - 1, 0, iface))
+    return parts
+
+
+def _by_nic(p: _Plan):
+    out = []
+    for src, (nic, _, _) in enumerate(_sources(p)):
+        idx = np.flatnonzero(_kept(p, src))
+        order = idx[np.argsort(nic[idx], kind="stable")]
+        out.append((order, nic[order]))
+    return out
+
+
+def nic_interface(fabric: Fabric, nic: int) -> Interface:
+    mac = bytes(fabric.nic_mac[nic])
+    return Interface(fabric.nic_name(nic),
+                     f"RoCEv2 NIC {fabric.nic_name(nic)} MAC {mac.hex(':')} IPv4 {fabric.nic_ip_str(nic)}",
+                     mac, fabric.nic_gbps * 10**9)
+
+
+def _file_specs(p: _Plan, fabric: Fabric) -> list[_FileSpec]:
+    view, nics = _view(p.out), np.flatnonzero(p.sel.nic_mask[:fabric.n_nics])
+    nics = nics[np.isin(nics, p.nics)]
+    if view == "switch":
+        from .views import switch_port_specs
+        return switch_port_specs(p, fabric, p.out.switch)
+    if view == "lab":
+        from .lab import lab_specs
+        p.l2_direct = p.lab.l2
+        return lab_specs(p, fabric, p.lab)
+    by_nic = _by_nic(p)
+    if view == "merge":
+        parts = [part for k, nic in enumerate(nics.tolist()) for part in _host_parts(p, by_nic, nic, k)]
+        return [_FileSpec("merged", [nic_interface(fabric, n) for n in nics.tolist()], parts)]
+    return [_FileSpec(fabric.nic_name(nic), [nic_interface(fabric, nic)], _host_parts(p, by_nic, nic, 0))
+            for nic in nics.tolist()]
+
+
+# --- one file, window by window -----------------------------------------------------------------
 
 @dataclass
 class _Items:
-    """A NIC's scheduled segments and control frames, both directions, sorted by start time."""
+    """A file's scheduled segments and control frames, sorted by start time (at the file's port)."""
     kind: np.ndarray
     msg: np.ndarray
     ka: np.ndarray       # first packet of a segment (0 for control frames)
-    pkt: np.ndarray      # ACK_DATA: the packet it acknowledges
+    pkt: np.ndarray      # ACK_DATA / CNP: the packet it answers
     npk: np.ndarray
     start: np.ndarray
     end: np.ndarray
     rec_bytes: np.ndarray
-    rx: np.ndarray
+    rx: np.ndarray       # a received copy: at equal times, sent copies come first
+    link: np.ndarray
+    iface: np.ndarray
 
     @staticmethod
-    def gather(p: _Plan, picks) -> "_Items":
+    def gather(p: _Plan, parts: list[_Part]) -> "_Items":
         cols = {k: [] for k in _Items.__dataclass_fields__}
-        for idx, rx, what in picks:
+        sources = _sources(p)
+        for part in parts:
+            _, rx, what = sources[part.src]
+            idx = part.idx
             if isinstance(what, _Segs):
                 m, ka, kb = what.msg[idx], what.ka[idx], what.kb[idx]
                 npk = p.m_npk[m]
                 vals = dict(kind=np.full(len(idx), DATA, np.int8), msg=m, ka=ka, pkt=ka, npk=kb - ka,
-                            start=what.t[idx], end=what.t[idx] + p.wire.span(npk, m, ka, kb),
+                            start=what.t[idx] + part.dt_ns,
+                            end=what.t[idx] + part.dt_ns + p.wire.span(npk, m, ka, kb),
                             rec_bytes=p.rec.span(npk, m, ka, kb))
             else:
                 vals = dict(kind=p.k_kind[idx], msg=p.k_msg[idx], ka=np.zeros(len(idx), np.int64),
-                            pkt=p.k_pkt[idx], npk=np.ones(len(idx), np.int64), start=what[idx],
-                            end=what[idx] + p.k_wire_ns[idx], rec_bytes=p.k_rec_bytes[idx])
-            vals["rx"] = np.full(len(idx), rx)
+                            pkt=p.k_pkt[idx], npk=np.ones(len(idx), np.int64), start=what[idx] + part.dt_ns,
+                            end=what[idx] + part.dt_ns + p.k_wire_ns[idx], rec_bytes=p.k_rec_bytes[idx])
+            vals.update(rx=np.full(len(idx), rx), link=np.broadcast_to(part.link, len(idx)),
+                        iface=np.full(len(idx), part.iface))
             for k, v in vals.items():
                 cols[k].append(v)
-        items = _Items(**{k: np.concatenate(v) for k, v in cols.items()})
+        items = _Items(**{k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()})
         order = np.lexsort((items.rx, items.start))      # stable: ties keep gather order
         return _Items(**{k: v[order] for k, v in vars(items).items()})
 
@@ -534,22 +293,26 @@ class _Scratch:
         return view
 
 
-def _nic_slices(p: _Plan, fabric: Fabric, nic: int, it: _Items, scratch: _Scratch):
+def _slices(p: _Plan, fabric: Fabric, it: _Items, scratch):
     """Yield the file's records in time order, in slices of bounded size.
 
-    A NIC's tx items never overlap each other in time, nor do its rx items, so a window
-    [t_a, t_b) holds the items starting in it plus at most one earlier item per direction."""
+    A window [t_a, t_b) holds the items starting in it plus earlier ones still running at t_a;
+    no item lasts longer than the longest one, so those start within that span before t_a."""
+    if len(it.start) == 0:
+        return
     cum_pk, cum_b = np.cumsum(it.npk), np.cumsum(it.rec_bytes)
     marks = np.r_[np.searchsorted(cum_pk, np.arange(WINDOW_PACKETS, cum_pk[-1], WINDOW_PACKETS), "right"),
                   np.searchsorted(cum_b, np.arange(WINDOW_BYTES, cum_b[-1], WINDOW_BYTES), "right")]
     cuts = np.unique(np.r_[it.start[0], it.start[marks[marks < len(it.start)]]])
     cuts = np.r_[cuts, np.iinfo(np.int64).max]
-    idx = np.arange(len(it.start))
-    last_of = [np.maximum.accumulate(np.where(it.rx == d, idx, -1)) for d in (False, True)]
+    longest = int((it.end - it.start).max())
+    n_slices = 0
+    if isinstance(scratch, _Scratch):
+        scratch = (scratch,)
     for t_a, t_b in zip(cuts[:-1], cuts[1:]):
-        a, b = np.searchsorted(it.start, [t_a, t_b])
-        carry = [int(lo[a - 1]) for lo in last_of] if a > 0 else []
-        pos = np.r_[[c for c in carry if c >= 0 and it.end[c] > t_a], np.arange(a, b)].astype(np.int64)
+        a0, a, b = np.searchsorted(it.start, [t_a - longest, t_a, t_b])
+        before = np.arange(a0, a)
+        pos = np.r_[before[it.end[before] > t_a], np.arange(a, b)].astype(np.int64)
         # Expand items into packets; keep those starting inside the window.
         n = it.npk[pos]
         rep = np.repeat(pos, n)
@@ -557,93 +320,187 @@ def _nic_slices(p: _Plan, fabric: Fabric, nic: int, it: _Items, scratch: _Scratc
         m = it.msg[rep]
         t = it.start[rep] + np.where(it.kind[rep] == DATA, p.offset(m, j) - p.offset(m, it.ka[rep]), 0)
         keep = (t >= t_a) & (t < t_b)
+        if p.sel.window_ns is not None:
+            keep &= (t >= p.sel.window_ns[0]) & (t < p.sel.window_ns[1])
+        if not keep.any():
+            continue
         rep, j, t = rep[keep], j[keep], t[keep]
         sel = np.lexsort((j, rep, t))
         rep, j, t = rep[sel], j[sel], t[sel]
-        yield _records(p, fabric, nic, it.kind[rep], it.msg[rep], it.pkt[rep], j, t, it.rx[rep], scratch)
+        yield _records(p, fabric, it.kind[rep], it.msg[rep], it.pkt[rep], j, t, it.link[rep], it.iface[rep],
+                       scratch[n_slices % len(scratch)])
+        n_slices += 1
 
 
-def _records(p: _Plan, fabric: Fabric, nic: int, kind, m, acked, j, t, rx, scratch: _Scratch):
-    """pcap records (header + frame) of packets in file order, as one byte buffer."""
-    out, pmtu, l2 = p.out, p.out.pmtu, roce.l2_bytes(p.out.vlan)
-    c = p.m_conn[m]
+def spine_mac(spine) -> np.ndarray:
+    """Spine router MACs (the fabric has none): 02:02:00:00:<spine hi>:<spine lo>."""
+    s = np.asarray(spine, dtype=np.int64)
+    mac = np.zeros(s.shape + (6,), np.uint8)
+    mac[..., 0], mac[..., 1], mac[..., 4], mac[..., 5] = 0x02, 0x02, s >> 8, s & 0xFF
+    return mac
+
+
+def _mac_table(fabric: Fabric) -> np.ndarray:
+    """Every MAC a frame can carry, one row each: NICs, then leaves, then spines."""
+    return np.concatenate([fabric.nic_mac, fabric.leaf_mac, spine_mac(np.arange(fabric.n_spines))])
+
+
+def _link_macs(fabric: Fabric, tx_nic, rx_nic, sport, hops, link):
+    """Rows of _mac_table (eth_src, eth_dst) on link `link` of each packet's route:
+    NIC -> leaf (-> spine -> leaf) -> NIC; the spine by ECMP on the UDP source port."""
+    n, n_leaves = fabric.n_nics, fabric.n_leaves
+    leaf_a, leaf_b = n + fabric.nic_leaf[tx_nic], n + fabric.nic_leaf[rx_nic]
+    spine = n + n_leaves + sport % max(fabric.n_spines, 1)
+    first, last, up = link == 0, link == hops - 1, link == 1      # up: leaf -> spine (4-hop routes)
+    src = np.where(first, tx_nic, np.where(last, leaf_b, np.where(up, leaf_a, spine)))
+    dst = np.where(first, leaf_a, np.where(last, rx_nic, np.where(up, spine, leaf_b)))
+    return src, dst
+
+
+def _records(p: _Plan, fabric: Fabric, kind, m, acked, j, t, link, iface, scratch: _Scratch):
+    """Capture records (header + frame [+ pcapng options, trailer]) of packets in file order,
+    as one byte buffer."""
+    out, pmtu, l2, fmt = p.out, p.out.pmtu, roce.l2_bytes(p.out.vlan), p.fmt
+    on_cts_qp = (kind == CTS) | (kind == ACK_CTS)
+    c = np.where(on_cts_qp, p.m_conn[m] - p.m_q[m], p.m_conn[m])
     size, npk = p.m_size[m], p.m_npk[m]
-    is_data, is_cts = kind == DATA, kind == CTS
+    is_data, is_cts, is_cnp = kind == DATA, kind == CTS, kind == CNP
     data_op, data_payload = _data_packet(size, npk, j, pmtu)
-    op = np.where(is_data, data_op, np.where(is_cts, Opcode.RC_WRITE_ONLY, Opcode.RC_ACK))
+    op = np.where(is_data, data_op, np.where(is_cts, Opcode.RC_WRITE_ONLY,
+                                             np.where(is_cnp, Opcode.CNP, Opcode.RC_ACK)))
     payload = np.where(is_data, data_payload, np.where(is_cts, CTS_BYTES, 0))
     frame_len = p.hdr_bytes[op] + _pad4(payload) + roce.ICRC_BYTES
-    incl = np.minimum(frame_len, out.snaplen) if out.snaplen > 0 else frame_len
-    rec_off = np.cumsum(16 + incl) - (16 + incl)
-    buf = scratch.zeros(int(rec_off[-1] + 16 + incl[-1]))
+    incl = np.minimum(frame_len, _incl_cap(out, p.hdr_bytes)[op])
+    comments = None
+    opt_len = 0
+    if p.row_comment is not None:
+        rows = p.m_row[m].tolist()
+        comments = [COMMENT_PREFIX[k] + p.row_comment[r] for k, r in zip(kind.tolist(), rows)]
+        opt_len = comment_option_bytes(np.array([len(x) for x in comments], np.int64))
+    rec_len = fmt.rec_bytes(incl, opt_len)
+    rec_off = np.cumsum(rec_len) - rec_len
+    R = fmt.rec_hdr_bytes
+    buf = scratch.zeros(int(rec_off[-1] + rec_len[-1]))
 
-    # Who sends: data from the connection's sender, CTS and data ACKs from its receiver.
-    from_dst = (kind == CTS) | (kind == ACK_DATA)
+    # Who sends: data from the connection's sender, CTS, data ACKs and CNPs from its receiver.
+    from_dst = (kind == CTS) | (kind == ACK_DATA) | is_cnp
     tx_nic, rx_nic = np.where(from_dst, p.c_dst[c], p.c_src[c]), np.where(from_dst, p.c_src[c], p.c_dst[c])
-    on_cts_qp = (kind == CTS) | (kind == ACK_CTS)
     acked = np.where(kind == ACK_DATA, acked, j)
+    sport = np.where(is_cnp, 0, p.c_sport[c])
     fields = dict(
         src_ip=fabric.nic_ip[tx_nic], dst_ip=fabric.nic_ip[rx_nic], payload=payload, frame_len=frame_len,
-        ttl=np.where(rx, IP_TTL - (p.c_hops[c] - 1), IP_TTL), sport=p.c_sport[c],
+        ttl=IP_TTL - link, sport=sport,        # TTL: one less per router crossed so far
+        tos=np.where(is_cnp, (congestion.CNP_DSCP << 2) | out.ecn,
+                     (out.dscp << 2) | np.where(is_data & (link >= 1) & _ce(p, m, j), congestion.ECN_CE, out.ecn)),
         dest_qp=np.where(rx_nic == p.c_dst[c], p.c_qpn_dst[c], p.c_qpn_src[c]),
-        psn=np.where(on_cts_qp, p.m_cts_psn[m], (p.m_psn[m] + acked) & roce.PSN_MASK),
+        psn=np.where(on_cts_qp, p.m_cts_psn[m], np.where(is_cnp, 0, (p.m_psn[m] + acked) & roce.PSN_MASK)),
         ack_req=np.where(is_data, j == npk - 1, is_cts),
         va=np.where(is_cts, p.m_cts_va[m], p.m_va[m]).astype(np.uint64),
         rkey=np.where(is_cts, (p.c_qpn_src[c] << 8) | 0xF1, (p.c_qpn_dst[c] << 8) | 0x5D),
-        dma_len=np.where(is_cts, CTS_BYTES, size), imm=size,
+        dma_len=np.where(is_cts, CTS_BYTES, size), imm=p.m_imm[m],
         msn=np.where(kind == ACK_CTS, p.m_cts_psn[m] + 1, p.m_done[m] + (acked == npk - 1)) & roce.PSN_MASK,
     )
-    # Ethernet as seen at this NIC: to/from its leaf's router MAC.
-    mac, leaf_mac = fabric.nic_mac[nic], fabric.leaf_mac[fabric.nic_leaf[nic]]
-    eth_dst = np.where(rx[:, None], mac, leaf_mac)
-    eth_src = np.where(rx[:, None], leaf_mac, mac)
-    rec_hdr = np.zeros(len(t), PCAP_REC_HDR)
-    rec_hdr["ts_sec"], rec_hdr["ts_nsec"] = np.divmod(t, 1_000_000_000)
-    rec_hdr["incl_len"], rec_hdr["orig_len"] = incl, frame_len
-
-    if out.payload == "pattern":
-        _fill_pattern(buf, rec_off + 16 + p.hdr_bytes[op], np.minimum(payload, incl - p.hdr_bytes[op]))
-    for code in np.unique(op):
+    eth_src, eth_dst = _link_macs(fabric, tx_nic, rx_nic, sport, p.c_hops[c], link)
+    if p.l2_direct:
+        eth_dst = rx_nic
+    macs = _mac_table(fabric)
+    rec_hdr = fmt.headers(t, incl, frame_len, iface, opt_len)
+    # Rows in packet order: record header + frame headers (zero-padded to the widest), and the
+    # ICRC of the frames captured whole.
+    n = len(op)
+    width = R + int(p.hdr_bytes[np.unique(op)].max())
+    rows = np.zeros((n, width), np.uint8)
+    crc_rows = np.zeros((n, roce.ICRC_BYTES), np.uint8)
+    for code in np.unique(op).tolist():
         g = np.flatnonzero(op == code)
-        hdrs = _headers(int(code), out, {k: v[g] for k, v in fields.items()}, eth_dst[g], eth_src[g])
+        hdrs = _headers(code, out, {k: v[g] for k, v in fields.items()}, macs[eth_dst[g]], macs[eth_src[g]])
         hb = hdrs.view(np.uint8).reshape(len(g), -1)
-        block = np.concatenate([rec_hdr[g].view(np.uint8).reshape(len(g), 16), hb], axis=1)
-        _scatter(buf, rec_off[g], block, 16 + incl[g])
+        rows[g, :R] = rec_hdr[g]
+        rows[g, R:R + hb.shape[1]] = hb
         full = np.flatnonzero(incl[g] == frame_len[g])     # the ICRC is only there if captured
-        if len(full):
-            crc = np.empty(len(full), np.uint32)
-            lens = payload[g][full]
-            for n in np.unique(lens):
-                s = lens == n
-                crc[s] = roce.icrc(hb[full[s], l2:], _payload_bytes(out.payload, int(n)))
-            icrc_bytes = crc.astype("<u4").view(np.uint8).reshape(-1, 4)
-            _scatter(buf, rec_off[g][full] + 16 + frame_len[g][full] - roce.ICRC_BYTES, icrc_bytes)
+        lens = payload[g][full]
+        for size_b in np.unique(lens).tolist():
+            sel = full[lens == size_b]
+            crc = roce.icrc(hb[sel, l2:], _payload_bytes(out.payload, size_b), out.ip_version)
+            crc_rows[g[sel]] = crc.astype("<u4").view(np.uint8).reshape(-1, 4)
+    trailer = fmt.trailers(incl, opt_len) if fmt.pcapng else None
+    # Runs of consecutive records alike (captured and record length; opcode too with a pattern
+    # payload) are a regular (k, rec_len) view of the buffer: each field is one strided copy per
+    # run, no per-byte index. A row's zero padding only lands where payload (zeros) goes.
+    pattern = out.payload == "pattern"
+    key = (incl << 20) | rec_len
+    if pattern:
+        key = key | (op.astype(np.int64) << 40)
+    starts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1]
+    ends = np.r_[starts[1:], n]
+    for a, b, code, n_incl, n_rec, n_frame, n_pay, off in zip(
+            starts.tolist(), ends.tolist(), op[starts].tolist(), incl[starts].tolist(),
+            rec_len[starts].tolist(), frame_len[starts].tolist(), payload[starts].tolist(),
+            rec_off[starts].tolist()):
+        view = buf[off:off + (b - a) * n_rec].reshape(b - a, n_rec)
+        w = min(width, R + n_incl)
+        view[:, :w] = rows[a:b, :w]
+        if pattern and n_pay:
+            hdr = int(p.hdr_bytes[code])
+            cnt = min(n_pay, n_incl - hdr)
+            if cnt > 0:
+                view[:, R + hdr:R + hdr + cnt] = _PATTERN[:cnt]
+        if n_incl == n_frame:
+            view[:, R + n_frame - roce.ICRC_BYTES:R + n_frame] = crc_rows[a:b]
+        if trailer is not None:
+            view[:, n_rec - 4:] = trailer[a:b]
+    if comments is not None:
+        mv = memoryview(buf)
+        for at, text in zip((rec_off + R + _pad4(incl)).tolist(), comments):
+            o = comment_options(text)
+            mv[at:at + len(o)] = o
     return buf
+
+
+def _ce(p: _Plan, m, j) -> np.ndarray:
+    """Is data packet j of message m CE-marked (on its way to the receiver)?"""
+    if not len(p.ce_g):
+        return np.zeros(len(m), bool)
+    g = p.m_pkt0[m] + j
+    pos = np.minimum(np.searchsorted(p.ce_g, g), len(p.ce_g) - 1)
+    return p.ce_g[pos] == g
 
 
 def _headers(code: int, out: Output, f: dict, eth_dst, eth_src) -> np.ndarray:
     """Fill one structured header array for packets that share an opcode."""
-    h = np.zeros(len(f["psn"]), roce.frame_dtype(code, out.vlan))
+    h = np.zeros(len(f["psn"]), roce.frame_dtype(code, out.vlan, out.ip_version))
     h["eth"]["dst"], h["eth"]["src"] = eth_dst, eth_src
+    ethertype = roce.ETHERTYPE_IPV6 if out.ip_version == 6 else roce.ETHERTYPE_IPV4
     if out.vlan:
         h["eth"]["ethertype"] = roce.ETHERTYPE_DOT1Q
-        h["vlan"]["tci"] = (out.pcp << 13) | out.vlan_id
-        h["vlan"]["ethertype"] = roce.ETHERTYPE_IPV4
+        pcp = congestion.CNP_PCP if code == Opcode.CNP else out.pcp
+        h["vlan"]["tci"] = (pcp << 13) | out.vlan_id
+        h["vlan"]["ethertype"] = ethertype
     else:
-        h["eth"]["ethertype"] = roce.ETHERTYPE_IPV4
+        h["eth"]["ethertype"] = ethertype
     ip = h["ip"]
-    ip["ver_ihl"], ip["tos"] = 0x45, (out.dscp << 2) | out.ecn
-    ip["total_len"] = f["frame_len"] - roce.l2_bytes(out.vlan)
-    ip["flags_frag"], ip["ttl"], ip["proto"] = roce.IPV4_DF, f["ttl"], roce.IPPROTO_UDP
-    ip["src"], ip["dst"] = f["src_ip"], f["dst_ip"]
-    ip["csum"] = roce.ipv4_checksum(ip)
+    tos = f["tos"]
+    l4_len = f["frame_len"] - roce.l2_bytes(out.vlan) - roce.ip_bytes(out.ip_version)
+    if out.ip_version == 6:
+        ip["ver_tc_fl"] = (6 << 28) | (tos << 20)          # flow label 0, as NCCL leaves it
+        ip["payload_len"], ip["next_header"], ip["hop_limit"] = l4_len, roce.IPPROTO_UDP, f["ttl"]
+        ip["src"], ip["dst"] = roce.ipv6_from_ipv4(f["src_ip"]), roce.ipv6_from_ipv4(f["dst_ip"])
+    else:
+        ip["ver_ihl"], ip["tos"] = 0x45, tos
+        ip["total_len"] = l4_len + roce.IPV4.itemsize
+        ip["flags_frag"], ip["ttl"], ip["proto"] = roce.IPV4_DF, f["ttl"], roce.IPPROTO_UDP
+        ip["src"], ip["dst"] = f["src_ip"], f["dst_ip"]
+        ip["csum"] = roce.ipv4_checksum(ip)
     udp = h["udp"]
     udp["sport"], udp["dport"] = f["sport"], roce.ROCEV2_UDP_PORT
-    udp["len"] = ip["total_len"] - roce.IPV4.itemsize
+    udp["len"] = l4_len
     bth = h["bth"]
     bth["opcode"] = code
-    bth["flags"] = roce.BTH_MIGREQ | ((-f["payload"] & 3) << 4)
-    bth["pkey"] = roce.PKEY_DEFAULT
+    if code == Opcode.CNP:        # as a ConnectX sends it: M = 0, BECN set
+        bth["fecn_becn"] = roce.BTH_BECN
+    else:
+        bth["flags"] = roce.BTH_MIGREQ | ((-f["payload"] & 3) << 4)
+    bth["pkey"] = out.pkey
     roce.put_u24(bth["dest_qp"], f["dest_qp"])
     bth["ack_req"] = np.where(f["ack_req"], roce.BTH_ACKREQ, 0)
     roce.put_u24(bth["psn"], f["psn"])
@@ -658,24 +515,6 @@ def _headers(code: int, out: Output, f: dict, eth_dst, eth_src) -> np.ndarray:
     return h
 
 
-def _scatter(buf: np.ndarray, at: np.ndarray, block: np.ndarray, limit=None) -> None:
-    """buf[at_k + i] = block[k, i] for every row k (i < limit_k when records are truncated)."""
-    pos = at[:, None] + np.arange(block.shape[1])
-    if limit is None or (limit >= block.shape[1]).all():
-        buf[pos] = block
-    else:
-        inside = np.arange(block.shape[1]) < limit[:, None]
-        buf[pos[inside]] = block[inside]
-
-
 def _payload_bytes(kind: str, n: int) -> bytes:
     data = _PATTERN[:n].tobytes() if kind == "pattern" else bytes(n)
     return data + bytes(-n & 3)
-
-
-def _fill_pattern(buf: np.ndarray, at: np.ndarray, count: np.ndarray) -> None:
-    # Constant per payload length, so the ICRC stays a table lookup; this is a plain memcpy.
-    mv, pat = memoryview(buf), memoryview(_PATTERN)
-    for a, n in zip(at.tolist(), count.tolist()):
-        if n > 0:
-            mv[a:a + n] = pat[:n]

@@ -18,6 +18,9 @@ DOT1Q = np.dtype([("tci", ">u2"), ("ethertype", ">u2")])       # follows ETH (et
 IPV4 = np.dtype([("ver_ihl", "u1"), ("tos", "u1"), ("total_len", ">u2"), ("id", ">u2"),
                  ("flags_frag", ">u2"), ("ttl", "u1"), ("proto", "u1"), ("csum", ">u2"),
                  ("src", ">u4"), ("dst", ">u4")])
+# RoCEv2 over IPv6: version 6 | traffic class (DSCP<<2 | ECN) | flow label 0 (NCCL leaves it 0).
+IPV6 = np.dtype([("ver_tc_fl", ">u4"), ("payload_len", ">u2"), ("next_header", "u1"),
+                 ("hop_limit", "u1"), ("src", "u1", (16,)), ("dst", "u1", (16,))])
 UDP = np.dtype([("sport", ">u2"), ("dport", ">u2"), ("len", ">u2"), ("csum", ">u2")])
 BTH = np.dtype([("opcode", "u1"),
                 ("flags", "u1"),          # SE(1) M(1) PadCnt(2) TVer(4)
@@ -32,6 +35,7 @@ AETH = np.dtype([("syndrome", "u1"), ("msn", "u1", (3,))])
 CNP_PAD = np.dtype([("reserved", "u1", (16,))])
 
 ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV6 = 0x86DD
 ETHERTYPE_DOT1Q = 0x8100
 IPPROTO_UDP = 17
 IPV4_DF = 0x4000
@@ -72,15 +76,30 @@ EXT_HEADERS: dict[Opcode, tuple[tuple[str, np.dtype], ...]] = {
 
 
 @lru_cache(maxsize=None)
-def frame_dtype(opcode: int, vlan: bool) -> np.dtype:
+def frame_dtype(opcode: int, vlan: bool, ip_version: int = 4) -> np.dtype:
     """Every header of one frame, Ethernet to the last extension header (payload and ICRC follow)."""
     parts = [("eth", ETH)] + ([("vlan", DOT1Q)] if vlan else [])
-    parts += [("ip", IPV4), ("udp", UDP), ("bth", BTH), *EXT_HEADERS[Opcode(opcode)]]
+    parts += [("ip", IPV6 if ip_version == 6 else IPV4), ("udp", UDP), ("bth", BTH),
+              *EXT_HEADERS[Opcode(opcode)]]
     return np.dtype(parts)
 
 
 def l2_bytes(vlan: bool) -> int:
     return ETH.itemsize + (DOT1Q.itemsize if vlan else 0)
+
+
+def ip_bytes(ip_version: int) -> int:
+    return (IPV6 if ip_version == 6 else IPV4).itemsize
+
+
+def ipv6_from_ipv4(ipv4) -> np.ndarray:
+    """The IPv6 address plan: fd00::/96 with the node's IPv4 address in the low 32 bits
+    (10.r.x.y -> fd00::a0r:xy as hex), so both plans name a NIC alike. (n, 16) bytes."""
+    v4 = np.asarray(ipv4, dtype=np.uint32).reshape(-1)
+    a = np.zeros((len(v4), 16), dtype=np.uint8)
+    a[:, 0] = 0xFD
+    a[:, 12:] = v4.astype(">u4").view(np.uint8).reshape(-1, 4)
+    return a
 
 
 def put_u24(field: np.ndarray, values) -> None:
@@ -123,6 +142,10 @@ def udp_sport(lqpn, rqpn) -> np.ndarray:
 # Bytes forced to ones before the CRC, as offsets from the start of the IPv4 header:
 # ToS, TTL, header checksum, UDP checksum, BTH byte 4 (FECN/BECN/reserved).
 ICRC_MASKED_OFFSETS = np.array([1, 8, 10, 11, 26, 27, 32])
+# IPv6: traffic class (low nibble of byte 0, high nibble of byte 1), flow label, hop limit; then
+# UDP checksum and BTH byte 4. (offset, bits forced to one) - byte 0 keeps its version nibble.
+ICRC_MASKS_V6 = ((0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF), (46, 0xFF), (47, 0xFF),
+                 (52, 0xFF))
 _LRH_STANDIN = b"\xff" * 8
 _BYTE_BITS = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)     # [byte, bit]
 
@@ -155,12 +178,16 @@ def _payload_tables(payload: bytes) -> tuple[int, np.ndarray]:
     return f0, _xor_of_bits(basis.reshape(4, 8))
 
 
-def icrc(headers: np.ndarray, payload: bytes = b"") -> np.ndarray:
+def icrc(headers: np.ndarray, payload: bytes = b"", ip_version: int = 4) -> np.ndarray:
     """ICRC (the zlib.crc32 value; stored little-endian on the wire) of n packets that share one
-    header length and one payload (incl. pad bytes). headers: uint8 (n, L) from the IPv4 header
+    header length and one payload (incl. pad bytes). headers: uint8 (n, L) from the IP header
     to the end of the transport headers; masked fields are forced to ones here."""
     h = np.array(headers, dtype=np.uint8, copy=True, ndmin=2)
-    h[:, ICRC_MASKED_OFFSETS] = 0xFF
+    if ip_version == 6:
+        for off, bits in ICRC_MASKS_V6:
+            h[:, off] |= bits
+    else:
+        h[:, ICRC_MASKED_OFFSETS] = 0xFF
     base, table = _header_tables(h.shape[1])
     # Columns equal in every row fold into one constant; only the varying ones are looked up.
     varies = (h != h[:1]).any(axis=0)

@@ -1,0 +1,157 @@
+"""Lab mode, replayed for real: two network namespaces joined by a veth pair (MTU 9000), a lab
+pcap sent with `tcpreplay` on one end and captured with tcpdump (nanosecond timestamps) on the
+other. Every frame must arrive, byte-identical and in order. Needs root, tcpreplay, tcpdump, ip;
+the namespaces (and with them the veth pair and its addresses) are always deleted."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import test_pcap as tp
+from tracegen.config import Output
+from tracegen.emit.pcap import write_pcaps
+
+TOOLS = ("tcpreplay", "tcpdump", "ip")
+pytestmark = pytest.mark.root
+
+LAB_PLAN = """
+hosts: [0, 2, 3, node0003-rail0]
+ports: [tester0, tester2, tester3, tester6]
+mac: "02:aa:00:00:00:01"
+ipv4: 192.168.100.1
+dut_mac: "02:aa:00:00:01:00"
+"""
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        return f"needs {', '.join(missing)} (apt-get install tcpreplay tcpdump iproute2)"
+    return None
+
+
+def _run(*cmd, check=True):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=check)
+
+
+@pytest.fixture
+def veth_pair():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tag = f"tg{os.getpid() % 100000}"
+    ns_tx, ns_rx = f"{tag}tx", f"{tag}rx"
+    created = []
+    try:
+        for ns in (ns_tx, ns_rx):
+            _run("ip", "netns", "add", ns)
+            created.append(ns)
+        _run("ip", "link", "add", "veth-tx", "netns", ns_tx, "type", "veth", "peer", "name", "veth-rx",
+             "netns", ns_rx)
+        for ns, dev in ((ns_tx, "veth-tx"), (ns_rx, "veth-rx")):
+            # No IPv6 chatter (router solicitations, DAD) on either end; nothing leaves the namespaces.
+            for key in ("all", "default"):
+                _run("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1")
+            _run("ip", "-n", ns, "link", "set", dev, "mtu", "9000", "up")
+        yield ns_tx, ns_rx
+    finally:
+        for ns in created:
+            _run("ip", "netns", "del", ns, check=False)
+
+
+def _frames(path: Path):
+    header, recs = tp.read_pcap(path)
+    assert header[0] == 0xA1B23C4D            # nanosecond pcap
+    return recs
+
+
+def test_lab_pcap_replays_byte_identical(tmp_path, veth_pair):
+    ns_tx, ns_rx = veth_pair
+    plan = tmp_path / "lab.yaml"
+    plan.write_text(LAB_PLAN)
+    (tmp_path / "lab").mkdir()
+    out = Output(lab=str(plan), ecn_mark_fraction=0.02)
+    paths = {p.name: p for p in write_pcaps(tp.FLOWS, tp.FABRIC, out, tmp_path / "lab")}
+    sent = paths["tester0.pcap"]
+    want = _frames(sent)
+    assert len(want) > 100 and max(len(fr) for *_, fr in want) > 4000
+    # What the port transmits: its host's frames, lab addresses, to the DUT's MAC.
+    assert all(fr[:6] == bytes.fromhex("02aa00000100") and fr[6:12] == bytes.fromhex("02aa00000001")
+               for *_, fr in want)
+
+    cap = tmp_path / "received.pcap"
+    dump = subprocess.Popen(["ip", "netns", "exec", ns_rx, "tcpdump", "-i", "veth-rx", "-w", str(cap), "-U",
+                             "-s", "0", "--time-stamp-precision=nano", "udp port 4791 or (vlan and udp port 4791)"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = dump.stderr.readline()                         # "listening on veth-rx ..."
+        assert "listening" in line, line
+        res = _run("ip", "netns", "exec", ns_tx, "tcpreplay", "-i", "veth-tx", str(sent))
+        assert f"{len(want)} packets" in res.stdout, res.stdout
+        deadline = time.time() + 10
+        while time.time() < deadline and (not cap.exists() or len(_frames(cap)) < len(want)):
+            time.sleep(0.1)
+    finally:
+        dump.send_signal(2)                                   # SIGINT: tcpdump flushes and exits
+        dump.wait(timeout=10)
+    got = _frames(cap)
+    assert len(got) == len(want), "frames lost or extra"
+    assert [fr for *_, fr in got] == [fr for *_, fr in want]
+    assert all(incl == orig for _, incl, orig, _ in got)
+    # Timing: replayed spacing follows the pcap's (tcpreplay sleeps between packets; coarse check).
+    span_want = want[-1][0] - want[0][0]
+    span_got = got[-1][0] - got[0][0]
+    assert span_got >= 0.5 * span_want
+
+
+def test_lab_plan_errors_are_one_line(tmp_path):
+    from tracegen.errors import ConfigError
+    bad = tmp_path / "bad.yaml"
+    for text, key in [("hosts: leaf9\n", "leaf9"), ("hosts: [0, 0]\n", "twice"), ("hots: leaf0\n", "hosts"),
+                      ("hosts: leaf0\nports: [a]\n", "ports"), ("hosts: [0]\nmac: zz\n", "mac"),
+                      ("hosts: [0]\nports: ['a/b']\n", "ports")]:
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=key):
+            write_pcaps(tp.FLOWS, tp.FABRIC, Output(lab=str(bad)), tmp_path)
+    with pytest.raises(ConfigError, match="whole frames"):
+        bad.write_text("hosts: leaf0\n")
+        write_pcaps(tp.FLOWS, tp.FABRIC, Output(lab=str(bad), snaplen=128), tmp_path)
+
+
+def test_lab_files_hold_what_each_port_transmits(tmp_path):
+    """Per port: exactly its host's sent frames to other chosen hosts, as in the host view, with
+    lab addresses - the BTH onward is unchanged except the ICRC (IP addresses are covered)."""
+    pytest.importorskip("scapy.all")
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import IP
+    from scapy.layers.l2 import Ether
+    plan = tmp_path / "lab.yaml"
+    plan.write_text(LAB_PLAN)
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "host").mkdir()
+    lab = {p.name: tp.read_pcap(p)[1] for p in write_pcaps(tp.FLOWS, tp.FABRIC, Output(lab=str(plan)),
+                                                            tmp_path / "lab")}
+    host = {p.name: tp.read_pcap(p)[1] for p in write_pcaps(tp.FLOWS, tp.FABRIC, Output(), tmp_path / "host")}
+    chosen = {0: 1, 2: 2, 3: 3, 6: 4}              # NIC -> lab IPv4 last octet
+    for nic, port in ((0, "tester0"), (2, "tester2"), (3, "tester3"), (6, "tester6")):
+        mine = [(t, fr) for t, _, _, fr in host[tp.FABRIC.nic_name(nic) + ".pcap"]
+                if tp.NIC_OF_IP[".".join(map(str, fr[30:34]))] == nic
+                and tp.NIC_OF_IP[".".join(map(str, fr[34:38]))] in chosen]
+        got = lab.get(port + ".pcap", [])
+        assert [(t, fr[38:-4]) for t, fr in mine] == [(t, fr[38:-4]) for t, _, _, fr in got]
+        for t, _, orig, fr in got:
+            assert fr[30:33] == bytes([192, 168, 100]) and fr[33] == chosen[nic]
+            assert fr[34:37] == bytes([192, 168, 100]) and fr[37] in chosen.values()
+            pkt = Ether(fr)                                        # ICRC and checksum recomputed
+            chk = pkt[IP].chksum
+            del pkt[IP].chksum
+            pkt[BTH].icrc = None
+            rebuilt = bytes(pkt)
+            assert rebuilt[-4:] == fr[-4:] and Ether(rebuilt)[IP].chksum == chk
