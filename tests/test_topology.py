@@ -74,3 +74,24 @@ def test_pxn_keeps_every_net_send_on_the_destination_rail(nics):
 def test_bad_nic_plans(kw, key):
     with pytest.raises(ConfigError, match=key):
         job(dp=16, **kw)
+
+
+def test_gpus_sharing_a_nic_keep_their_own_qps(tmp_path):
+    """Two GPUs behind one NIC talking to two GPUs behind another: separate QPs (NCCL connections)."""
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import IP
+    from scapy.utils import rdpcap
+    from tracegen.emit.pcap import write_pcaps
+    j = job_from_dict({
+        "model": {"layers": 2, "hidden": 256, "heads": 8, "vocab": 512, "seq_len": 64},
+        "parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 4},
+        "cluster": {"gpus_per_node": 8, "nics_per_node": 1}})   # PP: 8 GPU pairs, one NIC pair
+    run = run_pipeline(j)
+    r = run.flows.rows
+    net = r[r["link"] == LinkKind.NET]
+    pairs = {(int(a), int(b), int(c)) for a, b, c in zip(net["src_rank"], net["dst_rank"], net["channel"])
+             if run.fabric.rank_nic[a] == 0}
+    paths = write_pcaps(run.flows, run.fabric, j.output, tmp_path)
+    dqps = {(p[IP].dst, int(p[BTH].dqpn)) for p in rdpcap(str(paths[0]))
+            if BTH in p and p[BTH].opcode in (0x06, 0x0B) and p[IP].src == run.fabric.nic_ip_str(0)}
+    assert len(pairs) > 1 and len(dqps) == len(pairs)

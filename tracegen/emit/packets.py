@@ -225,12 +225,15 @@ def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | N
     if (rows["start_ns"] < 0).any():
         raise ValueError("flow start_ns must be >= 0")
     ch = rows["channel"].astype(np.int64)
-    order = np.lexsort((np.arange(len(rows)), rows["start_ns"], ch, dst, src))
-    rows, src, dst, ch = rows[order], src[order], dst[order], ch[order]
+    # GPUs sharing a NIC keep their own NCCL connections: ranks are part of the connection key
+    sr, dr = rows["src_rank"].astype(np.int64), rows["dst_rank"].astype(np.int64)
+    order = np.lexsort((np.arange(len(rows)), rows["start_ns"], ch, dr, sr, dst, src))
+    rows, src, dst, ch, sr, dr = rows[order], src[order], dst[order], ch[order], sr[order], dr[order]
 
     # Connections, their QPs and QPNs: per NIC counting up from FIRST_QPN in sorted
-    # (src, dst, channel, qp index) order.
-    new_conn = np.r_[True, (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (ch[1:] != ch[:-1])]
+    # (src NIC, dst NIC, src rank, dst rank, channel, qp index) order.
+    new_conn = np.r_[True, (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (ch[1:] != ch[:-1])
+                     | (sr[1:] != sr[:-1]) | (dr[1:] != dr[:-1])]
     row_conn = np.cumsum(new_conn) - 1
     c_src, c_dst = np.repeat(src[new_conn], qps), np.repeat(dst[new_conn], qps)
     ev_nic = np.column_stack([c_src, c_dst]).ravel()
