@@ -4,10 +4,8 @@ messages, PSNs and QPs follow flows.csv. The checks are test_pcap's, fed from th
 from __future__ import annotations
 
 import csv
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import DTYPE_BYTES, Job
-from .tables import CollKind, Dim, Flows, LinkKind
+from .tables import Dim, Flows, LinkKind
 from .topology import Fabric
 from .workload import params
 from .workload.memory import MemoryEstimate, memory_estimate

@@ -26,8 +26,8 @@ from .params import embedding_param_count, head_param_count, layer_params
 from .pipeline_order import interleaved_1f1b
 from .streams import OpList, Stream
 
-AR, RS, AG, A2A, P2P, MARK = (CollKind.ALLREDUCE, CollKind.REDUCESCATTER, CollKind.ALLGATHER,
-                              CollKind.ALLTOALL, CollKind.SENDRECV, CollKind.MARKER)
+AR, RS, AG, A2A, P2P = (CollKind.ALLREDUCE, CollKind.REDUCESCATTER, CollKind.ALLGATHER,
+                        CollKind.ALLTOALL, CollKind.SENDRECV)
 
 
 class IterationBuilder:

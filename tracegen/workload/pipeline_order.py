@@ -18,6 +18,8 @@ def interleaved_1f1b(pp: int, stage: int, m: int, vpp: int) -> list[tuple[str, i
     group = pp * vpp
 
     def unit(k: int, forward: bool) -> tuple[int, int]:
+        if vpp == 1:            # plain 1F1B: one chunk, micro-batches in order
+            return 0, k
         chunk = (k % group) // pp
         if not forward:
             chunk = vpp - 1 - chunk
@@ -25,7 +27,6 @@ def interleaved_1f1b(pp: int, stage: int, m: int, vpp: int) -> list[tuple[str, i
 
     if vpp == 1:
         warm = min(pp - stage - 1, m)
-        unit = lambda k, forward: (0, k)   # noqa: E731  plain order without interleaving
     elif m == pp:   # Megatron runs every forward first when there is exactly one round
         warm = total
     else:
