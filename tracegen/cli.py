@@ -93,7 +93,8 @@ def generate(job_file, preset, sets, out_dir, snaplen, payload, max_bytes, time_
             out = replace(out, ns3=False)
         job = replace(job, output=out)
         target = Path(out_dir or job.output.dir or Path("traces") / job.name)
-        run = run_pipeline(job)
+        with _stages(quiet) as stage:
+            run = run_pipeline(job, stage)
         if job.output.pcap:
             run = with_pcap_estimate(run)
             check_budget(run.report.pcap_packets, run.report.pcap_bytes, job.output)
@@ -126,7 +127,8 @@ def plan(job_file, preset, sets, corpus, tokenizer):
     """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
     try:
         job = _load(job_file, preset, sets)
-        run = with_pcap_estimate(run_pipeline(job))
+        with _stages(False) as stage:
+            run = with_pcap_estimate(run_pipeline(job, stage))
         _print_plan(run)
         if corpus:
             from .corpus.traffic import corpus_plan_lines
@@ -143,6 +145,32 @@ def presets():
         click.echo(f"{kind}:")
         for name, desc in items:
             click.echo(f"  {name:<14} {desc}")
+
+
+class _stages:
+    """A transient status line naming the pipeline stage that runs (stderr, terminals only)."""
+
+    def __init__(self, quiet: bool):
+        self.status = None
+        if not quiet:
+            from rich.console import Console
+            console = Console(stderr=True)
+            if console.is_terminal:
+                self.status = console.status("tracegen")
+
+    def __enter__(self):
+        if self.status is not None:
+            self.status.__enter__()
+        return self
+
+    def __call__(self, text: str) -> None:
+        if self.status is not None:
+            self.status.update(text)
+
+    def __exit__(self, *exc):
+        if self.status is not None:
+            self.status.__exit__(*exc)
+        return False
 
 
 class _progress:
