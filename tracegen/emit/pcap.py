@@ -395,10 +395,15 @@ def _records(p: _Plan, fabric: Fabric, kind, m, acked, j, t, link, iface, scratc
         dest_qp=np.where(rx_nic == p.c_dst[c], p.c_qpn_dst[c], p.c_qpn_src[c]),
         psn=np.where(on_cts_qp, p.m_cts_psn[m], np.where(is_cnp, 0, (p.m_psn[m] + acked) & roce.PSN_MASK)),
         ack_req=np.where(is_data, j == npk - 1, is_cts),
-        va=np.where(is_cts, p.m_cts_va[m], p.m_va[m]).astype(np.uint64),
-        rkey=np.where(is_cts, (p.c_qpn_src[c] << 8) | 0xF1, (p.c_qpn_dst[c] << 8) | 0x5D),
-        dma_len=np.where(is_cts, CTS_BYTES, size), imm=p.m_imm[m],
-        msn=np.where(kind == ACK_CTS, p.m_cts_psn[m] + 1, p.m_done[m] + (acked == npk - 1)) & roce.PSN_MASK,
+    )
+    # Extension-header fields: few packets carry them (First/Only/Last, ACKs), so they are
+    # computed per opcode group from its indices x rather than for every packet.
+    fields.update(
+        va=lambda x: np.where(is_cts[x], p.m_cts_va[m[x]], p.m_va[m[x]]).astype(np.uint64),
+        rkey=lambda x: np.where(is_cts[x], (p.c_qpn_src[c[x]] << 8) | 0xF1, (p.c_qpn_dst[c[x]] << 8) | 0x5D),
+        dma_len=lambda x: np.where(is_cts[x], CTS_BYTES, size[x]), imm=lambda x: p.m_imm[m[x]],
+        msn=lambda x: np.where(kind[x] == ACK_CTS, p.m_cts_psn[m[x]] + 1,
+                               p.m_done[m[x]] + (acked[x] == npk[x] - 1)) & roce.PSN_MASK,
     )
     eth_src, eth_dst = _link_macs(fabric, tx_nic, rx_nic, sport, p.c_hops[c], link)
     if p.l2_direct:
@@ -408,14 +413,16 @@ def _records(p: _Plan, fabric: Fabric, kind, m, acked, j, t, link, iface, scratc
     # Rows in packet order: record header + frame headers (zero-padded to the widest), and the
     # ICRC of the frames captured whole.
     n = len(op)
-    width = R + int(p.hdr_bytes[np.unique(op)].max())
+    codes = np.unique(op)
+    width = R + int(p.hdr_bytes[codes].max())
     rows = np.zeros((n, width), np.uint8)
+    rows[:, :R] = rec_hdr
     crc_rows = np.zeros((n, roce.ICRC_BYTES), np.uint8)
-    for code in np.unique(op).tolist():
+    for code in codes.tolist():
         g = np.flatnonzero(op == code)
-        hdrs = _headers(code, out, {k: v[g] for k, v in fields.items()}, macs[eth_dst[g]], macs[eth_src[g]])
+        # Only the fields this opcode's headers use are gathered.
+        hdrs = _headers(code, out, _Take(fields, g))
         hb = hdrs.view(np.uint8).reshape(len(g), -1)
-        rows[g, :R] = rec_hdr[g]
         rows[g, R:R + hb.shape[1]] = hb
         full = np.flatnonzero(incl[g] == frame_len[g])     # the ICRC is only there if captured
         lens = payload[g][full]
@@ -423,6 +430,8 @@ def _records(p: _Plan, fabric: Fabric, kind, m, acked, j, t, link, iface, scratc
             sel = full[lens == size_b]
             crc = roce.icrc(hb[sel, l2:], _payload_bytes(out.payload, size_b), out.ip_version)
             crc_rows[g[sel]] = crc.astype("<u4").view(np.uint8).reshape(-1, 4)
+    # Every frame starts with the MACs: filled once for all opcodes (the ICRC never covers L2).
+    rows[:, R:R + 6], rows[:, R + 6:R + 12] = macs[eth_dst], macs[eth_src]
     trailer = fmt.trailers(incl, opt_len) if fmt.pcapng else None
     # Runs of consecutive records alike (captured and record length; opcode too with a pattern
     # payload) are a regular (k, rec_len) view of the buffer: each field is one strided copy per
@@ -466,10 +475,25 @@ def _ce(p: _Plan, m, j) -> np.ndarray:
     return p.ce_g[pos] == g
 
 
-def _headers(code: int, out: Output, f: dict, eth_dst, eth_src) -> np.ndarray:
-    """Fill one structured header array for packets that share an opcode."""
+class _Take(dict):
+    """fields[k][idx] (or fields[k](idx) for a field computed per group), on first use."""
+
+    def __init__(self, fields: dict, idx: np.ndarray):
+        super().__init__()
+        self.fields, self.idx = fields, idx
+
+    def __missing__(self, k):
+        src = self.fields[k]
+        v = self[k] = src(self.idx) if callable(src) else src[self.idx]
+        return v
+
+
+def _headers(code: int, out: Output, f: dict, eth_dst=None, eth_src=None) -> np.ndarray:
+    """Fill one structured header array for packets that share an opcode (MACs left zero when
+    not given: _records puts them in for all opcodes at once)."""
     h = np.zeros(len(f["psn"]), roce.frame_dtype(code, out.vlan, out.ip_version))
-    h["eth"]["dst"], h["eth"]["src"] = eth_dst, eth_src
+    if eth_dst is not None:
+        h["eth"]["dst"], h["eth"]["src"] = eth_dst, eth_src
     ethertype = roce.ETHERTYPE_IPV6 if out.ip_version == 6 else roce.ETHERTYPE_IPV4
     if out.vlan:
         h["eth"]["ethertype"] = roce.ETHERTYPE_DOT1Q
@@ -489,8 +513,14 @@ def _headers(code: int, out: Output, f: dict, eth_dst, eth_src) -> np.ndarray:
         ip["ver_ihl"], ip["tos"] = 0x45, tos
         ip["total_len"] = l4_len + roce.IPV4.itemsize
         ip["flags_frag"], ip["ttl"], ip["proto"] = roce.IPV4_DF, f["ttl"], roce.IPPROTO_UDP
-        ip["src"], ip["dst"] = f["src_ip"], f["dst_ip"]
-        ip["csum"] = roce.ipv4_checksum(ip)
+        src, dst = f["src_ip"], f["dst_ip"]
+        ip["src"], ip["dst"] = src, dst
+        # Same one's-complement sum as roce.ipv4_checksum, from the source columns (id is 0).
+        w = ((0x45 << 8) + roce.IPV4_DF + roce.IPPROTO_UDP + roce.IPV4.itemsize
+             + tos + l4_len + (f["ttl"] << 8) + (src >> 16) + (src & 0xFFFF) + (dst >> 16) + (dst & 0xFFFF))
+        w = (w & 0xFFFF) + (w >> 16)
+        w = (w & 0xFFFF) + (w >> 16)
+        ip["csum"] = ~w & 0xFFFF
     udp = h["udp"]
     udp["sport"], udp["dport"] = f["sport"], roce.ROCEV2_UDP_PORT
     udp["len"] = l4_len
