@@ -106,20 +106,24 @@ def _list_schedule(ops: CommOps, tr: Transfers, dur, lat, tx_port, rx_port, n_po
     push, pop = heapq.heappush, heapq.heappop
     released: list[tuple[int, int]] = [(o, gap[o]) for o in range(n_ops) if op_deps_left[o] == 0]
 
+    def complete(o: int, t_end: int) -> None:
+        """Op `o` is done at t_end: ops waiting only for it are released gap_ns later."""
+        op_end[o] = t_end
+        for k in range(od_ptr[o], od_ptr[o + 1]):
+            p = od_val[k]
+            if t_end > op_ready[p]:
+                op_ready[p] = t_end
+            op_deps_left[p] -= 1
+            if op_deps_left[p] == 0:
+                released.append((p, op_ready[p] + gap[p]))
+
     def settle() -> None:
         """Release ops whose deps are done; ops without transfers complete on release."""
         while released:
             o, t0 = released.pop()
             op_start[o] = t0
             if ot_ptr[o] == ot_ptr[o + 1]:
-                op_end[o] = t0
-                for k in range(od_ptr[o], od_ptr[o + 1]):
-                    p = od_val[k]
-                    if t0 > op_ready[p]:
-                        op_ready[p] = t0
-                    op_deps_left[p] -= 1
-                    if op_deps_left[p] == 0:
-                        released.append((p, op_ready[p] + gap[p]))
+                complete(o, t0)
                 continue
             for k in range(ot_ptr[o], ot_ptr[o + 1]):
                 t = ot_val[k]
@@ -155,14 +159,7 @@ def _list_schedule(ops: CommOps, tr: Transfers, dur, lat, tx_port, rx_port, n_po
             op_end[o] = e
         op_left[o] -= 1
         if op_left[o] == 0:
-            oe = op_end[o]
-            for k in range(od_ptr[o], od_ptr[o + 1]):
-                p = od_val[k]
-                if oe > op_ready[p]:
-                    op_ready[p] = oe
-                op_deps_left[p] -= 1
-                if op_deps_left[p] == 0:
-                    released.append((p, op_ready[p] + gap[p]))
+            complete(o, op_end[o])
             settle()
     if any(x > 0 for x in op_left) or any(x > 0 for x in op_deps_left):
         raise RuntimeError("schedule: dependency cycle, some transfers never became ready")
