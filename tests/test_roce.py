@@ -51,6 +51,35 @@ def test_icrc_matches_zlib_on_random_packets(hdr_bytes, payload_bytes):
     np.testing.assert_array_equal(roce.icrc(h, payload), np.array(want, dtype=np.uint32))
 
 
+def test_icrc_sized_matches_zlib_with_a_payload_per_packet():
+    """Packets sharing a header length but not a payload size (one call, tables per size)."""
+    rng = np.random.default_rng(7)
+    h = rng.integers(0, 256, size=(300, 44), dtype=np.uint8)
+    sizes = rng.choice([0, 4, 64, 1024, 4096, 1500], size=300)
+    payload_of = lambda n: bytes((np.arange(n) * 7 & 0xFF).astype(np.uint8))
+    masked = h.copy()
+    masked[:, [1, 8, 10, 11, 26, 27, 32]] = 0xFF
+    want = [zlib.crc32(b"\xff" * 8 + row.tobytes() + payload_of(n)) for row, n in zip(masked, sizes)]
+    np.testing.assert_array_equal(roce.icrc_sized(h, sizes, payload_of), np.array(want, dtype=np.uint32))
+
+
+@pytest.mark.parametrize("tail", [0, 3, 16, 1024 + 4])
+def test_icrc_psn_delta_is_the_crc_of_the_changed_packet(tail):
+    """ICRC of a packet with another PSN = old ICRC ^ delta (CRC linearity), for random PSNs."""
+    rng = np.random.default_rng(tail)
+    n_hdr = roce.IPV4.itemsize + roce.UDP.itemsize + roce.BTH_PSN_OFFSET + 3 + min(tail, 16)
+    payload = rng.integers(0, 256, size=tail - min(tail, 16), dtype=np.uint8).tobytes()
+    h = rng.integers(0, 256, size=(50, n_hdr), dtype=np.uint8)
+    psn_at = roce.IPV4.itemsize + roce.UDP.itemsize + roce.BTH_PSN_OFFSET
+    old = roce.icrc(h, payload)
+    new_psn = rng.integers(0, 1 << 24, size=50)
+    old_psn = (h[:, psn_at].astype(np.int64) << 16) | (h[:, psn_at + 1].astype(np.int64) << 8) | h[:, psn_at + 2]
+    h2 = h.copy()
+    roce.put_u24(h2[:, psn_at:psn_at + 3], new_psn)
+    got = old ^ roce.icrc_psn_delta(old_psn ^ new_psn, np.full(50, tail))
+    np.testing.assert_array_equal(got, roce.icrc(h2, payload))
+
+
 def test_icrc_ignores_masked_fields():
     frame = bytearray(bytes.fromhex(CNP_HEX))
     ip = 14

@@ -120,6 +120,15 @@ class Format:
             h["incl_len"], h["orig_len"] = incl, orig
         return h.view(np.uint8).reshape(n, -1)
 
+    def put_times(self, rows: np.ndarray, t_ns) -> None:
+        """Write timestamps into (n, >= rec_hdr_bytes) uint8 rows that start with record headers."""
+        at = EPB_HDR.fields["ts_high"][1] if self.pcapng else 0
+        words = rows[:, at:at + 8].view("<u4")
+        if self.pcapng:
+            words[:, 0], words[:, 1] = t_ns >> 32, t_ns & 0xFFFFFFFF
+        else:
+            words[:, 0], words[:, 1] = np.divmod(t_ns, 1_000_000_000)
+
     def trailers(self, incl, options) -> np.ndarray:
         """pcapng: the block length repeated after data + options: (n, 4) uint8."""
         return self.rec_bytes(incl, options).astype("<u4").view(np.uint8).reshape(-1, 4)

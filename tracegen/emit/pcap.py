@@ -1,9 +1,13 @@
 """The wire plan -> capture files: pcap / pcapng per NIC (host view), merged, per switch port or
 per lab tester port, written window by window from one reused buffer (bounded memory).
 
-Packets are built per file from the plan (packets.py): header columns as numpy arrays, one
-structured header array per opcode, ICRC by table lookups (CRC is affine in the headers and the
-payload is constant per size), then copied run by run into the record buffer.
+Packets are built per file from the plan (packets.py), a window at a time. The packets of one
+item (a run of one message's packets, or one control frame) and class (First/Only, Middle,
+Last; CE-marked or not) share every header byte but the PSN: one template row each (record
+header + frame headers, ICRC by table lookups: CRC is affine in the headers and the payload is
+constant per size), copied to its packets with one gather; per packet only the timestamp, the
+PSN and the ICRC change (the PSN's share of the CRC by lookup). Records land in the buffer by
+one fancy-index copy per record width through a byte-offset view.
   * Ethernet and TTL are those of the link the copy is on: a NIC's own capture has its sent
     frames as they leave (to its leaf's router MAC, TTL 64) and its received frames as they
     arrive (from its leaf's router MAC, TTL 64 - routers crossed).
@@ -306,6 +310,10 @@ def _slices(p: _Plan, fabric: Fabric, it: _Items, scratch):
     cuts = np.unique(np.r_[it.start[0], it.start[marks[marks < len(it.start)]]])
     cuts = np.r_[cuts, np.iinfo(np.int64).max]
     longest = int((it.end - it.start).max())
+    first_ns, mid_ns = p.wire.first, p.wire.mid
+    # Packet k of a burst starts first + (k - 1) * mid after the burst (only the last packet of a
+    # message has its own length, and nothing starts after it).
+    offset = lambda k: np.where(k > 0, first_ns + (k - 1) * mid_ns, 0)
     n_slices = 0
     if isinstance(scratch, _Scratch):
         scratch = (scratch,)
@@ -313,22 +321,20 @@ def _slices(p: _Plan, fabric: Fabric, it: _Items, scratch):
         a0, a, b = np.searchsorted(it.start, [t_a - longest, t_a, t_b])
         before = np.arange(a0, a)
         pos = np.r_[before[it.end[before] > t_a], np.arange(a, b)].astype(np.int64)
-        # Expand items into packets; keep those starting inside the window.
+        # Expand items into packets (li: the item's index in pos); keep those starting inside.
         n = it.npk[pos]
-        rep = np.repeat(pos, n)
-        j = it.ka[rep] + np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
-        m = it.msg[rep]
-        t = it.start[rep] + np.where(it.kind[rep] == DATA, p.offset(m, j) - p.offset(m, it.ka[rep]), 0)
+        li = np.repeat(np.arange(len(pos)), n)
+        j = np.arange(len(li)) - np.repeat(np.cumsum(n) - n, n) + it.ka[pos][li]
+        t = (it.start[pos] - offset(it.ka[pos]))[li] + offset(j)
         keep = (t >= t_a) & (t < t_b)
         if p.sel.window_ns is not None:
             keep &= (t >= p.sel.window_ns[0]) & (t < p.sel.window_ns[1])
         if not keep.any():
             continue
-        rep, j, t = rep[keep], j[keep], t[keep]
-        sel = np.lexsort((j, rep, t))
-        rep, j, t = rep[sel], j[sel], t[sel]
-        yield _records(p, fabric, it.kind[rep], it.msg[rep], it.pkt[rep], j, t, it.link[rep], it.iface[rep],
-                       scratch[n_slices % len(scratch)])
+        li, j, t = li[keep], j[keep], t[keep]
+        # File order: time, then item, then packet - the expansion order, so a stable sort on time.
+        sel = np.argsort(t, kind="stable")
+        yield _records(p, fabric, it, pos, li[sel], j[sel], t[sel], scratch[n_slices % len(scratch)])
         n_slices += 1
 
 
@@ -357,9 +363,121 @@ def _link_macs(fabric: Fabric, tx_nic, rx_nic, sport, hops, link):
     return src, dst
 
 
-def _records(p: _Plan, fabric: Fabric, kind, m, acked, j, t, link, iface, scratch: _Scratch):
+def _records(p: _Plan, fabric: Fabric, it: _Items, pos, li, j, t, scratch: _Scratch):
     """Capture records (header + frame [+ pcapng options, trailer]) of packets in file order,
-    as one byte buffer."""
+    as one byte buffer. pos: the window's items; per packet li (its item in pos), j (its
+    packet index in the item's message), t.
+
+    All packets of one item (a segment of one message, or one control frame) of one class
+    (First/Only, Middle, Last; CE-marked or not) have the same headers but for the PSN: one
+    template row each is built, copied to its packets, and only the timestamp, the PSN and the
+    ICRC (by CRC linearity from the template's) are written per packet."""
+    out, fmt, R = p.out, p.fmt, p.fmt.rec_hdr_bytes
+    n = len(li)
+    w_kind, w_msg = it.kind[pos], it.msg[pos]
+    w_npk = p.m_npk[w_msg]
+    cls = np.where(j == 0, 0, np.where(j == w_npk[li] - 1, 2, 1))
+    key = li * 6 + cls * 2
+    if len(p.ce_g):
+        key += (w_kind[li] == DATA) & (it.link[pos][li] >= 1) & _ce(p, w_msg[li], j)
+    used = np.flatnonzero(np.bincount(key, minlength=6 * len(pos)))
+    tid_of_key = np.zeros(6 * len(pos), np.int64)
+    tid_of_key[used] = np.arange(len(used))
+    tid = tid_of_key[key]
+    rep = np.empty(len(used), np.int64)
+    rep[tid] = np.arange(n)                  # any packet of a template stands for it
+    tl = li[rep]
+    tm = _templates(p, fabric, w_kind[tl], w_msg[tl], it.pkt[pos][tl], j[rep], it.link[pos][tl],
+                    it.iface[pos][tl], (used & 1).astype(bool))
+    width = tm.rows.shape[1]
+    rec_len = tm.rec_len[tid]
+    rec_off = np.cumsum(rec_len) - rec_len
+    total = int(rec_off[-1] + rec_len[-1])
+    buf = scratch.zeros(total + width)       # slack: the sliding views below end `width` early
+
+    rows = tm.rows.view(_void(width)).ravel()[tid].view(np.uint8).reshape(n, width)
+    fmt.put_times(rows, t)
+    # PSNs: a data packet's is its template's + (j - the template's j); control frames are alone.
+    psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK
+    col = R + tm.psn_col
+    rows[:, col], rows[:, col + 1], rows[:, col + 2] = psn >> 16, (psn >> 8) & 0xFF, psn & 0xFF
+    # Row bytes up to the record's end (a truncated record can be shorter than the row).
+    w_t = np.minimum(width, R + tm.incl)
+    if (w_t == width).all():
+        _at(buf, width)[rec_off] = rows.view(_void(width)).ravel()
+    else:
+        for w, g in _groups(w_t, tid):
+            _at(buf, w)[rec_off[g]] = np.ascontiguousarray(rows[g, :w]).view(_void(w)).ravel()
+    full = tm.full[tid]
+    if full.any():
+        f = np.flatnonzero(full)
+        ft = tid[f]
+        crc = tm.crc[ft] ^ roce.icrc_psn_delta(psn[f] ^ tm.psn[ft], tm.crc_tail[ft])
+        _at(buf, 4)[rec_off[f] + R + tm.frame_len[ft] - roce.ICRC_BYTES] = crc.astype("<u4").view(_void(4))
+    if out.payload == "pattern":
+        hdr = p.hdr_bytes[tm.op]
+        cnt = np.clip(np.minimum(tm.payload, tm.incl - hdr), 0, None)
+        start = R + hdr
+        for (cnt_b, start_b), g in _groups((cnt << 16) | start, tid, split=True):
+            if cnt_b:
+                _at(buf, cnt_b)[rec_off[g] + start_b] = _PATTERN[:cnt_b].view(_void(cnt_b))[0]
+    if fmt.pcapng:
+        _at(buf, 4)[rec_off + rec_len - 4] = tm.trailer.view(_void(4)).ravel()[tid]
+    if tm.comments is not None:
+        mv = memoryview(buf)
+        for at, k in zip((rec_off + R + _pad4(tm.incl[tid])).tolist(), tid.tolist()):
+            o = tm.comments[k]
+            mv[at:at + len(o)] = o
+    return buf[:total]
+
+
+def _void(w: int) -> np.dtype:
+    return np.dtype((np.void, w))
+
+
+def _at(buf: np.ndarray, w: int) -> np.ndarray:
+    """buf as w-byte items starting at every byte offset: v[off] is buf[off:off + w]. Assigning
+    items at many offsets is then one fancy-index copy of w bytes each (they must not overlap)."""
+    return np.ndarray((len(buf) - w + 1,), dtype=_void(w), buffer=buf, strides=(1,))
+
+
+def _groups(per_template: np.ndarray, tid: np.ndarray, split: bool = False):
+    """(value, packets) per distinct value of a template property; with split, values are
+    (hi << 16 | lo) pairs."""
+    u = np.unique(per_template)
+    values = per_template[tid]
+    if len(u) <= 4:                 # a few: one pass each beats a sort
+        groups = [(int(v), np.flatnonzero(values == v)) for v in u.tolist()]
+    else:
+        order = np.argsort(values, kind="stable")
+        bounds = np.searchsorted(values[order], u)
+        groups = [(int(v), order[lo:hi]) for v, lo, hi in zip(u.tolist(), bounds, np.r_[bounds[1:], len(values)])]
+    return [((v >> 16, v & 0xFFFF), g) for v, g in groups] if split else groups
+
+
+@dataclass
+class _Templates:
+    """One header row per template (record header but its timestamp, frame headers), and what
+    the packets of a template share."""
+    rows: np.ndarray        # (T, width) uint8
+    op: np.ndarray
+    payload: np.ndarray
+    frame_len: np.ndarray
+    incl: np.ndarray
+    rec_len: np.ndarray
+    j: np.ndarray           # the packet index the row was built for
+    psn: np.ndarray         # ... and its PSN
+    psn_col: int            # where the PSN is in a frame
+    full: np.ndarray        # frame captured whole: the record ends with the ICRC
+    crc: np.ndarray         # the template's ICRC
+    crc_tail: np.ndarray    # bytes the ICRC covers after the PSN (header tail, payload, pad)
+    trailer: np.ndarray | None
+    comments: list | None
+
+
+def _templates(p: _Plan, fabric: Fabric, kind, m, acked, j, link, iface, ce) -> _Templates:
+    """Header rows of template packets: `kind`, message, packet j, on link `link` (CE-marked
+    where ce)."""
     out, pmtu, l2, fmt = p.out, p.out.pmtu, roce.l2_bytes(p.out.vlan), p.fmt
     on_cts_qp = (kind == CTS) | (kind == ACK_CTS)
     c = np.where(on_cts_qp, p.m_conn[m] - p.m_q[m], p.m_conn[m])
@@ -374,96 +492,52 @@ def _records(p: _Plan, fabric: Fabric, kind, m, acked, j, t, link, iface, scratc
     comments = None
     opt_len = 0
     if p.row_comment is not None:
-        rows = p.m_row[m].tolist()
-        comments = [COMMENT_PREFIX[k] + p.row_comment[r] for k, r in zip(kind.tolist(), rows)]
-        opt_len = comment_option_bytes(np.array([len(x) for x in comments], np.int64))
+        rows_ = p.m_row[m].tolist()
+        texts = [COMMENT_PREFIX[k] + p.row_comment[r] for k, r in zip(kind.tolist(), rows_)]
+        comments = [comment_options(x) for x in texts]
+        opt_len = comment_option_bytes(np.array([len(x) for x in texts], np.int64))
     rec_len = fmt.rec_bytes(incl, opt_len)
-    rec_off = np.cumsum(rec_len) - rec_len
     R = fmt.rec_hdr_bytes
-    buf = scratch.zeros(int(rec_off[-1] + rec_len[-1]))
 
     # Who sends: data from the connection's sender, CTS, data ACKs and CNPs from its receiver.
     from_dst = (kind == CTS) | (kind == ACK_DATA) | is_cnp
     tx_nic, rx_nic = np.where(from_dst, p.c_dst[c], p.c_src[c]), np.where(from_dst, p.c_src[c], p.c_dst[c])
     acked = np.where(kind == ACK_DATA, acked, j)
     sport = np.where(is_cnp, 0, p.c_sport[c])
+    psn = np.where(on_cts_qp, p.m_cts_psn[m], np.where(is_cnp, 0, (p.m_psn[m] + acked) & roce.PSN_MASK))
     fields = dict(
         src_ip=fabric.nic_ip[tx_nic], dst_ip=fabric.nic_ip[rx_nic], payload=payload, frame_len=frame_len,
         ttl=IP_TTL - link, sport=sport,        # TTL: one less per router crossed so far
         tos=np.where(is_cnp, (congestion.CNP_DSCP << 2) | out.ecn,
-                     (out.dscp << 2) | np.where(is_data & (link >= 1) & _ce(p, m, j), congestion.ECN_CE, out.ecn)),
+                     (out.dscp << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn)),
         dest_qp=np.where(rx_nic == p.c_dst[c], p.c_qpn_dst[c], p.c_qpn_src[c]),
-        psn=np.where(on_cts_qp, p.m_cts_psn[m], np.where(is_cnp, 0, (p.m_psn[m] + acked) & roce.PSN_MASK)),
-        ack_req=np.where(is_data, j == npk - 1, is_cts),
-    )
-    # Extension-header fields: few packets carry them (First/Only/Last, ACKs), so they are
-    # computed per opcode group from its indices x rather than for every packet.
-    fields.update(
-        va=lambda x: np.where(is_cts[x], p.m_cts_va[m[x]], p.m_va[m[x]]).astype(np.uint64),
-        rkey=lambda x: np.where(is_cts[x], (p.c_qpn_src[c[x]] << 8) | 0xF1, (p.c_qpn_dst[c[x]] << 8) | 0x5D),
-        dma_len=lambda x: np.where(is_cts[x], CTS_BYTES, size[x]), imm=lambda x: p.m_imm[m[x]],
-        msn=lambda x: np.where(kind[x] == ACK_CTS, p.m_cts_psn[m[x]] + 1,
-                               p.m_done[m[x]] + (acked[x] == npk[x] - 1)) & roce.PSN_MASK,
+        psn=psn, ack_req=np.where(is_data, j == npk - 1, is_cts),
+        va=np.where(is_cts, p.m_cts_va[m], p.m_va[m]).astype(np.uint64),
+        rkey=np.where(is_cts, (p.c_qpn_src[c] << 8) | 0xF1, (p.c_qpn_dst[c] << 8) | 0x5D),
+        dma_len=np.where(is_cts, CTS_BYTES, size), imm=p.m_imm[m],
+        msn=np.where(kind == ACK_CTS, p.m_cts_psn[m] + 1, p.m_done[m] + (acked == npk - 1)) & roce.PSN_MASK,
     )
     eth_src, eth_dst = _link_macs(fabric, tx_nic, rx_nic, sport, p.c_hops[c], link)
     if p.l2_direct:
         eth_dst = rx_nic
     macs = _mac_table(fabric)
-    rec_hdr = fmt.headers(t, incl, frame_len, iface, opt_len)
-    # Rows in packet order: record header + frame headers (zero-padded to the widest), and the
-    # ICRC of the frames captured whole.
-    n = len(op)
-    codes = np.unique(op)
-    width = R + int(p.hdr_bytes[codes].max())
-    rows = np.zeros((n, width), np.uint8)
-    rows[:, :R] = rec_hdr
-    crc_rows = np.zeros((n, roce.ICRC_BYTES), np.uint8)
-    for code in codes.tolist():
-        g = np.flatnonzero(op == code)
-        # Only the fields this opcode's headers use are gathered.
-        hdrs = _headers(code, out, _Take(fields, g))
-        hb = hdrs.view(np.uint8).reshape(len(g), -1)
-        rows[g, R:R + hb.shape[1]] = hb
-        full = np.flatnonzero(incl[g] == frame_len[g])     # the ICRC is only there if captured
-        lens = payload[g][full]
-        for size_b in np.unique(lens).tolist():
-            sel = full[lens == size_b]
-            crc = roce.icrc(hb[sel, l2:], _payload_bytes(out.payload, size_b), out.ip_version)
-            crc_rows[g[sel]] = crc.astype("<u4").view(np.uint8).reshape(-1, 4)
-    # Every frame starts with the MACs: filled once for all opcodes (the ICRC never covers L2).
-    rows[:, R:R + 6], rows[:, R + 6:R + 12] = macs[eth_dst], macs[eth_src]
+    T = len(op)
+    hdr = p.hdr_bytes[op]
+    width = R + int(hdr.max())
+    rows = np.zeros((T, width), np.uint8)
+    rows[:, :R] = fmt.headers(np.zeros(T, np.int64), incl, frame_len, iface, opt_len)
+    rows[:, R:] = _headers(op, out, fields, macs[eth_dst], macs[eth_src], width - R)
+    psn_col = l2 + roce.ip_bytes(out.ip_version) + roce.UDP.itemsize + roce.BTH_PSN_OFFSET
+    tail = hdr - (psn_col + 3) + _pad4(payload)
+    full = incl == frame_len           # the ICRC is only there if captured
+    crc = np.zeros(T, np.uint32)
+    for n_hdr in np.unique(hdr[full]).tolist():
+        g = np.flatnonzero(full & (hdr == n_hdr))
+        crc[g] = roce.icrc_sized(rows[g, R + l2:R + n_hdr], payload[g],
+                                 lambda size: _payload_bytes(out.payload, size), out.ip_version)
     trailer = fmt.trailers(incl, opt_len) if fmt.pcapng else None
-    # Runs of consecutive records alike (captured and record length; opcode too with a pattern
-    # payload) are a regular (k, rec_len) view of the buffer: each field is one strided copy per
-    # run, no per-byte index. A row's zero padding only lands where payload (zeros) goes.
-    pattern = out.payload == "pattern"
-    key = (incl << 20) | rec_len
-    if pattern:
-        key = key | (op.astype(np.int64) << 40)
-    starts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1]
-    ends = np.r_[starts[1:], n]
-    for a, b, code, n_incl, n_rec, n_frame, n_pay, off in zip(
-            starts.tolist(), ends.tolist(), op[starts].tolist(), incl[starts].tolist(),
-            rec_len[starts].tolist(), frame_len[starts].tolist(), payload[starts].tolist(),
-            rec_off[starts].tolist()):
-        view = buf[off:off + (b - a) * n_rec].reshape(b - a, n_rec)
-        w = min(width, R + n_incl)
-        view[:, :w] = rows[a:b, :w]
-        if pattern and n_pay:
-            hdr = int(p.hdr_bytes[code])
-            cnt = min(n_pay, n_incl - hdr)
-            if cnt > 0:
-                view[:, R + hdr:R + hdr + cnt] = _PATTERN[:cnt]
-        if n_incl == n_frame:
-            view[:, R + n_frame - roce.ICRC_BYTES:R + n_frame] = crc_rows[a:b]
-        if trailer is not None:
-            view[:, n_rec - 4:] = trailer[a:b]
-    if comments is not None:
-        mv = memoryview(buf)
-        for at, text in zip((rec_off + R + _pad4(incl)).tolist(), comments):
-            o = comment_options(text)
-            mv[at:at + len(o)] = o
-    return buf
+    return _Templates(rows, op, payload, frame_len, incl, rec_len, j, psn, psn_col, full, crc, tail,
+                      trailer, comments)
 
 
 def _ce(p: _Plan, m, j) -> np.ndarray:
@@ -475,29 +549,20 @@ def _ce(p: _Plan, m, j) -> np.ndarray:
     return p.ce_g[pos] == g
 
 
-class _Take(dict):
-    """fields[k][idx] (or fields[k](idx) for a field computed per group), on first use."""
-
-    def __init__(self, fields: dict, idx: np.ndarray):
-        super().__init__()
-        self.fields, self.idx = fields, idx
-
-    def __missing__(self, k):
-        src = self.fields[k]
-        v = self[k] = src(self.idx) if callable(src) else src[self.idx]
-        return v
-
-
-def _headers(code: int, out: Output, f: dict, eth_dst=None, eth_src=None) -> np.ndarray:
-    """Fill one structured header array for packets that share an opcode (MACs left zero when
-    not given: _records puts them in for all opcodes at once)."""
-    h = np.zeros(len(f["psn"]), roce.frame_dtype(code, out.vlan, out.ip_version))
-    if eth_dst is not None:
-        h["eth"]["dst"], h["eth"]["src"] = eth_dst, eth_src
+def _headers(op: np.ndarray, out: Output, f: dict, eth_dst, eth_src, width: int) -> np.ndarray:
+    """(n, width) uint8: every header of each frame, Ethernet to the last extension header,
+    zero-padded. The headers up to the BTH are common to all opcodes and filled for all frames
+    at once; the extension headers (RETH, ImmDt, AETH; a CNP's reserved 16 bytes stay zero)
+    are placed after the BTH per opcode."""
+    n = len(op)
+    base = roce.base_dtype(out.vlan, out.ip_version)
+    h = np.zeros(n, base)
+    h["eth"]["dst"], h["eth"]["src"] = eth_dst, eth_src
+    is_cnp = op == Opcode.CNP
     ethertype = roce.ETHERTYPE_IPV6 if out.ip_version == 6 else roce.ETHERTYPE_IPV4
     if out.vlan:
         h["eth"]["ethertype"] = roce.ETHERTYPE_DOT1Q
-        pcp = congestion.CNP_PCP if code == Opcode.CNP else out.pcp
+        pcp = np.where(is_cnp, congestion.CNP_PCP, out.pcp)
         h["vlan"]["tci"] = (pcp << 13) | out.vlan_id
         h["vlan"]["ethertype"] = ethertype
     else:
@@ -525,24 +590,32 @@ def _headers(code: int, out: Output, f: dict, eth_dst=None, eth_src=None) -> np.
     udp["sport"], udp["dport"] = f["sport"], roce.ROCEV2_UDP_PORT
     udp["len"] = l4_len
     bth = h["bth"]
-    bth["opcode"] = code
-    if code == Opcode.CNP:        # as a ConnectX sends it: M = 0, BECN set
-        bth["fecn_becn"] = roce.BTH_BECN
-    else:
-        bth["flags"] = roce.BTH_MIGREQ | ((-f["payload"] & 3) << 4)
+    bth["opcode"] = op
+    # A CNP as a ConnectX sends it: M = 0, BECN set.
+    bth["flags"] = np.where(is_cnp, 0, roce.BTH_MIGREQ | ((-f["payload"] & 3) << 4))
+    bth["fecn_becn"] = np.where(is_cnp, roce.BTH_BECN, 0)
     bth["pkey"] = out.pkey
     roce.put_u24(bth["dest_qp"], f["dest_qp"])
     bth["ack_req"] = np.where(f["ack_req"], roce.BTH_ACKREQ, 0)
     roce.put_u24(bth["psn"], f["psn"])
-    names = h.dtype.names
-    if "reth" in names:
-        h["reth"]["va"], h["reth"]["rkey"], h["reth"]["dma_len"] = f["va"], f["rkey"], f["dma_len"]
-    if "immdt" in names:
-        h["immdt"]["imm"] = f["imm"]        # NCCL puts the message size in the immediate
-    if "aeth" in names:
-        h["aeth"]["syndrome"] = roce.AETH_ACK
-        roce.put_u24(h["aeth"]["msn"], f["msn"])
-    return h
+    rows = np.zeros((n, width), np.uint8)
+    rows[:, :base.itemsize] = h.view(np.uint8).reshape(n, -1)
+    # Extension headers, each where the opcode's layout puts it.
+    for name, ext, offset, ops in roce.EXT_PLACES:
+        g = np.flatnonzero(np.isin(op, ops))
+        if not len(g) or name == "cnp":          # a CNP's 16 reserved bytes stay zero
+            continue
+        e = np.zeros(len(g), ext)
+        if name == "reth":
+            e["va"], e["rkey"], e["dma_len"] = f["va"][g], f["rkey"][g], f["dma_len"][g]
+        elif name == "immdt":
+            e["imm"] = f["imm"][g]            # NCCL puts the message size in the immediate
+        else:
+            e["syndrome"] = roce.AETH_ACK
+            roce.put_u24(e["msn"], f["msn"][g])
+        at = base.itemsize + offset
+        rows[g, at:at + ext.itemsize] = e.view(np.uint8).reshape(len(g), -1)
+    return rows
 
 
 def _payload_bytes(kind: str, n: int) -> bytes:

@@ -49,6 +49,7 @@ AETH_ACK = 0x1F        # ACK, credits invalid (what RoCE NICs send)
 ICRC_BYTES = 4
 WIRE_OVERHEAD_BYTES = 4 + 8 + 12   # FCS + preamble/SFD + inter-frame gap: on the wire, not in a pcap
 PSN_MASK = 0xFFFFFF
+BTH_PSN_OFFSET = 9                # PSN: the last 3 bytes of the 12-byte BTH
 
 
 class Opcode(enum.IntEnum):
@@ -82,6 +83,27 @@ def frame_dtype(opcode: int, vlan: bool, ip_version: int = 4) -> np.dtype:
     parts += [("ip", IPV6 if ip_version == 6 else IPV4), ("udp", UDP), ("bth", BTH),
               *EXT_HEADERS[Opcode(opcode)]]
     return np.dtype(parts)
+
+
+@lru_cache(maxsize=None)
+def base_dtype(vlan: bool, ip_version: int = 4) -> np.dtype:
+    """The headers every RoCEv2 frame has: Ethernet (+802.1Q), IP, UDP, BTH."""
+    parts = [("eth", ETH)] + ([("vlan", DOT1Q)] if vlan else [])
+    return np.dtype(parts + [("ip", IPV6 if ip_version == 6 else IPV4), ("udp", UDP), ("bth", BTH)])
+
+
+def _ext_places():
+    """(name, dtype, offset after the BTH, opcodes) of every extension header placement."""
+    places = {}
+    for op, headers in EXT_HEADERS.items():
+        offset = 0
+        for name, dt in headers:
+            places.setdefault((name, offset), (dt, []))[1].append(int(op))
+            offset += dt.itemsize
+    return tuple((name, dt, offset, ops) for (name, offset), (dt, ops) in places.items())
+
+
+EXT_PLACES = _ext_places()
 
 
 def l2_bytes(vlan: bool) -> int:
@@ -178,10 +200,8 @@ def _payload_tables(payload: bytes) -> tuple[int, np.ndarray]:
     return f0, _xor_of_bits(basis.reshape(4, 8))
 
 
-def icrc(headers: np.ndarray, payload: bytes = b"", ip_version: int = 4) -> np.ndarray:
-    """ICRC (the zlib.crc32 value; stored little-endian on the wire) of n packets that share one
-    header length and one payload (incl. pad bytes). headers: uint8 (n, L) from the IP header
-    to the end of the transport headers; masked fields are forced to ones here."""
+def _header_crc(headers: np.ndarray, ip_version: int) -> np.ndarray:
+    """CRC state after LRH' and the (masked) headers, per row of uint8 (n, L)."""
     h = np.array(headers, dtype=np.uint8, copy=True, ndmin=2)
     if ip_version == 6:
         for off, bits in ICRC_MASKS_V6:
@@ -197,8 +217,62 @@ def icrc(headers: np.ndarray, payload: bytes = b"", ip_version: int = 4) -> np.n
                   dtype=np.uint32)
     if len(var_cols):
         crc ^= np.bitwise_xor.reduce(table[var_cols, h[:, var_cols]], axis=1)
+    return crc
+
+
+def icrc(headers: np.ndarray, payload: bytes = b"", ip_version: int = 4) -> np.ndarray:
+    """ICRC (the zlib.crc32 value; stored little-endian on the wire) of n packets that share one
+    header length and one payload (incl. pad bytes). headers: uint8 (n, L) from the IP header
+    to the end of the transport headers; masked fields are forced to ones here."""
+    crc = _header_crc(headers, ip_version)
     if payload:
         f0, t = _payload_tables(bytes(payload))
         crc = (f0 ^ t[0][crc & 0xFF] ^ t[1][(crc >> 8) & 0xFF]
                ^ t[2][(crc >> 16) & 0xFF] ^ t[3][crc >> 24]).astype(np.uint32)
     return crc
+
+
+def icrc_sized(headers: np.ndarray, payload_bytes, payload_of, ip_version: int = 4) -> np.ndarray:
+    """icrc() of n packets that share a header length but not a payload size: packet i carries
+    payload_of(payload_bytes[i]) (pad included)."""
+    crc = _header_crc(headers, ip_version)
+    sizes, which = np.unique(np.asarray(payload_bytes, np.int64), return_inverse=True)
+    if len(sizes) == 1 and sizes[0] == 0 and not payload_of(0):
+        return crc
+    f0 = np.zeros(len(sizes), np.uint32)
+    t = np.zeros((len(sizes), 4, 256), np.uint32)
+    for k, size in enumerate(sizes.tolist()):
+        data = payload_of(size)
+        if data:
+            f0[k], t[k] = _payload_tables(bytes(data))
+        else:                       # nothing follows: the identity map
+            t[k] = np.arange(256, dtype=np.uint32) << (8 * np.arange(4, dtype=np.uint32))[:, None]
+    return (f0[which] ^ t[which, 0, crc & 0xFF] ^ t[which, 1, (crc >> 8) & 0xFF]
+            ^ t[which, 2, (crc >> 16) & 0xFF] ^ t[which, 3, crc >> 24]).astype(np.uint32)
+
+
+@lru_cache(maxsize=256)
+def _psn_delta_table(tail_bytes: int) -> np.ndarray:
+    """(3, 256): what each PSN byte value adds to the ICRC when `tail_bytes` covered bytes follow
+    the PSN (the rest of the headers, payload, pad). CRC-32 is affine, so for strings of one
+    length crc(a ^ d) = crc(a) ^ crc(d) ^ crc(0): a change d at the PSN adds crc(d) ^ crc(0),
+    and leading bytes do not matter."""
+    zero = bytearray(3 + tail_bytes)
+    base = zlib.crc32(zero)
+    basis = np.empty((3, 8), dtype=np.uint32)
+    for k in range(3):
+        for bit in range(8):
+            zero[k] = 1 << bit
+            basis[k, bit] = zlib.crc32(zero) ^ base
+        zero[k] = 0
+    return _xor_of_bits(basis)
+
+
+def icrc_psn_delta(psn_xor, tail_bytes) -> np.ndarray:
+    """Per packet: what to XOR into an ICRC when its PSN changes by psn_xor (old ^ new), with
+    tail_bytes covered bytes after the PSN."""
+    psn_xor, tail_bytes = np.asarray(psn_xor, np.int64), np.asarray(tail_bytes, np.int64)
+    tails, which = np.unique(tail_bytes, return_inverse=True)
+    tables = np.stack([_psn_delta_table(int(x)) for x in tails])
+    return (tables[which, 0, psn_xor >> 16] ^ tables[which, 1, (psn_xor >> 8) & 0xFF]
+            ^ tables[which, 2, psn_xor & 0xFF])
