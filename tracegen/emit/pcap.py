@@ -395,19 +395,19 @@ def _records(p: _Plan, fabric: Fabric, it: _Items, pos, li, j, t, scratch: _Scra
     total = int(rec_off[-1] + rec_len[-1])
     buf = scratch.zeros(total + width)       # slack: the sliding views below end `width` early
 
-    rows = tm.rows.view(_void(width)).ravel()[tid].view(np.uint8).reshape(n, width)
-    fmt.put_times(rows, t)
     # PSNs: a data packet's is its template's + (j - the template's j); control frames are alone.
     psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK
     col = R + tm.psn_col
-    rows[:, col], rows[:, col + 1], rows[:, col + 2] = psn >> 16, (psn >> 8) & 0xFF, psn & 0xFF
-    # Row bytes up to the record's end (a truncated record can be shorter than the row).
-    w_t = np.minimum(width, R + tm.incl)
-    if (w_t == width).all():
-        _at(buf, width)[rec_off] = rows.view(_void(width)).ravel()
-    else:
-        for w, g in _groups(w_t, tid):
-            _at(buf, w)[rec_off[g]] = np.ascontiguousarray(rows[g, :w]).view(_void(w)).ravel()
+    # Per record width (a truncated record can be shorter than a template row): template rows
+    # gathered, timestamps and PSNs put in, rows copied to their records' offsets.
+    for w, g in _groups(np.minimum(width, R + tm.incl), tid):
+        tmpl = np.ascontiguousarray(tm.rows[:, :w]).view(_void(w)).ravel()
+        rows = tmpl[tid[g]].view(np.uint8).reshape(-1, w)
+        fmt.put_times(rows, t[g])
+        for k, byte in enumerate((psn[g] >> 16, psn[g] >> 8, psn[g])):
+            if col + k < w:
+                rows[:, col + k] = byte & 0xFF
+        _at(buf, w)[rec_off[g]] = rows.view(_void(w)).ravel()
     full = tm.full[tid]
     if full.any():
         f = np.flatnonzero(full)
@@ -445,6 +445,8 @@ def _groups(per_template: np.ndarray, tid: np.ndarray, split: bool = False):
     """(value, packets) per distinct value of a template property; with split, values are
     (hi << 16 | lo) pairs."""
     u = np.unique(per_template)
+    if len(u) == 1:
+        return [((int(u[0]) >> 16, int(u[0]) & 0xFFFF) if split else int(u[0]), slice(None))]
     values = per_template[tid]
     if len(u) <= 4:                 # a few: one pass each beats a sort
         groups = [(int(v), np.flatnonzero(values == v)) for v in u.tolist()]
