@@ -5,6 +5,7 @@
            only, what a switch lab usually keeps)
   scapy    Ether/Dot1Q/IP/UDP/BTH built and written per packet by scapy (a sample, scaled up)
   tofile   ndarray.tofile() of our finished bytes: the disk's ceiling
+Every timed run starts the same way (previous files deleted, memory settled for --settle s).
 Disk speed in VMs varies a lot from run to run; --dir /dev/shm leaves the disk out.
 
 Run: python bench/bench_pcap.py [--nodes 16] [--steps 6] [--dir /dev/shm]
@@ -120,7 +121,7 @@ def _peak_rss_child(nodes: int, steps: int, scratch_dir: str | None) -> tuple[in
     import json
     import subprocess
     code = f"""
-import json, resource, sys, tempfile
+import json, sys, tempfile
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 import bench_pcap as b
 from tracegen.config import Cluster, Job, Output, Parallelism
@@ -132,7 +133,9 @@ flows = b.ring_flows(fabric, {nodes}, {steps})
 out = Output(snaplen=128, max_bytes=0)
 with tempfile.TemporaryDirectory(dir={scratch_dir!r}) as d:
     write_pcaps(flows, fabric, out, d)
-print(json.dumps([estimate_pcap(flows, fabric, out)[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))
+# VmHWM: this process's own peak (ru_maxrss would carry the parent's over fork + exec)
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(json.dumps([estimate_pcap(flows, fabric, out)[0], hwm * 1024]))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return tuple(json.loads(res.stdout.strip().splitlines()[-1]))
@@ -143,9 +146,11 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--sample", type=int, default=1500, help="packets scapy builds")
-    ap.add_argument("--repeat", type=int, default=2, help="runs of our writer; the best counts")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs (rounds) of each writer")
     ap.add_argument("--dir", default=None, help="scratch folder (e.g. /dev/shm to leave the disk out)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
+    ap.add_argument("--settle", type=float, default=3.0,
+                    help="seconds to wait after deleting a run's files before the next timed run")
     args = ap.parse_args()
 
     job = Job(parallelism=Parallelism(dp=args.nodes, tp=2, pp=1, global_batch=args.nodes),
@@ -160,46 +165,67 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         tmp = Path(tmp)
         results, cpu_s = {}, {}
-        for label, out in (("full", full), ("snap", headers)):
-            best, cpu = float("inf"), float("inf")
-            for rep in range(args.repeat):
-                d = tmp / f"{label}{rep}"
-                d.mkdir()
-                t0, c0 = time.perf_counter(), time.process_time()
-                paths = write_pcaps(flows, fabric, out, d)
-                best = min(best, time.perf_counter() - t0)
-                cpu = min(cpu, time.process_time() - c0)
-                if rep + 1 < args.repeat:
-                    for p in paths:
-                        p.unlink()
-            results[label] = (estimate_pcap(flows, fabric, out)[0], sum(p.stat().st_size for p in paths), best)
-            cpu_s[label] = cpu
-            if out is full:
-                full_paths = paths
-            else:
-                for p in paths:
-                    p.unlink()
 
-        # The same bytes built but never written: what the writer costs without the disk.
+        def settle():
+            # Every timed run starts alike: the previous run's files are gone and the memory they
+            # held has settled. (On a VM with free page reporting, freed pages go back to the
+            # host within ~1 s and cost a host fault on the next touch; a writer that starts
+            # right after a delete reuses hot pages and looks up to 2x faster than it is.)
+            time.sleep(args.settle)
+
+        def run(fn):
+            """(seconds, CPU seconds, bytes) of fn() started from an empty, settled folder."""
+            for p in tmp.iterdir():
+                p.unlink()
+            settle()
+            t0, c0 = time.perf_counter(), time.process_time()
+            nbytes = fn()
+            return time.perf_counter() - t0, time.process_time() - c0, nbytes
+
+        def ours(out):
+            return lambda: sum(p.stat().st_size for p in write_pcaps(flows, fabric, out, tmp))
+
+        snap_runs = [run(ours(headers)) for _ in range(args.repeat)]
+        results["snap"] = (estimate_pcap(flows, fabric, headers)[0], snap_runs[0][2], min(r[0] for r in snap_runs))
+        cpu_s["snap"] = min(r[1] for r in snap_runs)
+        run(ours(full))
+        # Our finished bytes, in memory: what tofile writes.
+        finished = [(p.name, np.fromfile(p, dtype=np.uint8)) for p in sorted(tmp.iterdir())]
+
+        def raw():
+            for name, a in finished:
+                a.tofile(tmp / name)
+            return sum(len(a) for _, a in finished)
+
+        # Full frames vs tofile of the same bytes (one file per NIC, as ours): alternating
+        # rounds, since the VM's write speed drifts between runs; medians and per-round ratios.
+        rounds = []
+        for r in range(args.repeat):
+            if r % 2 == 0:
+                o = run(ours(full))
+                t = run(raw)
+            else:
+                t = run(raw)
+                o = run(ours(full))
+            rounds.append((o, t))
+        med = lambda xs: float(np.median(xs))
+        total_bytes = sum(len(a) for _, a in finished)
+        results["full"] = (n_pkts, total_bytes, med([o[0] for o, _ in rounds]))
+        cpu_s["full"] = med([o[1] for o, _ in rounds])
+        results["tofile"] = (n_pkts, total_bytes, med([t[0] for _, t in rounds]))
+        cpu_s["tofile"] = med([t[1] for _, t in rounds])
+        round_ratios = [t[0] / o[0] for o, t in rounds]
+
+        # The same bytes built but never written: what the writer costs without the file system.
         t0, c0 = time.perf_counter(), time.process_time()
         built = _build_only(flows, fabric, full)
         results["build"] = (n_pkts, built, time.perf_counter() - t0)
         cpu_s["build"] = time.process_time() - c0
 
         # scapy: build + write a sample of the very same packets, scaled to the whole trace.
-        recs = read_records(full_paths[0], args.sample)
+        recs = read_records(tmp / finished[0][0], args.sample)
         dt = scapy_rebuild(recs, tmp / "scapy.pcap")
         results["scapy"] = (n_pkts, n_bytes, dt / len(recs) * n_pkts)
-
-        # tofile: our bytes, already in memory, straight to disk (file by file, same footprint).
-        dt = 0.0
-        for p in full_paths:
-            a = np.fromfile(p, dtype=np.uint8)
-            p.unlink()
-            t0 = time.perf_counter()
-            a.tofile(p)
-            dt += time.perf_counter() - t0
-        results["tofile"] = (n_pkts, n_bytes, dt)
 
     labels = {"full": "ours, full frames + ICRC", "build": "ours, bytes only (no file I/O)",
               "snap": "ours, snaplen 128 (headers)", "scapy": f"scapy build+write ({len(recs)} sampled)",
@@ -210,7 +236,9 @@ def main() -> None:
         pk, nb, dt = results[key]
         cpu = f"{cpu_s[key]:7.2f}" if key in cpu_s else f"{'':7s}"
         print(f"{labels[key]:40s} {pk / dt:14,.0f} {nb / dt / 1e6:9.0f} {dt:9.2f} {cpu} {dt / ours:12.2f}x")
-    print("(CPU s: both threads of our writer; on a shared machine wall time includes waiting for a core)")
+    print(f"(snaplen: best of {args.repeat}; full and tofile: medians of {args.repeat} alternating rounds; "
+          "CPU s: both threads of our writer)")
+    print("full/tofile per round: " + "  ".join(f"{x:.0%}" for x in round_ratios))
 
     snap_pps = results["snap"][0] / results["snap"][2]
     scapy_pps = results["scapy"][0] / results["scapy"][2]
@@ -221,7 +249,7 @@ def main() -> None:
     rows = [("header-only packets/s (snaplen 128)", f"{snap_pps / 1e6:.2f} M", ">= 2 M", snap_pps >= 2e6),
             ("  same, per CPU-second", f"{snap_cpu_pps / 1e6:.2f} M", ">= 2 M", snap_cpu_pps >= 2e6),
             ("header-only vs scapy", f"{snap_pps / scapy_pps:,.0f}x", ">= 2000x", snap_pps / scapy_pps >= 2000),
-            ("full payload + ICRC vs tofile (bytes/s)", f"{full_rate / raw_rate:.0%}", ">= 70%",
+            ("full payload + ICRC vs tofile (median)", f"{full_rate / raw_rate:.0%}", ">= 70%",
              full_rate / raw_rate >= 0.7)]
     if not args.no_memory:
         (p1, m1), (p2, m2) = (_peak_rss_child(args.nodes, s, args.dir) for s in (args.steps, 4 * args.steps))
