@@ -13,6 +13,7 @@ pytest.importorskip("scapy.all")
 import test_pcap as tp  # noqa: E402  (same folder: its independent model of the wire)
 
 from tracegen.config import Output  # noqa: E402
+from tracegen.tables import Dim  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +25,11 @@ def default_run(tmp_path_factory):
     with open(root / "flows.csv") as f:
         rows = list(csv.DictReader(f))
     link = {"NET": tp.NET, "NVLINK": tp.NVL}
+    # NCCL opens connections per communicator: one per parallelism group (sequence parallelism
+    # shares tensor parallelism's), numbered in Dim order.
+    comm = lambda dim: Dim["TP" if dim == "SP" else dim] + 1
     spec = [(int(r["src_nic"]), int(r["dst_nic"]), int(r["channel"]), int(r["wire_bytes"]),
-             int(r["max_msg_bytes"]), int(r["start_ns"]), link[r["link"]]) for r in rows]
+             int(r["max_msg_bytes"]), int(r["start_ns"]), link[r["link"]], comm(r["dim"])) for r in rows]
     paths = sorted((root / "pcap").glob("*.pcap"))
     out = Output()
     files = {}

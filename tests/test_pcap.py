@@ -75,12 +75,19 @@ CONFIGS = {
 
 # --- an independent model of what must be on the wire ------------------------------------------
 
+def conn_of(row):
+    """The NCCL connection of a spec row: (src, dst, communicator, channel). An optional 8th
+    field names the communicator (0 when absent); a connection never spans two."""
+    return (row[0], row[1], row[7] if len(row) > 7 else 0, row[2])
+
+
 def expected_qpns(spec):
     """Connections sorted; per NIC QPNs counting up from 0x100 (sender's, then receiver's)."""
-    conns = sorted({(s, d, ch) for s, d, ch, _, _, _, link in spec if link == NET})
+    conns = sorted({conn_of(r) for r in spec if r[6] == NET})
     nxt, qpn = defaultdict(lambda: 0x100), {}
-    for s, d, ch in conns:
-        qpn[(s, d, ch)] = (nxt[s], nxt[d])
+    for conn in conns:
+        s, d = conn[:2]
+        qpn[conn] = (nxt[s], nxt[d])
         nxt[s] += 1
         nxt[d] += 1
     return qpn
@@ -89,30 +96,31 @@ def expected_qpns(spec):
 def expected_messages(spec):
     """Message sizes per connection, in flow start order."""
     msgs = defaultdict(list)
-    for s, d, ch, nbytes, mm, start, link in sorted(spec, key=lambda r: r[5]):
+    for row in sorted(spec, key=lambda r: r[5]):
+        nbytes, mm, link = row[3], row[4], row[6]
         if link != NET:
             continue
         n = max(1, math.ceil(nbytes / mm))
-        msgs[(s, d, ch)] += [mm] * (n - 1) + [nbytes - (n - 1) * mm]
+        msgs[conn_of(row)] += [mm] * (n - 1) + [nbytes - (n - 1) * mm]
     return msgs
 
 
 def qp_owner(qpn, src, dst, dqpn):
     """(connection, is_data) of requests src -> dst addressed to QP dqpn."""
-    for (s, d, ch), (qs, qd) in qpn.items():
-        if (s, d) == (src, dst) and qd == dqpn:
-            return (s, d, ch), True
-        if (s, d) == (dst, src) and qs == dqpn:
-            return (s, d, ch), False
+    for conn, (qs, qd) in qpn.items():
+        if conn[:2] == (src, dst) and qd == dqpn:
+            return conn, True
+        if conn[:2] == (dst, src) and qs == dqpn:
+            return conn, False
     raise AssertionError(f"no connection for {src}->{dst} QP {dqpn:#x}")
 
 
 def responder_qp(qpn, requester, requester_qp, responder):
     """The QP on `responder` paired with `requester_qp` on `requester`."""
-    for (s, d, ch), (qs, qd) in qpn.items():
-        if (s, d) == (requester, responder) and qs == requester_qp:
+    for conn, (qs, qd) in qpn.items():
+        if conn[:2] == (requester, responder) and qs == requester_qp:
             return qd
-        if (s, d) == (responder, requester) and qd == requester_qp:
+        if conn[:2] == (responder, requester) and qd == requester_qp:
             return qs
     raise AssertionError("unknown QP")
 

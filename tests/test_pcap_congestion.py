@@ -121,7 +121,7 @@ def test_ce_marks_only_in_receiver_copies(run):
 def test_cnps_parse_keep_the_gap_and_follow_ce_marks(run):
     out, spec, paths, files, cnps = run
     qpn = tp.expected_qpns(spec)
-    sender_qp = {(s, d, qs): (s, d, ch) for (s, d, ch), (qs, qd) in qpn.items()}
+    sender_qp = {conn[:2] + (qs,): conn for conn, (qs, qd) in qpn.items()}
     for path, (_, _, pkts) in files.items():
         nic = nic_of(path)
         ce_end = defaultdict(list)       # per connection: CE-marked arrivals (end of frame)

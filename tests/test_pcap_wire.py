@@ -92,19 +92,20 @@ def decode(frame: bytes, out: Output, t: int, orig: int, ce_ok: bool = False) ->
 # --- the model ------------------------------------------------------------------------------------
 
 def expected_qps(spec, nq):
-    """{(s, d, ch, q): (QPN on s, QPN on d)}: per NIC from 0x100 in sorted (s, d, ch, q) order."""
-    conns = sorted({(s, d, ch) for s, d, ch, _, _, _, link in spec if link == tp.NET})
+    """{connection + (q,): (QPN on s, QPN on d)}: per NIC from 0x100 in sorted order."""
+    conns = sorted({tp.conn_of(r) for r in spec if r[6] == tp.NET})
     nxt, qpn = defaultdict(lambda: 0x100), {}
-    for s, d, ch in conns:
+    for conn in conns:
+        s, d = conn[:2]
         for q in range(nq):
-            qpn[(s, d, ch, q)] = (nxt[s], nxt[d])
+            qpn[conn + (q,)] = (nxt[s], nxt[d])
             nxt[s] += 1
             nxt[d] += 1
     return qpn
 
 
 def expected_writes(spec, nq, split):
-    """{(s, d, ch, q): [(dma_len, imm), ...]} in the order that QP sends them."""
+    """{connection + (q,): [(dma_len, imm), ...]} in the order that QP sends them."""
     writes = defaultdict(list)
     for conn, sizes in tp.expected_messages(spec).items():
         for i, size in enumerate(sizes):
@@ -146,9 +147,10 @@ def test_qps_messages_psns_sports(run):
     out, spec, nq, paths, files = run
     qps, writes = expected_qps(spec, nq), expected_writes(spec, nq, out.qp_split)
     owner = {}
-    for (s, d, ch, q), (qs, qd) in qps.items():
-        owner[(s, d, qd)] = ((s, d, ch, q), True)        # data to the receiver's QP
-        owner[(d, s, qs)] = ((s, d, ch, q), False)       # CTS to the sender's QP
+    for conn_q, (qs, qd) in qps.items():
+        s, d = conn_q[:2]
+        owner[(s, d, qd)] = (conn_q, True)        # data to the receiver's QP
+        owner[(d, s, qs)] = (conn_q, False)       # CTS to the sender's QP
     seen = set()
     for path, (_, _, pkts) in files.items():
         seqs = defaultdict(list)
@@ -172,8 +174,8 @@ def test_qps_messages_psns_sports(run):
                     i += n
                 assert got == writes[qp], qp
             else:      # CTS: one per NCCL message, only on the connection's QP 0
-                assert qp[3] == 0
-                assert len(seq) == len(tp.expected_messages(spec)[qp[:3]])
+                assert qp[-1] == 0
+                assert len(seq) == len(tp.expected_messages(spec)[qp[:-1]])
                 assert all(p.opcode == tp.OP_ONLY and p.reth[2] == 64 for p in seq)
             seen.add((key, path.name))
     n_data_qps = sum(1 for qp in qps if writes[qp])
@@ -252,3 +254,35 @@ def test_tshark_reads_every_packet_like_scapy(run):
             want_src = (str(ipaddress.IPv6Address((0xFD << 120) | int(FABRIC.nic_ip[p.src])))
                         if out.ip_version == 6 else FABRIC.nic_ip_str(p.src))
             assert src == want_src
+
+
+def test_communicators_open_their_own_qps(tmp_path):
+    """NCCL opens connections per communicator: flows between the same two ranks on the same
+    channel from different parallelism groups (DP, TP, embedding) travel on different QPs, while
+    sequence parallelism rides the tensor-parallel communicator (Megatron-LM)."""
+    import numpy as np
+
+    from tracegen.tables import COMMOP_DTYPE, CommOps, Dim, Flows, Ragged
+
+    sizes, dims = (100, 200, 300, 400), (Dim.DP, Dim.TP, Dim.SP, Dim.EMB)
+    base = tp.make_flows([(0, 2, 0, size, tp.MiB, 10_000 * k, tp.NET) for k, size in enumerate(sizes)])
+    ops = np.zeros(len(dims), COMMOP_DTYPE)
+    ops["op_id"], ops["dim"] = np.arange(len(dims)), dims
+    rows = base.rows.copy()
+    rows["op_id"] = np.arange(len(dims))
+    flows = Flows(rows, base.deps, CommOps(ops, Ragged.empty(len(dims)), Ragged.empty(len(dims))))
+    paths = write_pcaps(flows, FABRIC, Output(), tmp_path)
+    receiver = next(p for p in paths if p.name.startswith(FABRIC.nic_name(2)))
+    seen = {}
+    for _, _, _, frame in tp.read_pcap(receiver)[1]:
+        p = Ether(frame)
+        if p[BTH].opcode == 0x0B and p[IP].src == FABRIC.nic_ip_str(0):     # WRITE Only-Imm
+            reth = bytes(p[BTH].payload)[:16]
+            seen[int.from_bytes(reth[12:16], "big")] = (p[BTH].dqpn, p[BTH].psn, p[UDP].sport)
+    assert sorted(seen) == list(sizes)
+    qp = {size: seen[size][0] for size in sizes}
+    assert len({qp[100], qp[200], qp[400]}) == 3             # DP, TP, EMB: three QPs
+    assert qp[200] == qp[300]                                # SP on TP's communicator
+    assert (seen[200][1], seen[300][1]) == (0, 1)            # PSNs continue on the shared QP
+    assert seen[100][1] == seen[400][1] == 0                 # each fresh QP starts at PSN 0
+    assert len({seen[s][2] for s in (100, 200, 400)}) == 3   # and hashes to its own UDP port

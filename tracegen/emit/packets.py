@@ -18,7 +18,9 @@ packets between two control frames), so memory scales with messages and control 
 with packets. Packets are made per NIC only, window by window in time, into a reused buffer.
 
 Choices where NCCL/mlx5 leave freedom (all deterministic):
-  * QPNs per NIC from 0x100 in sorted (src, dst, channel, QP index) order; PSNs and MSNs per QP
+  * One NCCL connection per (sender, receiver, communicator, channel): communicators (the
+    parallelism dimension's group: DP, TP (+SP), PP, CP, EP, EDP, embedding) never share QPs.
+  * QPNs per NIC from 0x100 in sorted (src, dst, communicator, channel, QP index) order; PSNs and MSNs per QP
     direction follow the order messages actually leave; M (MigReq) = 1 as mlx5 QPs start MIGRATED.
   * nccl.qps_per_connection > 1: whole messages round-robin over the connection's QPs, or with
     output.qp_split each message in ceil(size / nqps) parts rounded up to 128 B, one
@@ -211,6 +213,20 @@ def _check_output(out: Output) -> None:
         raise ConfigError("output: vlan_id 0..4095, pcp 0..7, dscp 0..63, ecn 0..3")
 
 
+def _communicator(flows: Flows, rows: np.ndarray) -> np.ndarray:
+    """Per flow row, which NCCL communicator carries it: the parallelism dimension of its op
+    (+1; 0 for rows without an op). Sequence parallelism runs on the tensor-parallel group's
+    communicator, as in Megatron-LM."""
+    ops = flows.ops.rows
+    comm = np.zeros(len(rows), np.int64)
+    op = rows["op_id"].astype(np.int64)
+    known = (op >= 0) & (op < len(ops))
+    if known.any():
+        dim = ops["dim"][op[known]].astype(np.int64)
+        comm[known] = np.where(dim == Dim.SP, Dim.TP, dim) + 1
+    return comm
+
+
 def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | None:
     _check_output(out)
     if not 1 <= qps <= 128:
@@ -225,15 +241,17 @@ def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | N
     if (rows["start_ns"] < 0).any():
         raise ValueError("flow start_ns must be >= 0")
     ch = rows["channel"].astype(np.int64)
-    # GPUs sharing a NIC keep their own NCCL connections: ranks are part of the connection key
+    # GPUs sharing a NIC keep their own NCCL connections: ranks are part of the connection key;
+    # so is the communicator (each opens its own connections, even between the same two ranks).
     sr, dr = rows["src_rank"].astype(np.int64), rows["dst_rank"].astype(np.int64)
-    order = np.lexsort((np.arange(len(rows)), rows["start_ns"], ch, dr, sr, dst, src))
-    rows, src, dst, ch, sr, dr = rows[order], src[order], dst[order], ch[order], sr[order], dr[order]
+    comm = _communicator(flows, rows)
+    order = np.lexsort((np.arange(len(rows)), rows["start_ns"], ch, comm, dr, sr, dst, src))
+    rows, src, dst, ch, sr, dr, comm = (a[order] for a in (rows, src, dst, ch, sr, dr, comm))
 
     # Connections, their QPs and QPNs: per NIC counting up from FIRST_QPN in sorted
-    # (src NIC, dst NIC, src rank, dst rank, channel, qp index) order.
+    # (src NIC, dst NIC, src rank, dst rank, communicator, channel, qp index) order.
     new_conn = np.r_[True, (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | (ch[1:] != ch[:-1])
-                     | (sr[1:] != sr[:-1]) | (dr[1:] != dr[:-1])]
+                     | (sr[1:] != sr[:-1]) | (dr[1:] != dr[:-1]) | (comm[1:] != comm[:-1])]
     row_conn = np.cumsum(new_conn) - 1
     c_src, c_dst = np.repeat(src[new_conn], qps), np.repeat(dst[new_conn], qps)
     ev_nic = np.column_stack([c_src, c_dst]).ravel()
