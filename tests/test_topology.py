@@ -89,8 +89,11 @@ def test_gpus_sharing_a_nic_keep_their_own_qps(tmp_path):
     run = run_pipeline(j)
     r = run.flows.rows
     net = r[r["link"] == LinkKind.NET]
-    pairs = {(int(a), int(b), int(c)) for a, b, c in zip(net["src_rank"], net["dst_rank"], net["channel"])
-             if run.fabric.rank_nic[a] == 0}
+    # One NCCL connection per (rank pair, communicator, channel); PP and the embedding group
+    # (first and last stage) are two communicators between the same ranks.
+    dim = run.flows.ops.rows["dim"][net["op_id"]]
+    pairs = {(int(a), int(b), int(d), int(c)) for a, b, d, c in
+             zip(net["src_rank"], net["dst_rank"], dim, net["channel"]) if run.fabric.rank_nic[a] == 0}
     paths = write_pcaps(run.flows, run.fabric, j.output, tmp_path)
     dqps = {(p[IP].dst, int(p[BTH].dqpn)) for p in rdpcap(str(paths[0]))
             if BTH in p and p[BTH].opcode in (0x06, 0x0B) and p[IP].src == run.fabric.nic_ip_str(0)}
