@@ -70,7 +70,10 @@ def test_dp_allreduce_bytes_match_gradient_size():
     assert r["bytes"][dp].sum() == 2 * 3 * grad          # every chunk crosses 2(n-1) links
 
 
-def test_schedule_honours_dependencies_and_ports():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_schedule_honours_dependencies_and_ports(compiled, monkeypatch):
+    from tracegen import schedule
+    monkeypatch.setattr(schedule, "JIT_MIN_TRANSFERS", 0 if compiled else 1 << 62)
     job = make_job(dp=2, tp=2, pp=2, gpn=2, layers=4, mb=4)
     run = run_pipeline(job)
     f, deps, ops = run.flows.rows, run.flows.deps, run.ops
@@ -100,7 +103,43 @@ def test_schedule_honours_dependencies_and_ports():
     assert (f["link"][~same] == LinkKind.NET).all()
 
 
+def test_compiled_scheduler_equals_its_python_source(monkeypatch):
+    """The numba-compiled list scheduler (big jobs) and the same function run as Python (small
+    jobs) give the same flows, op times included."""
+    from tracegen import schedule
+    job = make_job(dp=4, tp=2, pp=2, gpn=4, layers=4, mb=8)
+    runs = []
+    for threshold in (0, 1 << 62):
+        monkeypatch.setattr(schedule, "JIT_MIN_TRANSFERS", threshold)
+        runs.append(run_pipeline(job).flows)
+    a, b = runs
+    assert len(a) > 1000
+    assert a.rows.tobytes() == b.rows.tobytes()
+    assert (a.op_start_ns == b.op_start_ns).all() and (a.op_end_ns == b.op_end_ns).all()
+
+
 def test_same_job_same_flows():
     a = run_pipeline(make_job(dp=2, tp=2, pp=2, gpn=2))
     b = run_pipeline(make_job(dp=2, tp=2, pp=2, gpn=2))
     assert a.flows.rows.tobytes() == b.flows.rows.tobytes()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_schedule_refuses_a_dependency_cycle(compiled, monkeypatch):
+    """Two ops waiting for each other never run: the scheduler says so instead of returning
+    half a schedule."""
+    from tracegen import schedule
+    from tracegen.tables import COMMOP_DTYPE, TRANSFER_DTYPE, CommOps, Ragged, Transfers
+    monkeypatch.setattr(schedule, "JIT_MIN_TRANSFERS", 0 if compiled else 1 << 62)
+    ops = np.zeros(3, COMMOP_DTYPE)
+    ops["op_id"] = np.arange(3)
+    rows = np.zeros(3, TRANSFER_DTYPE)
+    rows["transfer_id"], rows["op_id"] = np.arange(3), np.arange(3)
+    one = np.ones(3, np.int64)
+    args = (one, one, one, one, 4)
+    acyclic = CommOps(ops, Ragged.empty(3), Ragged.from_lists([[], [0], [1]]))
+    start, end, _, _ = schedule._list_schedule(acyclic, Transfers(rows, Ragged.empty(3)), *args)
+    assert list(start) == [0, 2, 4] and list(end) == [2, 4, 6]      # one port, in dependency order
+    cyclic = CommOps(ops, Ragged.empty(3), Ragged.from_lists([[], [2], [1]]))
+    with pytest.raises(RuntimeError, match="cycle"):
+        schedule._list_schedule(cyclic, Transfers(rows, Ragged.empty(3)), *args)

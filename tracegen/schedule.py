@@ -10,6 +10,8 @@ transfer occupies a port is exactly the wire time of its frames.
 from __future__ import annotations
 
 import heapq
+
+import numba
 import numpy as np
 
 from .config import Job
@@ -59,8 +61,7 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     # Ports: NIC tx/rx for NET, NVLink out/in per GPU otherwise; one id space for both.
     tx_port = np.where(net, src_nic, fabric.n_nics + src)
     rx_port = np.where(net, dst_nic, fabric.n_nics + dst)
-    start, end, op_start, op_end = _list_schedule(ops, tr, dur.tolist(), lat.tolist(), tx_port.tolist(),
-                                rx_port.tolist(), fabric.n_nics + fabric.world)
+    start, end, op_start, op_end = _list_schedule(ops, tr, dur, lat, tx_port, rx_port, fabric.n_nics + fabric.world)
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     for name in rows.dtype.names:
         flows[name] = rows[name]
@@ -69,99 +70,122 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     return Flows(flows, tr.deps, ops, op_start, op_end)
 
 
-def _reverse(r: Ragged, n_targets: int) -> tuple[list[int], list[int]]:
-    """Who depends on whom, as CSR (ptr, values) Python lists: the hot loop indexes them."""
+def _reverse(r: Ragged, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
+    """Who depends on whom, as CSR (ptr, values)."""
     src = np.repeat(np.arange(len(r), dtype=np.int64), r.lengths())
     order = np.argsort(r.values, kind="stable")
     counts = np.bincount(r.values, minlength=n_targets) if len(r.values) else np.zeros(n_targets, np.int64)
     ptr = np.zeros(n_targets + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
-    return ptr.tolist(), src[order].tolist()
+    return ptr, src[order].astype(np.int64)
 
 
 def _list_schedule(ops: CommOps, tr: Transfers, dur, lat, tx_port, rx_port, n_ports):
     n_ops, n = len(ops), len(tr)
-    op_ids = tr.rows["op_id"]
-    op_of = op_ids.tolist()
-    gap = ops.rows["gap_ns"].tolist()
-    op_deps_left = ops.deps.lengths().tolist()
+    op_of = tr.rows["op_id"].astype(np.int64)
     od_ptr, od_val = _reverse(ops.deps, n_ops)
-    tr_deps_left = tr.deps.lengths().tolist()
     td_ptr, td_val = _reverse(tr.deps, n)
     # transfers of each op, CSR
-    by_op = np.argsort(op_ids, kind="stable")
+    ot_val = np.argsort(op_of, kind="stable").astype(np.int64)
     ot_ptr = np.zeros(n_ops + 1, dtype=np.int64)
-    np.cumsum(np.bincount(op_ids, minlength=n_ops), out=ot_ptr[1:])
-    op_left = np.diff(ot_ptr).tolist()
-    ot_ptr, ot_val = ot_ptr.tolist(), by_op.tolist()
-    op_ready = [0] * n_ops
-    op_start = [0] * n_ops
-    op_end = [0] * n_ops
-    ready = [0] * n
-    start = [0] * n
-    end = [0] * n
-    tx_free = [0] * n_ports
-    rx_free = [0] * n_ports
-    heap: list[tuple[int, int]] = []
-    push, pop = heapq.heappush, heapq.heappop
-    released: list[tuple[int, int]] = [(o, gap[o]) for o in range(n_ops) if op_deps_left[o] == 0]
+    np.cumsum(np.bincount(op_of, minlength=n_ops), out=ot_ptr[1:])
+    args = (ops.rows["gap_ns"].astype(np.int64), ops.deps.lengths().astype(np.int64), od_ptr, od_val,
+            tr.deps.lengths().astype(np.int64), td_ptr, td_val, ot_ptr, ot_val, op_of,
+            *(np.asarray(x, dtype=np.int64) for x in (dur, lat, tx_port, rx_port)), int(n_ports))
+    # Compiled (numba) for big jobs; small ones run the same code as Python (no JIT wait).
+    run = _run_schedule if n >= JIT_MIN_TRANSFERS else _run_schedule.py_func
+    start, end, op_start, op_end, done = run(*args)
+    if not done:
+        raise RuntimeError("schedule: dependency cycle, some transfers never became ready")
+    return start, end, op_start, op_end
 
-    def complete(o: int, t_end: int) -> None:
-        """Op `o` is done at t_end: ops waiting only for it are released gap_ns later."""
-        op_end[o] = t_end
-        for k in range(od_ptr[o], od_ptr[o + 1]):
-            p = od_val[k]
-            if t_end > op_ready[p]:
-                op_ready[p] = t_end
-            op_deps_left[p] -= 1
-            if op_deps_left[p] == 0:
-                released.append((p, op_ready[p] + gap[p]))
 
-    def settle() -> None:
-        """Release ops whose deps are done; ops without transfers complete on release."""
-        while released:
-            o, t0 = released.pop()
+JIT_MIN_TRANSFERS = 20_000
+
+
+@numba.njit(cache=True)
+def _run_schedule(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_ptr, ot_val,
+                  op_of, dur, lat, tx_port, rx_port, n_ports):
+    """The list scheduler proper, on CSR arrays (one loop over transfers; numba compiles it,
+    ~0.5 us per transfer against ~5 us as Python): returns (start, end, op_start, op_end, done)."""
+    n_ops, n = len(gap), len(op_of)
+    op_deps_left, tr_deps_left = op_deps_left.copy(), tr_deps_left.copy()
+    op_left = np.diff(ot_ptr)
+    op_ready = np.zeros(n_ops, np.int64)
+    op_start = np.zeros(n_ops, np.int64)
+    op_end = np.zeros(n_ops, np.int64)
+    ready = np.zeros(n, np.int64)
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    tx_free = np.zeros(n_ports, np.int64)
+    rx_free = np.zeros(n_ports, np.int64)
+    heap = [(np.int64(0), np.int64(0))]         # (ready time, transfer): earliest first
+    heap.pop()
+    # Ops released (deps done) but not yet started: a stack; an op is released once.
+    rel_op = np.zeros(n_ops, np.int64)
+    rel_t = np.zeros(n_ops, np.int64)
+    n_rel = 0
+    for o in range(n_ops):
+        if op_deps_left[o] == 0:
+            rel_op[n_rel], rel_t[n_rel] = o, gap[o]
+            n_rel += 1
+    t = np.int64(0)
+    while True:
+        # Settle: start released ops; ops without transfers complete on release, and the ops
+        # waiting only for a completed op are released gap_ns after it.
+        while n_rel > 0:
+            n_rel -= 1
+            o, t0 = rel_op[n_rel], rel_t[n_rel]
             op_start[o] = t0
             if ot_ptr[o] == ot_ptr[o + 1]:
-                complete(o, t0)
+                op_end[o] = t0
+                for k in range(od_ptr[o], od_ptr[o + 1]):
+                    p = od_val[k]
+                    if t0 > op_ready[p]:
+                        op_ready[p] = t0
+                    op_deps_left[p] -= 1
+                    if op_deps_left[p] == 0:
+                        rel_op[n_rel], rel_t[n_rel] = p, op_ready[p] + gap[p]
+                        n_rel += 1
                 continue
             for k in range(ot_ptr[o], ot_ptr[o + 1]):
                 t = ot_val[k]
                 if t0 > ready[t]:
                     ready[t] = t0
                 if tr_deps_left[t] == 0:
-                    push(heap, (ready[t], t))
-
-    settle()
-    while heap:
-        r, t = pop(heap)
+                    heapq.heappush(heap, (ready[t], t))
+        if len(heap) == 0:
+            break
+        r, t = heapq.heappop(heap)
+        # A NET transfer holds its NIC's transmit side for its wire time; the receiver's side
+        # is busy from first to last bit arriving (`lat` later).
         tp, rp, lt = tx_port[t], rx_port[t], lat[t]
-        s = tx_free[tp]
-        if r > s:
-            s = r
-        if rx_free[rp] - lt > s:
-            s = rx_free[rp] - lt
+        s = max(r, tx_free[tp], rx_free[rp] - lt)
         busy = s + dur[t]
         tx_free[tp] = busy
         e = busy + lt
         rx_free[rp] = e
-        start[t] = s
-        end[t] = e
+        start[t], end[t] = s, e
         for k in range(td_ptr[t], td_ptr[t + 1]):
             d = td_val[k]
             if e > ready[d]:
                 ready[d] = e
             tr_deps_left[d] -= 1
             if tr_deps_left[d] == 0:
-                push(heap, (ready[d], d))
+                heapq.heappush(heap, (ready[d], d))
         o = op_of[t]
         if e > op_end[o]:
             op_end[o] = e
         op_left[o] -= 1
-        if op_left[o] == 0:
-            complete(o, op_end[o])
-            settle()
-    if any(x > 0 for x in op_left) or any(x > 0 for x in op_deps_left):
-        raise RuntimeError("schedule: dependency cycle, some transfers never became ready")
-    return (np.array(start, dtype=np.int64), np.array(end, dtype=np.int64),
-            np.array(op_start, dtype=np.int64), np.array(op_end, dtype=np.int64))
+        if op_left[o] == 0:             # op complete: release the ops waiting only for it
+            t_end = op_end[o]
+            for k in range(od_ptr[o], od_ptr[o + 1]):
+                p = od_val[k]
+                if t_end > op_ready[p]:
+                    op_ready[p] = t_end
+                op_deps_left[p] -= 1
+                if op_deps_left[p] == 0:
+                    rel_op[n_rel], rel_t[n_rel] = p, op_ready[p] + gap[p]
+                    n_rel += 1
+    done = not (op_left > 0).any() and not (op_deps_left > 0).any()
+    return start, end, op_start, op_end, done
