@@ -82,13 +82,17 @@ def build_template(kind: CollKind, nodes: int, local: int, nbytes: int, elem_byt
 def expand(ops: CommOps, fabric: Fabric, nccl: Nccl) -> Transfers:
     tuning.check(nccl)
     parts: list[tuple[int, np.ndarray, Template, tuning.Plan]] = []
+    layouts: dict[bytes, tuple[int, int]] = {}     # a job has few distinct groups, used many times
     for i in range(len(ops)):
         row = ops.rows[i]
         kind = CollKind(int(row["kind"]))
         group = np.asarray(ops.groups[i])
         if kind not in DATA_KINDS or len(group) < 2 or row["bytes"] < row["elem_bytes"]:
             continue                        # markers and empty ops move nothing
-        N, L = node_layout(group, fabric)
+        key = group.tobytes()
+        if key not in layouts:
+            layouts[key] = node_layout(group, fabric)
+        N, L = layouts[key]
         plan, t = build_template(kind, N, L, int(row["bytes"]),
                                  int(row["elem_bytes"]), nccl, fabric.nic_gbps, fabric.nvlink_gbps)
         if len(t):
