@@ -36,6 +36,8 @@ CONFIGS = {
     "v4-pkey-qps3-roundrobin": (Output(pkey=0x7FFF), tp.SCENARIO, 3),
     "v6-qps2-split-1024": (Output(ip_version=6, pmtu=1024, qp_split=True, ack_every=4), tp.SMALL, 2),
     "v4-novlan-qps4-split": (Output(vlan=False, qp_split=True), tp.SCENARIO, 4),
+    # split parts of one frame length but different pad counts, pattern payload: pad bytes stay 0
+    "v4-qps3-split-pattern": (Output(qp_split=True, payload="pattern"), tp.SCENARIO, 3),
 }
 
 
