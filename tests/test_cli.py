@@ -96,7 +96,7 @@ def test_plan_writes_nothing_and_reports_volumes(tmp_path):
     res = CliRunner().invoke(main, ["plan", "--set", "parallelism.dp=2"], catch_exceptions=False,
                              env={"COLUMNS": "200"})
     assert res.exit_code == 0
-    assert "pcap estimate" in res.output and "closed form" in res.output
+    assert "pcap estimate" in res.output and "s to write" in res.output and "closed form" in res.output
     assert set(os.listdir(tmp_path)) == before
 
 

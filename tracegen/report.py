@@ -123,6 +123,17 @@ def _short_bytes(n: int) -> str:
     return _fmt_bytes(n).split(" (")[0]
 
 
+# What the pcap writer sustains on a modest machine (bench/bench_pcap.py on 2 shared cores):
+# headers ~2.5 M packets/s, and the file system ~0.5-2 GB/s for the bytes. For the plan only.
+PCAP_WRITE_PACKETS_PER_S = 2_000_000
+PCAP_WRITE_BYTES_PER_S = 500_000_000
+
+
+def pcap_write_seconds(packets: int, nbytes: int) -> float:
+    """A conservative estimate of the wall time write_pcaps needs."""
+    return packets / PCAP_WRITE_PACKETS_PER_S + nbytes / PCAP_WRITE_BYTES_PER_S
+
+
 def report_tables(rep: Report, exact: bool = True) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) tables shared by the Markdown (exact bytes) and terminal renderings."""
     j, m, par = rep.job, rep.job.model, rep.job.parallelism
@@ -144,7 +155,9 @@ def report_tables(rep: Report, exact: bool = True) -> list[tuple[str, list[str],
         ["transfers (on the fabric)", f"{rep.transfers:,} ({rep.net_transfers:,})"],
     ]
     if rep.pcap_packets >= 0:
-        job_rows.append(["pcap estimate", f"{rep.pcap_packets:,} packets, {_fmt(rep.pcap_bytes)}"])
+        write_s = pcap_write_seconds(rep.pcap_packets, rep.pcap_bytes)
+        job_rows.append(["pcap estimate", f"{rep.pcap_packets:,} packets, {_fmt(rep.pcap_bytes)}, "
+                                          f"~{write_s:,.1f} s to write"])
     dim_rows = [[d.dim, f"{d.ops:,}", f"{d.transfers:,}", f"{d.net_messages:,}", _fmt(d.net_bytes),
                  _fmt(d.nvlink_bytes), _fmt(d.max_rank_sent_bytes), _fmt(d.formula_rank_bytes)]
                 for d in rep.dims]
