@@ -130,23 +130,29 @@ def _run_schedule(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_va
             rel_op[n_rel], rel_t[n_rel] = o, gap[o]
             n_rel += 1
     t = np.int64(0)
+    done_op = -1                        # an op that just completed (at op_end)
     while True:
-        # Settle: start released ops; ops without transfers complete on release, and the ops
-        # waiting only for a completed op are released gap_ns after it.
-        while n_rel > 0:
+        # Settle: a completed op releases the ops waiting only for it (gap_ns after it); a
+        # released op readies its transfers, or completes at once if it has none.
+        while n_rel > 0 or done_op >= 0:
+            if done_op >= 0:
+                t_end = op_end[done_op]
+                for k in range(od_ptr[done_op], od_ptr[done_op + 1]):
+                    p = od_val[k]
+                    if t_end > op_ready[p]:
+                        op_ready[p] = t_end
+                    op_deps_left[p] -= 1
+                    if op_deps_left[p] == 0:
+                        rel_op[n_rel], rel_t[n_rel] = p, op_ready[p] + gap[p]
+                        n_rel += 1
+                done_op = -1
+                continue
             n_rel -= 1
             o, t0 = rel_op[n_rel], rel_t[n_rel]
             op_start[o] = t0
             if ot_ptr[o] == ot_ptr[o + 1]:
                 op_end[o] = t0
-                for k in range(od_ptr[o], od_ptr[o + 1]):
-                    p = od_val[k]
-                    if t0 > op_ready[p]:
-                        op_ready[p] = t0
-                    op_deps_left[p] -= 1
-                    if op_deps_left[p] == 0:
-                        rel_op[n_rel], rel_t[n_rel] = p, op_ready[p] + gap[p]
-                        n_rel += 1
+                done_op = o
                 continue
             for k in range(ot_ptr[o], ot_ptr[o + 1]):
                 t = ot_val[k]
@@ -177,15 +183,7 @@ def _run_schedule(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_va
         if e > op_end[o]:
             op_end[o] = e
         op_left[o] -= 1
-        if op_left[o] == 0:             # op complete: release the ops waiting only for it
-            t_end = op_end[o]
-            for k in range(od_ptr[o], od_ptr[o + 1]):
-                p = od_val[k]
-                if t_end > op_ready[p]:
-                    op_ready[p] = t_end
-                op_deps_left[p] -= 1
-                if op_deps_left[p] == 0:
-                    rel_op[n_rel], rel_t[n_rel] = p, op_ready[p] + gap[p]
-                    n_rel += 1
+        if op_left[o] == 0:
+            done_op = o
     done = not (op_left > 0).any() and not (op_deps_left > 0).any()
     return start, end, op_start, op_end, done
