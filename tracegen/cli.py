@@ -174,24 +174,26 @@ class _stages:
 
 
 class _progress:
-    """A rich progress bar for the per-NIC pcap loop; a no-op when quiet."""
+    """A rich progress bar over the pcap bytes written (speed, time left); a no-op when quiet."""
 
     def __init__(self, quiet: bool):
         self.quiet, self.bar, self.task = quiet, None, None
 
     def __enter__(self):
         if not self.quiet:
-            from rich.progress import Progress
-            self.bar = Progress(transient=True)
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                       TransferSpeedColumn)
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                TransferSpeedColumn(), TimeRemainingColumn(), transient=True)
             self.bar.__enter__()
         return self
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done_bytes: int, total_bytes: int) -> None:
         if self.bar is None:
             return
         if self.task is None:
-            self.task = self.bar.add_task("pcap per NIC", total=total)
-        self.bar.update(self.task, completed=done)
+            self.task = self.bar.add_task("pcap", total=total_bytes)
+        self.bar.update(self.task, completed=done_bytes)
 
     def __exit__(self, *exc):
         if self.bar is not None:

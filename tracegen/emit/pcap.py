@@ -85,19 +85,23 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     select.check_budget(sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0), out)
     paths = []
     scratch = _Scratch()
+    total_bytes, done_bytes = sum(c[1] for c in counts if c[0] > 0), 0
     # Plain sequential writes: a writer thread overlapping build and write measured slower here
     # (2 shared cores; bench/bench_pcap.py), and unbuffered I/O avoids a copy of each slice.
-    for n_done, spec in enumerate(specs, start=1):
+    for spec in specs:
         path = Path(dest_dir) / (spec.name + p.fmt.suffix)
         tmp = path.with_name(path.name + ".part")
         with open(tmp, "wb", buffering=0) as f:
-            f.write(p.fmt.file_header(spec.interfaces))
+            header = p.fmt.file_header(spec.interfaces)
+            f.write(header)
+            done_bytes += len(header)
             for buf in _slices(p, fabric, _Items.gather(p, spec.parts), scratch):
                 _write_all(f, buf)
+                done_bytes += len(buf)
+                if progress is not None:
+                    progress(done_bytes, total_bytes)
         os.replace(tmp, path)
         paths.append(path)
-        if progress is not None:
-            progress(n_done, len(specs))
     return paths
 
 
