@@ -238,7 +238,7 @@ def main() -> None:
         cpu = f"{cpu_s[key]:7.2f}" if key in cpu_s else f"{'':7s}"
         print(f"{labels[key]:40s} {pk / dt:14,.0f} {nb / dt / 1e6:9.0f} {dt:9.2f} {cpu} {dt / ours:12.2f}x")
     print(f"(snaplen: best of {args.repeat}; full and tofile: medians of {args.repeat} alternating rounds; "
-          "CPU s: both threads of our writer)")
+          "CPU s: process CPU time)")
     print("full/tofile per round: " + "  ".join(f"{x:.0%}" for x in round_ratios))
 
     snap_pps = results["snap"][0] / results["snap"][2]
