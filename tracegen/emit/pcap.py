@@ -619,8 +619,8 @@ def _headers(op: np.ndarray, out: Output, f: dict, eth_dst, eth_src, width: int)
     rows = np.zeros((n, width), np.uint8)
     rows[:, :base.itemsize] = h.view(np.uint8).reshape(n, -1)
     # Extension headers, each where the opcode's layout puts it.
-    for name, ext, offset, ops in roce.EXT_PLACES:
-        g = np.flatnonzero(np.isin(op, ops))
+    for name, ext, offset, has in roce.EXT_PLACES:
+        g = np.flatnonzero(has[op])
         if not len(g) or name == "cnp":          # a CNP's 16 reserved bytes stay zero
             continue
         e = np.zeros(len(g), ext)

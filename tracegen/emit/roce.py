@@ -93,14 +93,15 @@ def base_dtype(vlan: bool, ip_version: int = 4) -> np.dtype:
 
 
 def _ext_places():
-    """(name, dtype, offset after the BTH, opcodes) of every extension header placement."""
+    """(name, dtype, offset after the BTH, opcode mask) of every extension header placement."""
     places = {}
     for op, headers in EXT_HEADERS.items():
         offset = 0
         for name, dt in headers:
             places.setdefault((name, offset), (dt, []))[1].append(int(op))
             offset += dt.itemsize
-    return tuple((name, dt, offset, ops) for (name, offset), (dt, ops) in places.items())
+    # ops as a 256-entry mask: opcode -> has this header here
+    return tuple((name, dt, offset, np.isin(np.arange(256), ops)) for (name, offset), (dt, ops) in places.items())
 
 
 EXT_PLACES = _ext_places()
