@@ -306,7 +306,10 @@ class _Scratch:
     def zeros(self, n: int) -> np.ndarray:
         need = self.lead + n
         if need > len(self.buf):
-            self.buf = np.zeros(max(need, 2 * len(self.buf)), dtype=np.uint8)
+            size = max(need, 2 * len(self.buf))
+            raw = np.zeros(size + self.PAGE, dtype=np.uint8)
+            base = -raw.ctypes.data % self.PAGE          # the buffer starts on a page boundary
+            self.buf = raw[base:base + size]
             return self.buf[self.lead:need]
         view = self.buf[self.lead:need]
         view.fill(0)
