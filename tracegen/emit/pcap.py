@@ -316,7 +316,7 @@ class _Scratch:
         return view
 
 
-def _slices(p: _Plan, fabric: Fabric, it: _Items, scratch):
+def _slices(p: _Plan, fabric: Fabric, it: _Items, scratch: _Scratch):
     """Yield the file's records in time order, in slices of bounded size.
 
     A window [t_a, t_b) holds the items starting in it plus earlier ones still running at t_a;
@@ -333,9 +333,6 @@ def _slices(p: _Plan, fabric: Fabric, it: _Items, scratch):
     # Packet k of a burst starts first + (k - 1) * mid after the burst (only the last packet of a
     # message has its own length, and nothing starts after it).
     offset = lambda k: np.where(k > 0, first_ns + (k - 1) * mid_ns, 0)
-    n_slices = 0
-    if isinstance(scratch, _Scratch):
-        scratch = (scratch,)
     for t_a, t_b in zip(cuts[:-1], cuts[1:]):
         a0, a, b = np.searchsorted(it.start, [t_a - longest, t_a, t_b])
         before = np.arange(a0, a)
@@ -353,8 +350,7 @@ def _slices(p: _Plan, fabric: Fabric, it: _Items, scratch):
         li, j, t = li[keep], j[keep], t[keep]
         # File order: time, then item, then packet - the expansion order, so a stable sort on time.
         sel = np.argsort(t, kind="stable")
-        yield _records(p, fabric, it, pos, li[sel], j[sel], t[sel], scratch[n_slices % len(scratch)])
-        n_slices += 1
+        yield _records(p, fabric, it, pos, li[sel], j[sel], t[sel], scratch)
 
 
 def spine_mac(spine) -> np.ndarray:
