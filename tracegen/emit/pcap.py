@@ -438,11 +438,12 @@ def _records(p: _Plan, fabric: Fabric, it: _Items, pos, li, j, t, scratch: _Scra
                 _at(buf, cnt_b)[rec_off[g] + start_b] = _PATTERN[:cnt_b].view(_void(cnt_b))[0]
     if fmt.pcapng:
         _at(buf, 4)[rec_off + rec_len - 4] = tm.trailer.view(_void(4)).ravel()[tid]
-    if tm.comments is not None:
-        mv = memoryview(buf)
-        for at, k in zip((rec_off + R + _pad4(tm.incl[tid])).tolist(), tid.tolist()):
-            o = tm.comments[k]
-            mv[at:at + len(o)] = o
+    if tm.comments is not None:          # options after the padded frame; one text per template
+        at = rec_off + R + _pad4(tm.incl[tid])
+        order = np.argsort(tid, kind="stable")
+        bounds = np.searchsorted(tid[order], np.arange(len(tm.comments) + 1))
+        for k, o in enumerate(tm.comments):
+            _at(buf, len(o))[at[order[bounds[k]:bounds[k + 1]]]] = np.frombuffer(o, _void(len(o)))[0]
     return buf[:total]
 
 

@@ -178,18 +178,25 @@ def _xor_of_bits(basis: np.ndarray) -> np.ndarray:
     return np.bitwise_xor.reduce(np.where(_BYTE_BITS, basis[..., None, :], np.uint32(0)), axis=-1)
 
 
-@lru_cache(maxsize=None)
-def _header_tables(n_bytes: int) -> tuple[int, np.ndarray]:
-    """CRC-32 is affine: crc(LRH'|H) = crc(LRH'|0) ^ XOR_i D[i, H_i]. Returns (crc(LRH'|0), D)."""
-    zero = bytearray(n_bytes)
-    base = zlib.crc32(_LRH_STANDIN + zero)
-    basis = np.empty((n_bytes, 8), dtype=np.uint32)
-    for i in range(n_bytes):
+def _byte_tables(length: int, positions) -> np.ndarray:
+    """(len(positions), 256): what each value of the byte at each position adds to the CRC of a
+    `length`-byte string. CRC-32 is affine, so for strings of one length crc(a ^ d) = crc(a) ^
+    crc(d) ^ crc(0); what comes before the string does not change a byte's share."""
+    zero = bytearray(length)
+    base = zlib.crc32(zero)
+    basis = np.empty((len(positions), 8), dtype=np.uint32)
+    for k, i in enumerate(positions):
         for bit in range(8):
             zero[i] = 1 << bit
-            basis[i, bit] = zlib.crc32(_LRH_STANDIN + zero) ^ base
+            basis[k, bit] = zlib.crc32(zero) ^ base
         zero[i] = 0
-    return base, _xor_of_bits(basis)
+    return _xor_of_bits(basis)
+
+
+@lru_cache(maxsize=None)
+def _header_tables(n_bytes: int) -> tuple[int, np.ndarray]:
+    """crc(LRH'|H) = crc(LRH'|0) ^ XOR_i D[i, H_i]. Returns (crc(LRH'|0), D)."""
+    return zlib.crc32(_LRH_STANDIN + bytes(n_bytes)), _byte_tables(n_bytes, range(n_bytes))
 
 
 @lru_cache(maxsize=64)
@@ -225,12 +232,8 @@ def icrc(headers: np.ndarray, payload: bytes = b"", ip_version: int = 4) -> np.n
     """ICRC (the zlib.crc32 value; stored little-endian on the wire) of n packets that share one
     header length and one payload (incl. pad bytes). headers: uint8 (n, L) from the IP header
     to the end of the transport headers; masked fields are forced to ones here."""
-    crc = _header_crc(headers, ip_version)
-    if payload:
-        f0, t = _payload_tables(bytes(payload))
-        crc = (f0 ^ t[0][crc & 0xFF] ^ t[1][(crc >> 8) & 0xFF]
-               ^ t[2][(crc >> 16) & 0xFF] ^ t[3][crc >> 24]).astype(np.uint32)
-    return crc
+    n = len(np.atleast_2d(headers))
+    return icrc_sized(headers, np.full(n, len(payload)), lambda _: bytes(payload), ip_version)
 
 
 def icrc_sized(headers: np.ndarray, payload_bytes, payload_of, ip_version: int = 4) -> np.ndarray:
@@ -255,18 +258,8 @@ def icrc_sized(headers: np.ndarray, payload_bytes, payload_of, ip_version: int =
 @lru_cache(maxsize=256)
 def _psn_delta_table(tail_bytes: int) -> np.ndarray:
     """(3, 256): what each PSN byte value adds to the ICRC when `tail_bytes` covered bytes follow
-    the PSN (the rest of the headers, payload, pad). CRC-32 is affine, so for strings of one
-    length crc(a ^ d) = crc(a) ^ crc(d) ^ crc(0): a change d at the PSN adds crc(d) ^ crc(0),
-    and leading bytes do not matter."""
-    zero = bytearray(3 + tail_bytes)
-    base = zlib.crc32(zero)
-    basis = np.empty((3, 8), dtype=np.uint32)
-    for k in range(3):
-        for bit in range(8):
-            zero[k] = 1 << bit
-            basis[k, bit] = zlib.crc32(zero) ^ base
-        zero[k] = 0
-    return _xor_of_bits(basis)
+    the PSN (the rest of the headers, payload, pad)."""
+    return _byte_tables(3 + tail_bytes, range(3))
 
 
 def icrc_psn_delta(psn_xor, tail_bytes) -> np.ndarray:
