@@ -352,7 +352,7 @@ def test_expand_links_follow_nodes_and_pxn_keeps_net_on_rail(algo):
 def test_pxn_matches_dependencies_of_the_plain_expansion():
     fab = fabric_for(16, 8)
     ops = ops_of([(K.ALLREDUCE, range(16), 1 << 20)])
-    nccl = Nccl(algorithm="ring", channels=2)
+    nccl = Nccl(algorithm="ring", channels=2, pxn=False)
     tr, px = expand(ops, fab, nccl), expand(ops, fab, dataclasses.replace(nccl, pxn=True))
     r, p = tr.rows, px.rows
     rail = fab.nic_rail[fab.rank_nic]
@@ -370,7 +370,7 @@ def test_pxn_matches_dependencies_of_the_plain_expansion():
 
 def test_ring_channels_leave_nodes_on_different_rails():
     fab = fabric_for(32, 8)
-    tr = expand(ops_of([(K.ALLREDUCE, range(32), 64 << 20)]), fab, Nccl(channels=8))
+    tr = expand(ops_of([(K.ALLREDUCE, range(32), 64 << 20)]), fab, Nccl(channels=8, pxn=False))
     r = tr.rows
     net = r["link"] == LinkKind.NET
     rails = fab.nic_rail[fab.rank_nic[r["src_rank"][net]]]

@@ -40,12 +40,13 @@ def test_default_job_is_job_defaults():
 
 def test_list_presets():
     p = list_presets()
-    assert set(p) == {"jobs", "models", "clusters"}
+    assert set(p) == {"jobs", "models", "clusters", "fabrics"}
     assert [n for n, _ in p["jobs"]] == sorted(JOB_PRESETS)
     assert [n for n, _ in p["models"]] == sorted(["tiny", "gpt2-small", "llama3-8b", "gpt3-175b",
                                                   "llama3-70b", "llama3-405b", "mixtral-8x7b",
                                                   "deepseek-v3"])
     assert [n for n, _ in p["clusters"]] == sorted(["mini-h100", "dgx-h100", "dgx-a100"])
+    assert {"dgx-h100-su", "leaf-spine-2to1", "leaf-spine-4to1", "fat-tree-k8"} <= {n for n, _ in p["fabrics"]}
     for items in p.values():
         for name, desc in items:
             assert desc and "\n" not in desc, name
@@ -496,7 +497,7 @@ def test_bad_sets(item, expect):
 def test_job_to_dict_shape_and_round_trip():
     job = load_job(preset="gpt3-175b", sets=["network.cc_mode=hpcc", "output.pmtu=1024", "seed=3"])
     d = job_to_dict(job)
-    assert list(d) == ["name", "iterations", "seed", "model", "parallelism", "cluster", "nccl",
+    assert list(d) == ["name", "iterations", "seed", "model", "parallelism", "cluster", "fabric", "nccl",
                        "network", "output"]
     assert d["parallelism"]["tp"] == 8 and d["network"]["cc_mode"] == "hpcc"
     assert job_from_dict(d) == job

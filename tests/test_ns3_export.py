@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tracegen.collectives.protocol import wire_bytes
-from tracegen.config import Cluster, Job, Network, Parallelism
+from tracegen.config import Cluster, Job, Network, Parallelism, FabricConfig
 from tracegen.emit.ns3 import write_ns3
 from tracegen.errors import ConfigError
 from tracegen.tables import (COMMOP_DTYPE, FLOW_DTYPE, Algo, CollKind, CommOps, Dim, Flows,
@@ -424,7 +424,7 @@ def test_cc_modes(tmp_path, flows, fabric, mode, number):
 
 
 def test_two_port_rates_scale_ecn(tmp_path):
-    job = dataclasses.replace(Job(), cluster=Cluster(leaf_spine_gbps=800))
+    job = dataclasses.replace(Job(), fabric=FabricConfig(leaf_spine_gbps=800))
     fabric = build_fabric(job)
     d, _ = export(tmp_path, make_flows(fabric, BASE_SPECS), fabric, job)
     s = load_all(d)
@@ -450,7 +450,7 @@ def test_pfc_off(tmp_path, flows, fabric):
 def test_warnings_for_hpcc_limits(tmp_path):
     # 33 nodes x 8 rails, one node per leaf: 264 leaves, so each spine has 264 ports
     job = Job(parallelism=Parallelism(dp=33, tp=8, pp=1, global_batch=33),
-              cluster=Cluster(gpus_per_node=8, nodes_per_leaf=1, leaf_spine_gbps=800),
+              cluster=Cluster(gpus_per_node=8), fabric=FabricConfig(nodes_per_leaf=1, leaf_spine_gbps=800),
               network=Network(cc_mode="hpcc"))
     fabric = build_fabric(job)
     d, _ = export(tmp_path, make_flows(fabric, [(0, NET, 0, 8, 4096, 0, [])]), fabric, job)

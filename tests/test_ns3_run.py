@@ -197,7 +197,10 @@ def test_oversubscribed_fabric_marks_ecn_ce(oversub):
     assert s["completed"] == s["flows"] and s["bytes_received"] == s["bytes_scheduled"]
     assert s["ce_packets"] > 0 and s["flows_with_ce"] > 0
     assert s["cnps_sent"] > 0
-    assert s["sim_iteration_ns"] > 1.1 * s["analytic_iteration_ns"]   # 100G uplinks: slower
+    # the schedule shares the 100G uplinks too (fluid max-min); ns-3 adds queues, ECN and its
+    # own ECMP hash, so the two agree loosely
+    print("oversubscribed sim / analytic", s["sim_iteration_ns"] / s["analytic_iteration_ns"])
+    assert 0.75 < s["sim_iteration_ns"] / s["analytic_iteration_ns"] < 1.33
     assert s["fct_below_standalone"] == 0
     ce = [int(r["ce_pkts"]) for r in read_csv(oversub.root / "ns3/sim/flows.csv")]
     assert sum(ce) == s["ce_packets"]
@@ -284,22 +287,27 @@ def test_op_chain_oversubscribed_carries_contention_forward(chain, chain_oversub
     s = chain_oversub.summary
     check_op_chain(chain_oversub)
     assert s["ce_packets"] > 0 and s["flows_with_ce"] > 0
-    assert s["sim_ops_end_ns"] > 1.1 * s["analytic_ops_end_ns"], s
+    print("chain oversubscribed sim / analytic", s["sim_ops_end_ns"] / s["analytic_ops_end_ns"])
+    assert 0.75 < s["sim_ops_end_ns"] / s["analytic_ops_end_ns"] < 1.33, s
     assert s["fct_below_standalone"] == 0
     # PP crosses the 100G spine; the delay reaches ops that never touch it: TP ops (NVLink
-    # only) and the DP AllReduce (under one leaf) are released later than scheduled, and later
-    # than in the non-blocking run of the same job.
+    # only) and the DP AllReduce (under one leaf) are released later than in the non-blocking
+    # run of the same job (both against the non-blocking schedule).
+    nb_sched = {int(o["op_id"]): int(o["sched_start_ns"]) for o in chain.ops}
     late = {}
     for run in (chain, chain_oversub):
         for o in run.ops:
             late.setdefault((o["dim"], o["op_id"]), []).append(
-                int(o["release_ns"]) - int(o["sched_start_ns"]))
+                int(o["release_ns"]) - nb_sched[int(o["op_id"])])
     for dim in ("TP", "DP"):
         worst = max(v[1] for (d, _), v in late.items() if d == dim)
         assert worst > 10_000 and worst > 10 * max(abs(v[0]) for (d, _), v in late.items()
                                                    if d == dim), dim
-    dp_flows = [f for f in chain_oversub.flows if chain_oversub.ops[int(f["op_id"])]["dim"] == "DP"]
-    assert dp_flows and all(int(f["start_ns"]) > int(f["sched_start_ns"]) for f in dp_flows)
+    nb_flow = {int(f["line"]) if "line" in f else k: int(f["sched_start_ns"]) for k, f in enumerate(chain.flows)}
+    dp_flows = [(k, f) for k, f in enumerate(chain_oversub.flows)
+                if chain_oversub.ops[int(f["op_id"])]["dim"] == "DP"]
+    assert dp_flows and all(int(f["start_ns"]) > nb_flow[int(f["line"]) if "line" in f else k]
+                            for k, f in dp_flows)
 
 
 # ---------------------------------------------------------------- compare
@@ -401,7 +409,8 @@ def test_replay_plan_chains_every_op(tmp_path):
     assert np.array_equal(plan.fixed_start_ns >= 0, root & no_tdeps)
     assert np.all(plan.extra_gap_ns == 0)
     ana = replay_plan(sc, "analytic")
-    assert np.all(ana.extra_gap_ns >= 0) and ana.extra_gap_ns.any()
+    # the fluid schedule starts a transfer the moment its op is released and its data is there
+    assert np.all(ana.extra_gap_ns == 0)
     pred_end: dict[int, int] = {}
     for j in range(len(sc)):
         for e in range(ana.dep_ptr[j], ana.dep_ptr[j + 1]):

@@ -34,7 +34,7 @@ def job(model=None, gpn=None, nccl=None, **par):
     gpn = gpn or max(g for g in (1, 2, 3, 4) if world % g == 0)
     return job_from_dict({"model": mdl, "parallelism": par,
                           "cluster": {"gpus_per_node": gpn},
-                          "nccl": nccl or {"channels": 1}})
+                          "nccl": nccl or {"channels": 1, "pxn": False}})
 
 
 def measured(run) -> dict[tuple[int, Dim], int]:

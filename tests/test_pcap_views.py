@@ -195,7 +195,7 @@ def test_switch_port_view_is_exactly_the_packets_crossing_the_port(tmp_path, hos
         for t, incl, orig, fr in recs:
             i = link_of[(t, fr[38:])]
             src, dst = tp.NIC_OF_IP[".".join(str(b) for b in fr[30:34])], tp.NIC_OF_IP[".".join(str(b) for b in fr[34:38])]
-            spine = int(struct.unpack(">H", fr[38:40])[0]) % FABRIC.n_spines
+            spine = _route_links(src, dst, int(struct.unpack(">H", fr[38:40])[0]))[1][1] - FABRIC.spine_node_id(0)
             leaf_a, leaf_b = bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[src]]), bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[dst]])
             macs = (bytes(spine_mac(spine)), leaf_a) if i == 1 else (leaf_b, bytes(spine_mac(spine)))
             assert (fr[:6], fr[6:12], fr[26]) == macs + (64 - i,)

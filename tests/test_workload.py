@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from linkcheck import nic_ports_ok
 
 from tracegen.config import Cluster, Job, Model, Parallelism
 from tracegen.pipeline import run_pipeline
@@ -88,15 +89,8 @@ def test_schedule_honours_dependencies_and_ports(compiled, monkeypatch):
     for o in range(len(ops)):
         dep_end = max((op_end[d] for d in ops.deps[o]), default=0)
         assert op_start[o] >= dep_end + ops.rows["gap_ns"][o]
-    # a NIC transmits one transfer at a time
-    net = f[f["link"] == LinkKind.NET]
-    for nic in np.unique(net["src_nic"]):
-        x = np.sort(net[net["src_nic"] == nic], order="start_ns")
-        wire_ns = duration_ns(net_wire_bytes(x["wire_bytes"], x["max_msg_bytes"], job.output.pmtu),
-                              run.fabric.nic_gbps)
-        busy_end = x["start_ns"] + wire_ns
-        assert (busy_end > x["start_ns"]).all()
-        assert (x["start_ns"][1:] >= busy_end[:-1]).all()
+    # no NIC port carries more than its line rate at any time (tests/linkcheck.py)
+    nic_ports_ok(run.flows, run.fabric, job.output.pmtu)
     # same node -> NVLink, never a NIC
     same = run.fabric.same_node(f["src_rank"], f["dst_rank"])
     assert (f["link"][same] == LinkKind.NVLINK).all() and (f["src_nic"][same] == -1).all()
@@ -125,21 +119,17 @@ def test_same_job_same_flows():
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-def test_schedule_refuses_a_dependency_cycle(compiled, monkeypatch):
+def test_schedule_refuses_a_dependency_cycle(compiled):
     """Two ops waiting for each other never run: the scheduler says so instead of returning
     half a schedule."""
-    from tracegen import schedule
-    from tracegen.tables import COMMOP_DTYPE, TRANSFER_DTYPE, CommOps, Ragged, Transfers
-    monkeypatch.setattr(schedule, "JIT_MIN_TRANSFERS", 0 if compiled else 1 << 62)
-    ops = np.zeros(3, COMMOP_DTYPE)
-    ops["op_id"] = np.arange(3)
-    rows = np.zeros(3, TRANSFER_DTYPE)
-    rows["transfer_id"], rows["op_id"] = np.arange(3), np.arange(3)
-    one = np.ones(3, np.int64)
-    args = (one, one, one, one, 4)
-    acyclic = CommOps(ops, Ragged.empty(3), Ragged.from_lists([[], [0], [1]]))
-    start, end, _, _ = schedule._list_schedule(acyclic, Transfers(rows, Ragged.empty(3)), *args)
-    assert list(start) == [0, 2, 4] and list(end) == [2, 4, 6]      # one port, in dependency order
-    cyclic = CommOps(ops, Ragged.empty(3), Ragged.from_lists([[], [2], [1]]))
+    from tracegen import fluid
+    from tracegen.tables import Ragged
+    ptr, lk, w, cap = np.arange(4), np.zeros(3, np.int64), np.ones(3), np.array([1.0])   # one 1 B/ns link
+
+    def run(op_deps):   # one 2-byte item per op, each op 1 ns of compute after its dependency
+        return fluid.run(np.ones(3, np.int64), op_deps, np.arange(3), Ragged.empty(3), np.full(3, 2.0),
+                         np.zeros(3, np.int64), ptr, lk, w, cap, jit=compiled)
+    start, finish, end, _, _ = run(Ragged.from_lists([[], [0], [1]]))
+    assert list(start) == [1, 4, 7] and list(end) == [3, 6, 9]
     with pytest.raises(RuntimeError, match="cycle"):
-        schedule._list_schedule(cyclic, Transfers(rows, Ragged.empty(3)), *args)
+        run(Ragged.from_lists([[], [2], [1]]))

@@ -136,10 +136,6 @@ class Cluster:
     mfu: float = 0.4
     nic_gbps: int = 400          # one NIC per GPU, on its rail
     nvlink_gbps: int = 3600      # per GPU per direction (H100 NVLink4: 450 GB/s)
-    nodes_per_leaf: int = 16     # rail-optimised leaf: one leaf per rail per group of nodes
-    spines: int = 2
-    leaf_spine_gbps: int = 0     # 0: same as nic_gbps
-    link_latency_ns: int = 1000  # per hop propagation + switching
     nics_per_node: int = 0       # 0: one NIC per GPU; 1, 2, 4: GPUs share NICs (a rail per NIC)
     gpu_nic_map: str = ""        # "0,0,1,1,...": NIC of each GPU; "": GPU i -> NIC i // (gpus/nics)
 
@@ -158,6 +154,36 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class FabricConfig:
+    """The switch fabric the NICs plug into (topology.py builds it; routing.py routes over it).
+
+    kind: rail-optimised - two tiers, NIC i of each group of `nodes_per_leaf` nodes on the leaf of
+                           rail i (NVIDIA DGX SuperPOD style); every leaf to every spine
+          leaf-spine     - two tiers, ToR leaves: every NIC of a node on one leaf
+          fat-tree       - three tiers, k-ary (pods of k/2 leaves and k/2 spines, (k/2)^2 cores)
+          file           - switches and links listed in a topology YAML (`file`)
+    `planes` > 1 splits each NIC into that many ports of nic_gbps / planes, each on its own copy
+    of the fabric (multi-plane); a QP uses plane QPN mod planes.
+    """
+    name: str = ""
+    kind: str = "rail-optimised"
+    nodes_per_leaf: int = 16     # two-tier: nodes under one leaf (rail-optimised: per rail)
+    spines: int = 2              # two-tier: spine count (every leaf has one uplink to each)
+    k: int = 0                   # fat-tree radix (0: the smallest even k that holds every NIC)
+    placement: str = ""          # fat-tree: node (a node's NICs on consecutive leaf ports) | rail
+    leaf_spine_gbps: int = 0     # 0: nic_gbps / planes (or from `oversubscription`)
+    spine_core_gbps: int = 0     # fat-tree spine(aggregation)-core links; 0: leaf_spine_gbps
+    oversubscription: float = 0.0       # > 0: leaf uplink rate = leaf downlink Gb/s / (ratio x uplinks)
+    core_oversubscription: float = 0.0  # fat-tree: the same for spine uplinks to the cores
+    link_latency_ns: int = 1000  # per link: propagation + switching (NIC-leaf links)
+    leaf_spine_latency_ns: int = -1     # -1: link_latency_ns
+    spine_core_latency_ns: int = -1     # -1: link_latency_ns
+    planes: int = 1
+    ecmp_seed: int = 0           # seeds every switch's 5-tuple hash (routing.py)
+    file: str = ""               # kind=file: topology YAML (switches, links; see routing docs)
+
+
+@dataclass(frozen=True)
 class Nccl:
     algorithm: str = "ring"              # ring | tree | halving_doubling | hierarchical | auto
     channels: int = 2
@@ -167,7 +193,8 @@ class Nccl:
     qps_per_connection: int = 1
     protocol: str = "simple"             # simple | ll | ll128 | auto (NCCL_PROTO)
     simple_step_bytes: int = 512 << 10   # NCCL_BUFFSIZE / NCCL_STEPS: Tree chunk, Broadcast/Reduce chunk
-    pxn: bool = False                    # cross-rail sends hop over NVLink to the destination's rail first
+    pxn: bool = True                     # a cross-rail send hops over NVLink to the sender node's GPU on the
+                                         # destination's rail first (NCCL >= 2.12 default: rail-aligned)
 
 
 @dataclass(frozen=True)
@@ -227,6 +254,7 @@ class Job:
     model: Model = field(default_factory=Model)
     parallelism: Parallelism = field(default_factory=Parallelism)
     cluster: Cluster = field(default_factory=Cluster)
+    fabric: FabricConfig = field(default_factory=FabricConfig)
     nccl: Nccl = field(default_factory=Nccl)
     network: Network = field(default_factory=Network)
     output: Output = field(default_factory=Output)
@@ -246,10 +274,11 @@ class Job:
 # A "doc" is a partial job: {"name": .., "model": {field: value}, ...} holding canonical keys with
 # checked values only; the dataclass defaults fill in the rest when the Job is built.
 
-SECTIONS = {"model": Model, "parallelism": Parallelism, "cluster": Cluster, "nccl": Nccl,
+SECTIONS = {"model": Model, "parallelism": Parallelism, "cluster": Cluster, "fabric": FabricConfig,
+            "nccl": Nccl,
             "network": Network, "output": Output}
 _SCALARS = {"name": str, "iterations": int, "seed": int}
-_PRESET_DIRS = {"model": "models", "cluster": "clusters"}   # sections that may name a preset
+_PRESET_DIRS = {"model": "models", "cluster": "clusters", "fabric": "fabrics"}   # sections that may name a preset
 _TOP_EXTRA = ("preset", "description")                      # job-level keys that are not Job fields
 
 # Megatron-LM argument names (dashes as underscores), accepted as synonyms of ours.
@@ -268,6 +297,12 @@ ALIASES = {
 }
 
 
+# Keys that moved to another section and stay accepted where they were (old job files, cluster
+# presets): cluster.nodes_per_leaf -> fabric.nodes_per_leaf, and so on.
+MOVED = {"cluster": {k: "fabric" for k in ("nodes_per_leaf", "spines", "leaf_spine_gbps",
+                                           "link_latency_ns")}}
+
+
 def _field_types(cls: type) -> dict[str, type]:
     hints = typing.get_type_hints(cls)   # annotations are strings under `from __future__`
     return {f.name: hints[f.name] for f in fields(cls)}
@@ -282,18 +317,23 @@ _POSITIVE = {
     "parallelism.dp", "parallelism.tp", "parallelism.pp", "parallelism.micro_batch",
     "parallelism.global_batch", "parallelism.dp_bucket_bytes", "parallelism.cp", "parallelism.ep",
     "parallelism.vpp", "model.top_k",
-    "cluster.gpus_per_node", "cluster.nic_gbps", "cluster.nvlink_gbps", "cluster.nodes_per_leaf",
-    "cluster.spines",
+    "cluster.gpus_per_node", "cluster.nic_gbps", "cluster.nvlink_gbps", "fabric.nodes_per_leaf",
+    "fabric.spines", "fabric.planes",
     "nccl.channels", "nccl.ring_msg_bytes", "nccl.ring_chunk_bytes", "nccl.p2p_chunk_bytes",
     "nccl.qps_per_connection", "nccl.simple_step_bytes",
     "network.kmax_bytes", "network.buffer_bytes",
 }
-_RANGES = {"parallelism.zero": (0, 3), "output.dscp": (0, 63), "output.pcp": (0, 7), "output.ecn": (0, 3),
+_RANGES = {"parallelism.zero": (0, 3), "fabric.leaf_spine_latency_ns": (-1, 10**9),
+           "fabric.spine_core_latency_ns": (-1, 10**9), 
+           "fabric.oversubscription": (0.0, 1000.0), "fabric.core_oversubscription": (0.0, 1000.0),
+           "fabric.planes": (1, 16), "fabric.ecmp_seed": (0, 2**32 - 1), "output.dscp": (0, 63), "output.pcp": (0, 7), "output.ecn": (0, 3),
            "output.vlan_id": (1, 4094), "network.pmax": (0.0, 1.0),
            "output.pkey": (1, 0xFFFF), "output.iteration": (-1, 2**31 - 1),
            "output.ecn_mark_fraction": (0.0, 1.0)}
 _CHOICES = {
     "model.dtype": tuple(DTYPE_BYTES),
+    "fabric.kind": ("rail-optimised", "leaf-spine", "fat-tree", "file"),
+    "fabric.placement": ("", "node", "rail"),
     "parallelism.grad_dtype": ("",) + tuple(DTYPE_BYTES),
     "cluster.gpu": tuple(GPU_PEAK_TFLOPS),
     "parallelism.recompute": ("none", "selective", "full"),
@@ -386,6 +426,10 @@ def _section_fields(sec: str, mapping: dict) -> dict:
     """A section's keys -> canonical names with checked values."""
     aliases, out, given = ALIASES.get(sec, {}), {}, {}
     for key, value in mapping.items():
+        home = MOVED.get(sec, {}).get(key)
+        if home:   # carried to its section by _merge_job, checked by that section's rules
+            out[f"@{home}.{key}"] = _check_value(f"{sec}.{key}", value, _TYPES[home][key], f"{home}.{key}")
+            continue
         name = aliases.get(key, key)
         if name not in _TYPES[sec]:
             raise _unknown(f"{sec}.{key}")
@@ -420,11 +464,23 @@ def _merge_job(base: dict, doc: Any, stack: tuple = ()) -> dict:
     for key, value in doc.items():
         if key in SECTIONS:
             out[key] = _merge_section(key, out.get(key, {}), value, stack)
+            _carry_moved(out, key)
         elif key in _SCALARS:
             out[key] = _check_value(key, value, _SCALARS[key])
         elif key not in _TOP_EXTRA:
             raise _unknown(str(key))
     return out
+
+
+def _carry_moved(doc: dict, sec: str) -> None:
+    """Move a section's `@home.key` entries (moved keys, see MOVED) into section `home`."""
+    moved = [k for k in doc[sec] if k.startswith("@")]
+    if not moved:
+        return
+    doc[sec] = dict(doc[sec])
+    for k in moved:
+        home, _, key = k[1:].partition(".")
+        doc[home] = {**doc.get(home, {}), key: doc[sec].pop(k)}
 
 
 # --- presets (package data, read through importlib.resources so an installed wheel works) ----
@@ -467,13 +523,13 @@ def _preset_job(name: Any, stack: tuple = ()) -> dict:
 
 
 def list_presets() -> dict[str, list[tuple[str, str]]]:
-    """{"jobs"|"models"|"clusters": [(name, one-line description)]}, sorted by name."""
+    """{"jobs"|"models"|"clusters"|"fabrics": [(name, one-line description)]}, sorted by name."""
     def describe(kind: str, name: str) -> str:
         text = (_preset_dir(kind) / f"{name}.yaml").read_text("utf-8")
         desc = _parse_yaml(text, f"preset {kind}/{name}.yaml").get("description", "")
         return " ".join(str(desc).split())
     return {kind: [(n, describe(kind, n)) for n in _preset_names(kind)]
-            for kind in ("jobs", "models", "clusters")}
+            for kind in ("jobs", "models", "clusters", "fabrics")}
 
 
 # --- YAML --------------------------------------------------------------------------------------

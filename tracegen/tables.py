@@ -176,6 +176,9 @@ class Flows:
     ops: CommOps
     op_start_ns: np.ndarray | None = None   # per CommOp: release time (deps done + compute gap)
     op_end_ns: np.ndarray | None = None     # per CommOp: last transfer's end (markers: release)
+    conns: object = None                    # connections.Connections of the NET rows (QPs, routes)
+    row_conn: np.ndarray | None = None      # per row: its connection (-1: NVLink)
+    finish_ns: np.ndarray | None = None     # per row: last byte sent (end_ns - latency)
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -1,65 +1,74 @@
-"""Cluster -> Fabric: where each rank lives, which NIC it uses, and which wires a byte crosses.
+"""Cluster + fabric config -> Fabric: where each rank lives, which NIC it uses, the switches and
+links, and (through routing.Router) which links a byte crosses.
 
 Layout: ranks fill nodes in order (rank r on node r // gpus_per_node, GPU r % gpus_per_node);
 GPU g of every node uses NIC `gpu_nic_map[g]` of its node (default: one NIC per GPU, GPU i -> NIC i;
 with fewer NICs, neighbouring GPUs share one), and NIC i of every node is on "rail i"
-(NCCL_CROSS_NIC=2). The fabric is a rail-optimised two-tier leaf-spine: NIC i of a group of
-`nodes_per_leaf` nodes hangs off the leaf of rail i of that group; every leaf connects to every
-spine. Leaves are L3 routers, so a host sees frames to and from its leaf's router MAC.
+(NCCL_CROSS_NIC=2). The switches come from fabric_kinds (rail-optimised two-tier by default);
+they are L3 routers, so a host sees frames to and from its leaf's router MAC.
 
 Address plan (documented for labs):
-  NIC MAC   02:00:<rail>:<node hi>:<node lo>:01      (locally administered)
-  NIC IPv4  10.<rail>.<node // 200>.<node % 200 + 1>
-  leaf MAC  02:01:00:00:<leaf hi>:<leaf lo>
-Node ids in the simulators' numbering: NICs 0..n_nics-1, then leaves, then spines.
+  NIC MAC     02:00:<rail>:<node hi>:<node lo>:01      (locally administered)
+  NIC IPv4    10.<rail>.<node // 200>.<node % 200 + 1>
+  router MAC  02:0<tier>:<plane>:00:<index hi>:<index lo>  (tier 1 leaf, 2 spine, 3 core)
+Node ids in the simulators' numbering: NICs 0..n_nics-1, then switches (plane by plane: leaves,
+spines, cores). Links: every NIC port first (plane by plane, NIC order), then switch links.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from .config import Cluster, Job
 from .errors import ConfigError
+from .fabric_kinds import CORE, LEAF, SPINE, TIER_NAMES, build_switch_graph
 
 LINK_DTYPE = np.dtype([("a", "i4"), ("b", "i4"), ("gbps", "i8"), ("latency_ns", "i8")])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Fabric:
     world: int
     nodes: int
     gpus_per_node: int
     nic_gbps: int
     nvlink_gbps: int
-    leaf_spine_gbps: int
-    link_latency_ns: int
+    link_latency_ns: int     # NIC-leaf links
     rank_node: np.ndarray    # i4 [world]
     rank_gpu: np.ndarray     # i4 [world]
     rank_nic: np.ndarray     # i4 [world]: the NIC each GPU sends through
     nic_node: np.ndarray     # i4 [n_nics]
     nic_rail: np.ndarray     # i4 [n_nics]
-    nic_leaf: np.ndarray     # i4 [n_nics]: leaf index 0..n_leaves-1
     nic_mac: np.ndarray      # u1 [n_nics, 6]
     nic_ip: np.ndarray       # u4 [n_nics] IPv4 as an integer
-    leaf_mac: np.ndarray     # u1 [n_leaves, 6]
-    n_leaves: int
-    n_spines: int
+    sw_name: list            # per switch
+    sw_tier: np.ndarray      # i1 per switch (1 leaf, 2 spine, 3 core)
+    sw_plane: np.ndarray     # i2 per switch
+    sw_index: np.ndarray     # i4 per switch: number within its tier and plane
+    sw_mac: np.ndarray       # u1 [n_switches, 6] router MACs
+    nic_port_leaf: np.ndarray  # i4 [n_nics, planes]: switch index of each NIC port's leaf
     links: np.ndarray        # LINK_DTYPE, simulator node ids
+    planes: int = 1
+    kind: str = "rail-optimised"
+    ecmp_seed: int = 0
+    ip_version: int = 4      # what the ECMP hash reads (the addresses on the wire)
+    _cache: dict = field(default_factory=dict, repr=False, init=False)   # router, name index
 
+    # --- sizes and names ----------------------------------------------------------------------
     @property
     def n_nics(self) -> int:
         return len(self.nic_node)
 
     @property
     def n_switches(self) -> int:
-        return self.n_leaves + self.n_spines
+        return len(self.sw_name)
 
-    def leaf_node_id(self, leaf: int) -> int:
-        return self.n_nics + leaf
-
-    def spine_node_id(self, spine: int) -> int:
-        return self.n_nics + self.n_leaves + spine
+    @property
+    def port_gbps(self) -> int:
+        """Rate of one NIC port (nic_gbps / planes)."""
+        return self.nic_gbps // self.planes
 
     def nic_name(self, nic: int) -> str:
         return f"node{int(self.nic_node[nic]):04d}-rail{int(self.nic_rail[nic])}"
@@ -68,26 +77,99 @@ class Fabric:
         ip = int(self.nic_ip[nic])
         return ".".join(str((ip >> s) & 0xFF) for s in (24, 16, 8, 0))
 
+    def switch_id(self, name: str) -> int:
+        """Switch index of a name (leaf3, spine0, core1, p1-leaf0), or -1."""
+        return self._cache.setdefault("sw_ids", {n: i for i, n in enumerate(self.sw_name)}).get(name, -1)
+
+    def node_id(self, switch: int) -> int:
+        return self.n_nics + int(switch)
+
+    # --- the two-tier view the older emitters use (plane 0) -----------------------------------
+    @cached_property
+    def _plane0(self) -> dict:
+        p0 = self.sw_plane == 0
+        return {t: np.flatnonzero(p0 & (self.sw_tier == t)) for t in (LEAF, SPINE, CORE)}
+
+    @property
+    def n_leaves(self) -> int:
+        return len(self._plane0[LEAF])
+
+    @property
+    def n_spines(self) -> int:
+        return len(self._plane0[SPINE])
+
+    @property
+    def nic_leaf(self) -> np.ndarray:
+        """Leaf number (among plane 0's leaves) of every NIC."""
+        return self.sw_index[self.nic_port_leaf[:, 0]].astype(np.int32)
+
+    @property
+    def leaf_mac(self) -> np.ndarray:
+        return self.sw_mac[self._plane0[LEAF]]
+
+    @property
+    def leaf_spine_gbps(self) -> int:
+        sw = (self.links["a"] >= self.n_nics) & (self.links["b"] >= self.n_nics)
+        return int(self.links["gbps"][sw].max()) if sw.any() else self.nic_gbps
+
+    def leaf_node_id(self, leaf: int) -> int:
+        return self.n_nics + int(self._plane0[LEAF][leaf])
+
+    def spine_node_id(self, spine: int) -> int:
+        return self.n_nics + int(self._plane0[SPINE][spine])
+
+    # --- paths --------------------------------------------------------------------------------
+    @property
+    def router(self):
+        from .routing import Router
+        if "router" not in self._cache:
+            self._cache["router"] = Router(self)
+        return self._cache["router"]
+
     def same_node(self, src_rank, dst_rank) -> np.ndarray:
         return self.rank_node[src_rank] == self.rank_node[dst_rank]
 
     def hops(self, src_nic, dst_nic) -> np.ndarray:
-        """Switch-to-switch path length: 2 links under one leaf, 4 through a spine."""
-        same_leaf = self.nic_leaf[src_nic] == self.nic_leaf[dst_nic]
-        return np.where(same_leaf, 2, 4)
+        """Links on a shortest path between two NICs (2 under one leaf, 4 through a spine...)."""
+        return self.router.hops(src_nic, dst_nic)
 
-    def path(self, src_nic: int, dst_nic: int, udp_sport: int) -> list[int]:
-        """Simulator node ids a packet crosses; the spine is chosen by ECMP on the UDP source port."""
-        a, b = int(self.nic_leaf[src_nic]), int(self.nic_leaf[dst_nic])
-        if a == b:
-            return [src_nic, self.leaf_node_id(a), dst_nic]
-        spine = ecmp_spine(udp_sport, self.n_spines)
-        return [src_nic, self.leaf_node_id(a), self.spine_node_id(spine), self.leaf_node_id(b), dst_nic]
+    def path(self, src_nic: int, dst_nic: int, udp_sport: int, plane: int = 0) -> list[int]:
+        """Simulator node ids a packet crosses, ECMP by its 5-tuple (routing.py)."""
+        r = self.router
+        return r.path_nodes(r.routes([src_nic], [dst_nic], [udp_sport], plane, self.ip_version)[0])
+
+    @property
+    def n_link_dirs(self) -> int:
+        return 2 * len(self.links)
+
+    def link_dir_name(self, d: int) -> str:
+        """'leaf0->spine1', 'node0003-rail1->leaf0', ... for a link direction id."""
+        ln = self.links[d >> 1]
+        a, b = (int(ln["a"]), int(ln["b"])) if not d & 1 else (int(ln["b"]), int(ln["a"]))
+        return f"{self.node_name(a)}->{self.node_name(b)}"
+
+    def node_name(self, node: int) -> str:
+        return self.nic_name(node) if node < self.n_nics else self.sw_name[node - self.n_nics]
+
+    def link_tier(self) -> np.ndarray:
+        """Per link: 0 NIC-leaf, 1 leaf-spine, 2 spine-core (the higher end's tier - 1)."""
+        ta = np.where(self.links["a"] < self.n_nics, 0, self.sw_tier[np.maximum(self.links["a"] - self.n_nics, 0)])
+        tb = np.where(self.links["b"] < self.n_nics, 0, self.sw_tier[np.maximum(self.links["b"] - self.n_nics, 0)])
+        return np.maximum(ta, tb).astype(np.int64) - 1
 
 
-def ecmp_spine(udp_sport: int, n_spines: int) -> int:
-    """A deterministic stand-in for the switches' 5-tuple hash: only the source port varies per QP."""
-    return int(udp_sport) % n_spines
+def tier_label(tier: int) -> str:
+    return ["NIC-leaf", "leaf-spine", "spine-core"][tier]
+
+
+def _router_macs(tier: np.ndarray, plane: np.ndarray, index: np.ndarray) -> np.ndarray:
+    mac = np.zeros((len(tier), 6), dtype=np.uint8)
+    mac[:, 0] = 0x02
+    mac[:, 1] = tier
+    mac[:, 2] = plane
+    mac[:, 4] = index >> 8
+    mac[:, 5] = index & 0xFF
+    return mac
 
 
 def build_fabric(job: Job) -> Fabric:
@@ -108,12 +190,8 @@ def build_fabric(job: Job) -> Fabric:
     nic_node, nic_rail = nic_ids // nics, nic_ids % nics
     n_nics = len(nic_ids)
 
-    groups = -(-nodes // c.nodes_per_leaf)
-    nic_leaf = (nic_rail * groups + nic_node // c.nodes_per_leaf).astype(np.int32)
-    n_leaves = nics * groups
-    # One leaf needs no spine; otherwise at least one.
-    n_spines = c.spines if n_leaves > 1 else 0
-
+    fc = job.fabric
+    g = build_switch_graph(fc, nodes, nics, c.nic_gbps)
     nic_mac = np.zeros((n_nics, 6), dtype=np.uint8)
     nic_mac[:, 0] = 0x02
     nic_mac[:, 2] = nic_rail
@@ -122,21 +200,23 @@ def build_fabric(job: Job) -> Fabric:
     nic_mac[:, 5] = 0x01
     nic_ip = ((10 << 24) | (nic_rail.astype(np.uint32) << 16)
               | ((nic_node // 200).astype(np.uint32) << 8) | (nic_node % 200 + 1).astype(np.uint32))
-    leaf_mac = np.zeros((n_leaves, 6), dtype=np.uint8)
-    leaf_mac[:, 0] = 0x02
-    leaf_mac[:, 1] = 0x01
-    leaf_mac[:, 4] = np.arange(n_leaves) >> 8
-    leaf_mac[:, 5] = np.arange(n_leaves) & 0xFF
 
-    ls_gbps = c.leaf_spine_gbps or c.nic_gbps
-    links = [(n, n_nics + int(nic_leaf[n]), c.nic_gbps, c.link_latency_ns) for n in range(n_nics)]
-    links += [(n_nics + lf, n_nics + n_leaves + sp, ls_gbps, c.link_latency_ns)
-              for lf in range(n_leaves) for sp in range(n_spines)]
+    planes = g.nic_leaf.shape[1]
+    port_links = [(n, n_nics + int(g.nic_leaf[n, p]), g.port_gbps, g.port_latency_ns)
+                  for p in range(planes) for n in range(n_nics)]
+    sw_links = [(n_nics + int(a), n_nics + int(b), int(gb), int(lat)) for a, b, gb, lat in g.links]
     return Fabric(
         world=world, nodes=nodes, gpus_per_node=gpn, nic_gbps=c.nic_gbps, nvlink_gbps=c.nvlink_gbps,
-        leaf_spine_gbps=ls_gbps, link_latency_ns=c.link_latency_ns,
+        link_latency_ns=fc.link_latency_ns,
         rank_node=rank_node, rank_gpu=rank_gpu, rank_nic=rank_nic,
-        nic_node=nic_node, nic_rail=nic_rail, nic_leaf=nic_leaf, nic_mac=nic_mac,
-        nic_ip=nic_ip.astype(np.uint32), leaf_mac=leaf_mac, n_leaves=n_leaves, n_spines=n_spines,
-        links=np.array(links, dtype=LINK_DTYPE),
+        nic_node=nic_node, nic_rail=nic_rail, nic_mac=nic_mac, nic_ip=nic_ip.astype(np.uint32),
+        sw_name=g.names, sw_tier=g.tier, sw_plane=g.plane, sw_index=g.index,
+        sw_mac=_router_macs(g.tier, g.plane, g.index), nic_port_leaf=g.nic_leaf,
+        links=np.array(port_links + sw_links, dtype=LINK_DTYPE).reshape(-1),
+        planes=planes, kind=fc.kind, ecmp_seed=fc.ecmp_seed, ip_version=job.output.ip_version,
     )
+
+
+def ecmp_spine(udp_sport: int, n_spines: int) -> int:
+    """Deprecated stand-in kept for old callers: spine index by sport modulo (use Fabric.path)."""
+    return int(udp_sport) % n_spines

@@ -46,10 +46,10 @@ class LabPlan:
         nic_mac, nic_ip = fabric.nic_mac.copy(), fabric.nic_ip.copy()
         nic_mac[list(self.nics)] = self.mac
         nic_ip[list(self.nics)] = self.ipv4
-        leaf_mac = fabric.leaf_mac.copy()
+        sw_mac = fabric.sw_mac.copy()
         if self.dut_mac is not None:
-            leaf_mac[:] = np.frombuffer(self.dut_mac, np.uint8)
-        return replace(fabric, nic_mac=nic_mac, nic_ip=nic_ip, leaf_mac=leaf_mac)
+            sw_mac[:] = np.frombuffer(self.dut_mac, np.uint8)
+        return replace(fabric, nic_mac=nic_mac, nic_ip=nic_ip, sw_mac=sw_mac)
 
 
 def _mac(text, key: str) -> bytes:

@@ -368,10 +368,15 @@ def _mac_table(fabric: Fabric) -> np.ndarray:
 
 def _link_macs(fabric: Fabric, tx_nic, rx_nic, sport, hops, link):
     """Rows of _mac_table (eth_src, eth_dst) on link `link` of each packet's route:
-    NIC -> leaf (-> spine -> leaf) -> NIC; the spine by ECMP on the UDP source port."""
+    NIC -> leaf (-> spine -> leaf) -> NIC; the spine by ECMP on the 5-tuple (routing.py)."""
     n, n_leaves = fabric.n_nics, fabric.n_leaves
     leaf_a, leaf_b = n + fabric.nic_leaf[tx_nic], n + fabric.nic_leaf[rx_nic]
-    spine = n + n_leaves + sport % max(fabric.n_spines, 1)
+    spine = np.full(len(np.atleast_1d(tx_nic)), n + n_leaves, np.int64)
+    far = np.atleast_1d(hops) > 2                                   # through a spine (routing.py)
+    if far.any():
+        r = fabric.router
+        spine[far] = r.node_after(r.routes(np.atleast_1d(tx_nic)[far], np.atleast_1d(rx_nic)[far],
+                                           np.atleast_1d(sport)[far], 0, fabric.ip_version), 1)
     first, last, up = link == 0, link == hops - 1, link == 1      # up: leaf -> spine (4-hop routes)
     src = np.where(first, tx_nic, np.where(last, leaf_b, np.where(up, leaf_a, spine)))
     dst = np.where(first, leaf_a, np.where(last, rx_nic, np.where(up, spine, leaf_b)))

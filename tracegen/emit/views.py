@@ -2,7 +2,7 @@
 
 A port records every packet whose route crosses its link, in time order. Routes follow the
 fabric (NIC -> leaf -> spine -> leaf -> NIC, or NIC -> leaf -> NIC under one leaf) with the
-spine chosen by ECMP on the UDP source port (topology.ecmp_spine; CNPs use source port 0).
+spine chosen by ECMP on the 5-tuple (routing.py, the schedule's routes; CNPs use source port 0).
   * a leaf's port to a NIC holds exactly that NIC's own capture (its sent and received copies,
     at the NIC's timestamps);
   * a port between leaf L and spine S holds the packets going up L -> S (route link 1) and down
@@ -31,6 +31,16 @@ def _switch(fabric: Fabric, name: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def _spine_of(fabric: Fabric, tx, rx, sport) -> np.ndarray:
+    """The spine (index) each packet's route crosses (routing.Router's ECMP choice), -1 if none."""
+    if not len(tx) or not fabric.n_spines:
+        return np.full(len(tx), -1, np.int64)
+    r = fabric.router
+    sw = r.node_after(r.routes(tx, rx, sport, 0, fabric.ip_version), 1) - fabric.n_nics
+    ok = (sw >= 0) & (fabric.sw_tier[np.maximum(sw, 0)] == 2)
+    return np.where(ok, fabric.sw_index[np.maximum(sw, 0)], -1)
+
+
 def switch_port_specs(p, fabric: Fabric, name: str):
     from . import pcap
     kind, sw = _switch(fabric, name)
@@ -52,7 +62,7 @@ def switch_port_specs(p, fabric: Fabric, name: str):
         for src in (0, 2):                                  # the sender's copies, moved down the route
             idx = np.flatnonzero(pcap._kept(p, src))
             tx, rx, sport, hops = pcap._item_endpoints(p, src, idx)
-            on_spine = (hops == 4) & (sport % max(fabric.n_spines, 1) == spine)
+            on_spine = (hops == 4) & (_spine_of(fabric, tx, rx, sport) == spine)
             chosen = p.sel.nic_mask[tx] | p.sel.nic_mask[rx]
             up = on_spine & chosen & (fabric.nic_leaf[tx] == leaf)
             down = on_spine & chosen & (fabric.nic_leaf[rx] == leaf)

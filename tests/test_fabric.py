@@ -1,0 +1,225 @@
+"""Fabric kinds, ECMP routing by the 5-tuple hash, and link sharing in the schedule."""
+from __future__ import annotations
+
+import zlib
+from collections import deque
+
+import numpy as np
+import pytest
+
+from tracegen.config import job_from_dict, load_job
+from tracegen.connections import udp_sport
+from tracegen.errors import ConfigError
+from tracegen.pipeline import run_pipeline
+from tracegen.tables import LinkKind
+from tracegen.topology import build_fabric
+
+TINY = {"layers": 2, "hidden": 256, "heads": 8, "vocab": 512, "seq_len": 64}
+
+
+def fabric_job(fabric, dp=16, tp=1, gpn=2, **kw):
+    return job_from_dict({"model": TINY, "parallelism": {"dp": dp, "tp": tp, "pp": 1, "global_batch": dp},
+                          "cluster": {"gpus_per_node": gpn}, "fabric": fabric, **kw})
+
+
+# --- an independent model of the hash (zlib, struct-free byte building) -------------------------
+
+def _fmix(h: int) -> int:
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def _choice(src_ip: int, dst_ip: int, sport: int, switch: int, seed: int, n: int) -> int:
+    data = src_ip.to_bytes(4, "big") + dst_ip.to_bytes(4, "big") + bytes([17]) + sport.to_bytes(2, "big") \
+        + (4791).to_bytes(2, "big")
+    s = _fmix((seed * 0x9E3779B1 + switch * 0x85EBCA77 + 1) & 0xFFFFFFFF)
+    return _fmix(zlib.crc32(data) ^ s) % n
+
+
+def _graph(f):
+    adj: dict[int, list[int]] = {}
+    for a, b in zip(f.links["a"].tolist(), f.links["b"].tolist()):
+        adj.setdefault(a, []).append(b)
+        adj.setdefault(b, []).append(a)
+    return adj
+
+
+def _bfs(adj, src, avoid_nics: int):
+    dist, q = {src: 0}, deque([src])
+    while q:
+        u = q.popleft()
+        for v in adj[u]:
+            if v not in dist and (v >= avoid_nics or v == u):
+                dist[v] = dist[u] + 1
+                q.append(v)
+    return dist
+
+
+# chi-square critical values at p = 0.001 for n - 1 degrees of freedom
+CHI2_999 = {3: 16.27, 7: 24.32}
+
+
+@pytest.mark.parametrize("spines", [4, 8])
+def test_ecmp_spreads_sequential_qps_evenly_over_spines(spines):
+    """Sequential QPNs between two leaves (udp_sport % spines would leave half of 4 spines idle):
+    1,000 QPs are indistinguishable from a uniform spread (chi-square, p > 0.001); 10,000 put
+    every spine within 10 % of uniform. (For any hash that behaves like a random one, 1,000 QPs
+    over 8 spines deviate by ~8 % of the mean per spine (1 sigma), so a 10 % bound needs more.)"""
+    f = build_fabric(fabric_job({"nodes_per_leaf": 1, "spines": spines}, dp=4, gpn=1))
+    r = f.router
+    for n, check in ((1000, "chi2"), (10000, "10%")):
+        qpn = np.arange(0x100, 0x100 + n)
+        sport = udp_sport(qpn, qpn + 0x40)
+        spine = r.node_after(r.routes(np.zeros(n, int), np.full(n, 3), sport, 0), 1)
+        counts = np.bincount(spine - f.spine_node_id(0), minlength=spines)
+        assert len(counts) == spines
+        if check == "chi2":
+            chi2 = ((counts - n / spines) ** 2 / (n / spines)).sum()
+            assert chi2 < CHI2_999[spines - 1], counts
+        else:
+            assert np.abs(counts - n / spines).max() <= 0.1 * n / spines, counts
+
+
+def test_ecmp_choice_matches_an_independent_crc_model():
+    f = build_fabric(fabric_job({"nodes_per_leaf": 1, "spines": 5, "ecmp_seed": 7}, dp=4, gpn=1))
+    r = f.router
+    for qpn in range(0x100, 0x140):
+        sport = int(udp_sport(qpn, qpn + 1))
+        src_leaf = f.node_id(f.nic_port_leaf[0, 0]) - f.n_nics
+        want = _choice(int(f.nic_ip[0]), int(f.nic_ip[2]), sport, src_leaf, 7, 5)
+        got = r.node_after(r.routes([0], [2], [sport], 0), 1)[0] - f.spine_node_id(0)
+        assert got == want
+
+
+@pytest.mark.parametrize("fabric", ["rail-optimised", "leaf-spine-2to1", "fat-tree-k8", "multi-plane-2",
+                                    "dgx-h100-su"])
+def test_every_route_is_a_shortest_valid_path(fabric):
+    j = fabric_job(fabric, dp=32, gpn=2)
+    f = build_fabric(j)
+    adj = _graph(f)
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, f.n_nics, 300), rng.integers(0, f.n_nics, 300)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    sport = rng.integers(0xC000, 0x10000, len(src))
+    plane = rng.integers(0, f.planes, len(src))
+    routes = f.router.routes(src, dst, sport, plane)
+    for s, d, p, rt in zip(src.tolist(), dst.tolist(), plane.tolist(), routes):
+        nodes = f.router.path_nodes(rt)
+        assert nodes[0] == s and nodes[-1] == d
+        for u, v, ld in zip(nodes, nodes[1:], rt[rt >= 0].tolist()):      # consecutive, real links
+            a, b = int(f.links["a"][ld >> 1]), int(f.links["b"][ld >> 1])
+            assert (u, v) == ((a, b) if ld % 2 == 0 else (b, a))
+        assert all(n >= f.n_nics for n in nodes[1:-1])                   # no NIC forwards
+        assert len({f.sw_plane[n - f.n_nics] for n in nodes[1:-1]}) == 1   # one plane
+        # shortest: the BFS distance between the two leaves over switches only
+        first, last = nodes[1], nodes[-2]
+        assert len(nodes) - 3 == _bfs(adj, first, f.n_nics)[last]
+
+
+def test_fat_tree_k8_shape():
+    f = build_fabric(fabric_job("fat-tree-k8", dp=64, gpn=2))          # 64 NICs: 16 leaves, 4 pods
+    tiers = np.bincount(f.sw_tier, minlength=4)
+    assert (tiers[1], tiers[2], tiers[3]) == (16, 16, 16)
+    sw = (f.links["a"] >= f.n_nics) & (f.links["b"] >= f.n_nics)
+    assert sw.sum() == 16 * 4 + 16 * 4          # leaf-spine inside pods + spine-core
+    assert f.hops(np.array([0]), np.array([63]))[0] == 6
+    assert f.hops(np.array([0]), np.array([4]))[0] == 4   # same pod, other leaf
+
+
+def test_oversubscription_sets_the_uplink_rate():
+    f = build_fabric(fabric_job("leaf-spine-4to1", dp=16, gpn=2))   # 4 nodes x 2 NICs x 400G per leaf
+    up = f.links["gbps"][(f.links["a"] >= f.n_nics) & (f.links["b"] >= f.n_nics)]
+    assert set(up.tolist()) == {200}                                # 3200 / (4 x 4)
+
+
+def test_multi_plane_splits_the_nic():
+    f = build_fabric(fabric_job("multi-plane-2", dp=4, gpn=2))
+    nic_links = f.links[f.links["a"] < f.n_nics]
+    assert len(nic_links) == 2 * f.n_nics and set(nic_links["gbps"].tolist()) == {200}
+
+
+def test_topology_file(tmp_path):
+    (tmp_path / "fab.yaml").write_text(
+        "switches: {leafA: 1, leafB: 1, s0: 2, s1: 2}\n"
+        "links: [[leafA, s0, 400], [leafB, s0, 400], [leafA, s1, 100, 500], [leafB, s1, 100]]\n"
+        "nics: [leafA, leafA, leafB, leafB]\n")
+    j = fabric_job({"kind": "file", "file": str(tmp_path / "fab.yaml")}, dp=4, gpn=1)
+    f = build_fabric(j)
+    assert f.sw_name == ["leafA", "leafB", "s0", "s1"] and f.hops(np.array([0]), np.array([3]))[0] == 4
+    run = run_pipeline(j)
+    assert run.report.iteration_ns > 0
+    (tmp_path / "bad.yaml").write_text("switches: {a: 1}\nlinks: []\nnics: [a, a, zz, a]\n")
+    with pytest.raises(ConfigError, match="tier-1"):
+        build_fabric(fabric_job({"kind": "file", "file": str(tmp_path / "bad.yaml")}, dp=4, gpn=1))
+
+
+def test_cluster_keys_still_accepted_as_fabric_aliases():
+    j = load_job(sets=["cluster.nodes_per_leaf=3", "cluster.spines=5", "cluster.leaf_spine_gbps=100"])
+    assert (j.fabric.nodes_per_leaf, j.fabric.spines, j.fabric.leaf_spine_gbps) == (3, 5, 100)
+    assert load_job(preset="llama3-70b").fabric.spines == 16         # from the dgx-h100 cluster preset
+
+
+# --- link sharing --------------------------------------------------------------------------------
+
+def _p2p_job(fabric, pairs, nbytes=8 << 20):
+    """A job whose only traffic is one p2p op per (src, dst), all released at t = 0."""
+    from tracegen.tables import COMMOP_DTYPE, CollKind, CommOps, Dim, Ragged
+    j = fabric_job(fabric, dp=8, gpn=1, nccl={"channels": 1, "p2p_chunk_bytes": nbytes})
+    ops = np.zeros(len(pairs), COMMOP_DTYPE)
+    ops["op_id"], ops["kind"], ops["dim"] = np.arange(len(pairs)), CollKind.SENDRECV, Dim.PP
+    ops["bytes"], ops["elem_bytes"], ops["stage"], ops["layer"] = nbytes, 1, -1, -1
+    return j, CommOps(ops, Ragged.from_lists([list(p) for p in pairs]), Ragged.empty(len(pairs)))
+
+
+def _schedule(j, ops):
+    from tracegen.collectives import expand
+    from tracegen.schedule import schedule
+    f = build_fabric(j)
+    return f, schedule(ops, expand(ops, f, j.nccl), f, j)
+
+
+def test_two_flows_through_one_spine_link_each_get_half():
+    """One spine, two flows from two hosts of leaf 0 to two hosts of leaf 1: the leaf0->spine link
+    is their bottleneck, so each gets half of it and both end together, twice as late as one."""
+    fab = {"kind": "leaf-spine", "nodes_per_leaf": 4, "spines": 1, "leaf_spine_gbps": 400}
+    j, one = _p2p_job(fab, [(0, 4)])
+    _, f1 = _schedule(j, one)
+    j, two = _p2p_job(fab, [(0, 4), (1, 5)])
+    _, f2 = _schedule(j, two)
+    t1 = int(f1.finish_ns.max() - f1.rows["start_ns"].min())
+    ends = f2.finish_ns - f2.rows["start_ns"]
+    assert abs(ends[0] - ends[1]) <= 1 and abs(ends[0] - 2 * t1) <= 2
+    # with two spines the hash decides: either they collide (2x) or not (1x), nothing else
+    fab2 = dict(fab, spines=8)
+    j, two = _p2p_job(fab2, [(0, 4), (1, 5)])
+    fabric, f8 = _schedule(j, two)
+    d = f8.finish_ns - f8.rows["start_ns"]
+    spines = fabric.router.node_after(f8.conns.route, 1)
+    want = 2 * t1 if spines[0] == spines[1] else t1
+    assert np.abs(d - want).max() <= 2
+
+
+def test_same_leaf_traffic_never_touches_a_spine():
+    j, ops = _p2p_job({"kind": "leaf-spine", "nodes_per_leaf": 8, "spines": 2}, [(0, 4), (1, 5)])
+    fabric, fl = _schedule(j, ops)
+    assert (fl.conns.hops == 2).all()
+
+
+def test_busbw_ring_allreduce_dgx_h100_within_nccl_tests_range():
+    """1 GiB ring AllReduce over 4 DGX H100 nodes (rail-aligned rings, 16 channels): busbw in the
+    366-396 GB/s nccl-tests measure (FORMULAS.md)."""
+    from tracegen.tables import COMMOP_DTYPE, CollKind, CommOps, Dim, Ragged
+    n = 32
+    j = job_from_dict({"model": TINY, "parallelism": {"dp": n, "tp": 1, "pp": 1, "global_batch": n},
+                       "cluster": "dgx-h100", "nccl": {"channels": 16}})
+    ops = np.zeros(1, COMMOP_DTYPE)
+    ops["kind"], ops["dim"], ops["bytes"], ops["elem_bytes"] = CollKind.ALLREDUCE, Dim.DP, 1 << 30, 2
+    ops = CommOps(ops, Ragged.from_lists([list(range(n))]), Ragged.empty(1))
+    _, fl = _schedule(j, ops)
+    busbw = (1 << 30) / (fl.op_end_ns[0] - fl.op_start_ns[0]) * 2 * (n - 1) / n
+    assert 366 <= busbw <= 396, busbw
+    assert (fl.rows["link"] == LinkKind.NET).any()

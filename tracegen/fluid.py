@@ -1,0 +1,277 @@
+"""The timing engine: items (byte streams) sharing links max-min fairly, released by dependencies.
+
+One engine for both granularities of the schedule: an item is a chunk transfer (`detail=full`) or
+the bytes one NCCL connection carries for one op (`detail=conn`). An item crosses a set of links
+(link directions: NIC ports, switch ports, a GPU's NVLink port) with a weight each - the share of
+its bytes on that link (1, or 1/q when its messages spread over q QPs that take different paths).
+
+Fluid model: at every moment the active items' rates are the max-min fair allocation under the
+link capacities (progressive filling: all unfrozen items rise together until a link saturates;
+the items crossing it freeze), recomputed whenever an item starts or ends. This is how a NIC that
+serves its QPs with pending work in turn, and switch ports under per-flow fair queueing, share
+bandwidth at time scales longer than a packet. An item's bytes finish at `finish`; it has arrived
+`extra_ns` later (propagation and store-and-forward, or an op's pipeline fill).
+
+Release: an op is released `gap_ns` after the last of its dependency ops ends; an item becomes
+active once its op is released and every item it depends on (same op) has arrived. Times are
+integer ns (an item finishes at the first whole ns its bytes are through); remaining bytes are
+float64 between events.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numba
+import numpy as np
+
+from .tables import Ragged
+
+INF = np.iinfo(np.int64).max // 4
+
+
+def reverse_csr(r: Ragged, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
+    """Who depends on whom, as CSR (ptr, values)."""
+    src = np.repeat(np.arange(len(r), dtype=np.int64), r.lengths())
+    order = np.argsort(r.values, kind="stable")
+    counts = np.bincount(r.values, minlength=n_targets) if len(r.values) else np.zeros(n_targets, np.int64)
+    ptr = np.zeros(n_targets + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, src[order].astype(np.int64)
+
+
+def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_ptr, lk_id, lk_w,
+        cap_bytes_per_ns, jit: bool = True):
+    """Schedule everything. Returns (start, finish, end, op_start, op_end) as int64 arrays.
+
+    op_gap [n_ops]; op_deps: op ids each op waits for; op_of [n]: op of each item; item_deps: item
+    ids each item needs (items of its own op); nbytes [n] (float); extra_ns [n]; lk_ptr/lk_id/lk_w:
+    per item its links and weights (CSR); cap_bytes_per_ns [n_links]."""
+    n_ops, n = len(op_gap), len(op_of)
+    op_of = np.asarray(op_of, np.int64)
+    od_ptr, od_val = reverse_csr(op_deps, n_ops)
+    td_ptr, td_val = reverse_csr(item_deps, n)
+    ot_val = np.argsort(op_of, kind="stable").astype(np.int64)
+    ot_ptr = np.zeros(n_ops + 1, dtype=np.int64)
+    np.cumsum(np.bincount(op_of, minlength=n_ops), out=ot_ptr[1:])
+    args = (np.asarray(op_gap, np.int64), op_deps.lengths().astype(np.int64), od_ptr, od_val,
+            item_deps.lengths().astype(np.int64), td_ptr, td_val, ot_ptr, ot_val, op_of,
+            np.asarray(nbytes, np.float64), np.asarray(extra_ns, np.int64),
+            np.asarray(lk_ptr, np.int64), np.asarray(lk_id, np.int64), np.asarray(lk_w, np.float64),
+            np.asarray(cap_bytes_per_ns, np.float64))
+    fn = _engine if jit else getattr(_engine, "py_func", _engine)   # NUMBA_DISABLE_JIT: plain
+    start, finish, end, op_start, op_end, done = fn(*args)
+    if not done:
+        raise RuntimeError("schedule: dependency cycle, some items never became ready")
+    return start, finish, end, op_start, op_end
+
+
+@numba.njit(cache=True)
+def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen):
+    """Max-min fair rates of the active items (progressive filling with link weights)."""
+    n_t = 0
+    for a in range(n_act):
+        i = act[a]
+        frozen[i] = False
+        rate[i] = 0.0
+        for k in range(lk_ptr[i], lk_ptr[i + 1]):
+            ln = lk_id[k]
+            if wsum[ln] == 0.0 and rcap[ln] >= 0.0:
+                touched[n_t] = ln
+                n_t += 1
+                rcap[ln] = -1.0            # mark as touched
+            wsum[ln] += lk_w[k]
+    for t in range(n_t):
+        rcap[touched[t]] = cap[touched[t]]
+    left = 0
+    for a in range(n_act):
+        i = act[a]
+        if lk_ptr[i] == lk_ptr[i + 1]:
+            rate[i] = np.inf               # crosses no link: nothing limits it
+            frozen[i] = True
+        else:
+            left += 1
+    level = 0.0
+    while left > 0:
+        best = np.inf
+        for t in range(n_t):
+            ln = touched[t]
+            if wsum[ln] > 1e-12:
+                v = rcap[ln] / wsum[ln]
+                if v < best:
+                    best = v
+        if best < 0.0:
+            best = 0.0
+        level += best
+        for t in range(n_t):
+            ln = touched[t]
+            if wsum[ln] > 1e-12:
+                rcap[ln] -= best * wsum[ln]
+                if rcap[ln] <= cap[ln] * 1e-12:
+                    rcap[ln] = 0.0
+        for a in range(n_act):
+            i = act[a]
+            if frozen[i]:
+                continue
+            sat = False
+            for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                if rcap[lk_id[k]] == 0.0:
+                    sat = True
+                    break
+            if sat:
+                frozen[i] = True
+                rate[i] = level
+                left -= 1
+                for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                    wsum[lk_id[k]] -= lk_w[k]
+    for t in range(n_t):
+        wsum[touched[t]] = 0.0
+        rcap[touched[t]] = 0.0
+
+
+@numba.njit(cache=True)
+def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_ptr, ot_val, op_of,
+            nbytes, extra, lk_ptr, lk_id, lk_w, cap):
+    n_ops, n = len(gap), len(op_of)
+    n_links = len(cap)
+    op_deps_left, tr_deps_left = op_deps_left.copy(), tr_deps_left.copy()
+    op_left = np.diff(ot_ptr)
+    op_ready = np.zeros(n_ops, np.int64)
+    op_start = np.zeros(n_ops, np.int64)
+    op_end = np.zeros(n_ops, np.int64)
+    released = np.zeros(n_ops, np.bool_)
+    ready = np.zeros(n, np.int64)
+    start = np.zeros(n, np.int64)
+    finish = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    rem = nbytes.copy()
+    rate = np.zeros(n, np.float64)
+    frozen = np.zeros(n, np.bool_)
+    wsum = np.zeros(n_links, np.float64)
+    rcap = np.zeros(n_links, np.float64)
+    touched = np.zeros(n_links, np.int64)
+    act = np.zeros(n, np.int64)            # active items (order irrelevant)
+    pos = np.full(n, -1, np.int64)         # place in act
+    n_act = 0
+    heap = [(np.int64(0), np.int64(0))]
+    heap.pop()
+    rel_op = np.zeros(n_ops, np.int64)
+    rel_t = np.zeros(n_ops, np.int64)
+    n_rel = 0
+    for o in range(n_ops):
+        if op_deps_left[o] == 0:
+            rel_op[n_rel], rel_t[n_rel] = o, gap[o]
+            n_rel += 1
+    done_ops = np.zeros(n_ops, np.int64)   # completed ops whose dependents are not yet released
+    n_done = 0
+    t = np.int64(0)
+    dirty = False
+    fin = np.zeros(n, np.int64)
+    while True:
+        # Settle op completions / releases (they only schedule future activations).
+        while n_rel > 0 or n_done > 0:
+            if n_done > 0:
+                n_done -= 1
+                o = done_ops[n_done]
+                t_end = op_end[o]
+                for k in range(od_ptr[o], od_ptr[o + 1]):
+                    p = od_val[k]
+                    if t_end > op_ready[p]:
+                        op_ready[p] = t_end
+                    op_deps_left[p] -= 1
+                    if op_deps_left[p] == 0:
+                        rel_op[n_rel], rel_t[n_rel] = p, op_ready[p] + gap[p]
+                        n_rel += 1
+                continue
+            n_rel -= 1
+            o, t0 = rel_op[n_rel], rel_t[n_rel]
+            op_start[o] = t0
+            released[o] = True
+            if ot_ptr[o] == ot_ptr[o + 1]:
+                op_end[o] = t0
+                done_ops[n_done] = o
+                n_done += 1
+                continue
+            for k in range(ot_ptr[o], ot_ptr[o + 1]):
+                it = ot_val[k]
+                if t0 > ready[it]:
+                    ready[it] = t0
+                if tr_deps_left[it] == 0:
+                    heapq.heappush(heap, (ready[it], it))
+        if len(heap) == 0 and n_act == 0:
+            break
+        t_arr = heap[0][0] if len(heap) > 0 else INF
+        t_fin = INF
+        if n_act > 0:
+            if dirty:
+                _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen)
+                dirty = False
+            for a in range(n_act):
+                i = act[a]
+                r = rate[i]
+                if r == np.inf:
+                    f = t
+                else:
+                    q = rem[i] / r
+                    f = t + np.int64(np.ceil(q - 1e-9)) if q > 1e-9 else t
+                fin[i] = f
+                if f < t_fin:
+                    t_fin = f
+        if t_arr < t_fin or (t_arr == t_fin and n_act == 0):
+            dt = t_arr - t
+            if dt > 0:
+                for a in range(n_act):
+                    i = act[a]
+                    rem[i] -= rate[i] * dt
+                    if rem[i] < 1e-9:
+                        rem[i] = 1e-9
+            t = t_arr
+            while len(heap) > 0 and heap[0][0] <= t:
+                _, it = heapq.heappop(heap)
+                start[it] = t
+                act[n_act] = it
+                pos[it] = n_act
+                n_act += 1
+            dirty = True
+            continue
+        # Completions at t_fin.
+        dt = t_fin - t
+        t = t_fin
+        a = 0
+        while a < n_act:
+            i = act[a]
+            if fin[i] == t:
+                finish[i] = t
+                e = t + extra[i]
+                end[i] = e
+                rem[i] = 0.0
+                # remove from act (swap with last)
+                n_act -= 1
+                last = act[n_act]
+                act[a] = last
+                pos[last] = a
+                pos[i] = -1
+                for k in range(td_ptr[i], td_ptr[i + 1]):
+                    d = td_val[k]
+                    if e > ready[d]:
+                        ready[d] = e
+                    tr_deps_left[d] -= 1
+                    if tr_deps_left[d] == 0 and released[op_of[d]]:
+                        heapq.heappush(heap, (ready[d], d))
+                o = op_of[i]
+                if e > op_end[o]:
+                    op_end[o] = e
+                op_left[o] -= 1
+                if op_left[o] == 0:
+                    done_ops[n_done] = o
+                    n_done += 1
+                continue
+            rem[i] -= rate[i] * dt
+            if rem[i] < 1e-9:
+                rem[i] = 1e-9
+            a += 1
+        dirty = True
+    done = True
+    for o in range(n_ops):
+        if op_left[o] > 0 or op_deps_left[o] > 0:
+            done = False
+    return start, finish, end, op_start, op_end, done

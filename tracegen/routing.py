@@ -1,0 +1,222 @@
+"""Routes over the fabric: shortest paths, and ECMP by a 5-tuple hash at every switch.
+
+A packet goes NIC -> its leaf -> ... -> the destination's leaf -> NIC along a shortest path (hop
+count). Where a switch has several next hops on a shortest path it picks one by hashing the
+packet's 5-tuple, as switch ASICs do (WIRE.md), deterministically:
+
+    crc  = CRC-32 (zlib's) of  src IP | dst IP | protocol 17 | UDP sport | UDP dport 4791
+           (network byte order; 4-byte IPv4 or 16-byte IPv6 addresses, as on the wire)
+    h_s  = fmix32(crc ^ seed_s),  seed_s = fmix32(ecmp_seed * 0x9E3779B1 + s * 0x85EBCA77 + 1)
+    next = the (h_s mod n)-th of the n candidate next hops, in ascending switch order
+
+fmix32 is MurmurHash3's finaliser: mixing the per-switch seed in non-linearly keeps the choices of
+successive switches independent (a seed XORed into a CRC alone would make every switch pick by
+the same bits: hash polarisation). All arithmetic is on uint32, so a C++ replica (the ns-3
+scenario) gives the same choices. The schedule, every pcap view and the ns-3 scenario route with
+this one function.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .errors import ConfigError
+
+ROCE_UDP_PORT = 4791
+_POLY = 0xEDB88320
+
+
+def _crc_table() -> np.ndarray:
+    t = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        t = np.where(t & 1, (t >> np.uint32(1)) ^ np.uint32(_POLY), t >> np.uint32(1)).astype(np.uint32)
+    return t
+
+
+CRC_TABLE = _crc_table()
+
+
+def crc32_rows(data: np.ndarray) -> np.ndarray:
+    """zlib.crc32 of every row of a [n, k] uint8 array (vectorized over rows)."""
+    data = np.asarray(data, dtype=np.uint8)
+    crc = np.full(len(data), 0xFFFFFFFF, dtype=np.uint32)
+    for j in range(data.shape[1]):
+        crc = CRC_TABLE[(crc ^ data[:, j]) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
+def fmix32(h) -> np.ndarray:
+    """MurmurHash3's 32-bit finaliser."""
+    h = np.asarray(h, dtype=np.uint64) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    h = (h * np.uint64(0x85EBCA6B)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(13)
+    h = (h * np.uint64(0xC2B2AE35)) & np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    return h.astype(np.uint32)
+
+
+def switch_seeds(n_switches: int, ecmp_seed: int) -> np.ndarray:
+    s = np.arange(n_switches, dtype=np.uint64)
+    return fmix32((np.uint64(ecmp_seed) * np.uint64(0x9E3779B1) + s * np.uint64(0x85EBCA77) + np.uint64(1))
+                  & np.uint64(0xFFFFFFFF))
+
+
+def ip_bytes(ipv4: np.ndarray, ip_version: int) -> np.ndarray:
+    """[n, 4] or [n, 16] network-order address bytes; IPv6 is fd00::<IPv4> (the address plan)."""
+    v4 = np.asarray(ipv4, dtype=np.uint32)
+    b4 = np.stack([(v4 >> np.uint32(s)) & np.uint32(0xFF) for s in (24, 16, 8, 0)], axis=1).astype(np.uint8)
+    if ip_version == 4:
+        return b4
+    out = np.zeros((len(v4), 16), np.uint8)
+    out[:, 0] = 0xFD
+    out[:, 12:] = b4
+    return out
+
+
+def tuple_crc(src_ip: np.ndarray, dst_ip: np.ndarray, sport: np.ndarray, ip_version: int,
+              dport: int = ROCE_UDP_PORT) -> np.ndarray:
+    """CRC-32 of each packet's 5-tuple (src IP, dst IP, protocol 17, sport, dport)."""
+    n = len(sport)
+    sport = np.asarray(sport, dtype=np.uint32)
+    rows = np.concatenate([
+        ip_bytes(src_ip, ip_version), ip_bytes(dst_ip, ip_version), np.full((n, 1), 17, np.uint8),
+        np.stack([sport >> np.uint32(8), sport & np.uint32(0xFF)], axis=1).astype(np.uint8),
+        np.tile(np.array([dport >> 8, dport & 0xFF], np.uint8), (n, 1))], axis=1)
+    return crc32_rows(rows)
+
+
+@numba.njit(cache=True)
+def _bfs_all(adj: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """dist[s, j]: hops from switch s to switch targets[j] (-1: unreachable)."""
+    n = adj.shape[0]
+    dist = np.full((n, len(targets)), -1, np.int16)
+    queue = np.empty(n, np.int64)
+    for j in range(len(targets)):
+        head, tail = 0, 1
+        queue[0] = targets[j]
+        dist[targets[j], j] = 0
+        while head < tail:
+            u = queue[head]
+            head += 1
+            for k in range(adj.shape[1]):
+                v = adj[u, k]
+                if v < 0:
+                    break
+                if dist[v, j] < 0:
+                    dist[v, j] = dist[u, j] + 1
+                    queue[tail] = v
+                    tail += 1
+    return dist
+
+
+class Router:
+    """Shortest-path ECMP routing over a fabric's switch graph (see module doc).
+
+    Node ids are the simulators' (NICs 0..n_nics-1, then switches); a route is given as the list of
+    link-direction ids it crosses (direction 2*l goes a -> b of fabric.links[l], 2*l + 1 b -> a)."""
+
+    def __init__(self, fabric):
+        self.fabric = fabric
+        n_nics, n_sw = fabric.n_nics, fabric.n_switches
+        links = fabric.links
+        a, b = links["a"].astype(np.int64), links["b"].astype(np.int64)
+        sw = (a >= n_nics) & (b >= n_nics)
+        # adjacency between switches, padded and sorted by neighbour id, with the direction ids
+        u = np.r_[a[sw], b[sw]] - n_nics
+        v = np.r_[b[sw], a[sw]] - n_nics
+        d = np.r_[2 * np.flatnonzero(sw), 2 * np.flatnonzero(sw) + 1]
+        order = np.lexsort((v, u))
+        u, v, d = u[order], v[order], d[order]
+        deg = np.bincount(u, minlength=n_sw)
+        width = max(1, int(deg.max()) if len(deg) else 1)
+        self.adj = np.full((n_sw, width), -1, np.int64)
+        self.adj_dir = np.full((n_sw, width), -1, np.int64)
+        slot = np.arange(len(u)) - np.repeat(np.cumsum(deg) - deg, deg)
+        self.adj[u, slot], self.adj_dir[u, slot] = v, d
+        # NIC ports: for each (NIC, plane) its leaf and the up / down direction ids
+        nic_link = np.flatnonzero(~sw)
+        nic = np.where(a[nic_link] < n_nics, a[nic_link], b[nic_link])
+        leaf = np.where(a[nic_link] < n_nics, b[nic_link], a[nic_link]) - n_nics
+        up = np.where(a[nic_link] < n_nics, 2 * nic_link, 2 * nic_link + 1)
+        planes = fabric.planes
+        self.port_leaf = np.full((n_nics, planes), -1, np.int64)
+        self.port_up = np.full((n_nics, planes), -1, np.int64)
+        self.port_down = np.full((n_nics, planes), -1, np.int64)
+        plane = fabric.sw_plane[leaf].astype(np.int64)
+        self.port_leaf[nic, plane], self.port_up[nic, plane], self.port_down[nic, plane] = leaf, up, up ^ 1
+        self.leaves = np.unique(self.port_leaf[self.port_leaf >= 0])
+        self.leaf_col = np.full(n_sw, -1, np.int64)
+        self.leaf_col[self.leaves] = np.arange(len(self.leaves))
+        self.dist = _bfs_all(self.adj, self.leaves)
+        self.seeds = switch_seeds(n_sw, fabric.ecmp_seed)
+        same_plane = fabric.sw_plane[self.leaves][:, None] == fabric.sw_plane[self.leaves][None, :]
+        if (same_plane & (self.dist[self.leaves] < 0)).any():
+            bad = np.argwhere(same_plane & (self.dist[self.leaves] < 0))[0]
+            raise ConfigError(f"fabric: {fabric.sw_name[self.leaves[bad[0]]]} cannot reach "
+                              f"{fabric.sw_name[self.leaves[bad[1]]]}; connect every leaf")
+
+    @property
+    def max_links(self) -> int:
+        return int(self.dist.max()) + 2 if self.dist.size else 2
+
+    def hops(self, src_nic, dst_nic, plane=0) -> np.ndarray:
+        """Links on a shortest path (2 under one leaf)."""
+        s = self.port_leaf[np.asarray(src_nic), plane]
+        t = self.port_leaf[np.asarray(dst_nic), plane]
+        return self.dist[s, self.leaf_col[t]].astype(np.int64) + 2
+
+    def routes(self, src_nic, dst_nic, sport, plane, ip_version: int = 4,
+               batch: int = 1 << 16) -> np.ndarray:
+        """[n, max_links] link-direction ids of each packet's route, -1 padded."""
+        src_nic, dst_nic = np.asarray(src_nic, np.int64), np.asarray(dst_nic, np.int64)
+        plane = np.broadcast_to(np.asarray(plane, np.int64), src_nic.shape)
+        out = np.full((len(src_nic), self.max_links), -1, np.int64)
+        ip = self.fabric.nic_ip
+        crc = tuple_crc(ip[src_nic], ip[dst_nic], np.asarray(sport), ip_version) if len(src_nic) else \
+            np.zeros(0, np.uint32)
+        for lo in range(0, len(src_nic), batch):
+            sl = slice(lo, lo + batch)
+            out[sl] = self._walk(src_nic[sl], dst_nic[sl], plane[sl], crc[sl])
+        return out
+
+    def _walk(self, src, dst, plane, crc) -> np.ndarray:
+        n = len(src)
+        out = np.full((n, self.max_links), -1, np.int64)
+        cur = self.port_leaf[src, plane]
+        goal = self.port_leaf[dst, plane]
+        col = self.leaf_col[goal]
+        out[:, 0] = self.port_up[src, plane]
+        k = np.ones(n, np.int64)
+        live = cur != goal
+        rows = np.arange(n)
+        while live.any():
+            r = rows[live]
+            c, g = cur[r], col[r]
+            cand = self.adj[c]                                  # [m, width]
+            ok = (cand >= 0) & (self.dist[np.maximum(cand, 0), g[:, None]] == (self.dist[c, g] - 1)[:, None])
+            cnt = ok.sum(axis=1)
+            h = fmix32(crc[r] ^ self.seeds[c])
+            pick = (h % np.maximum(cnt, 1).astype(np.uint32)).astype(np.int64)
+            j = np.argmax(np.cumsum(ok, axis=1) > pick[:, None], axis=1)
+            out[r, k[r]] = self.adj_dir[c, j]
+            cur[r] = cand[np.arange(len(r)), j]
+            k[r] += 1
+            live = cur != goal
+        out[rows, k] = self.port_down[dst, plane]
+        return out
+
+    def node_after(self, route: np.ndarray, k: int) -> np.ndarray:
+        """Node id each route reaches after its link k (-1 where the route is shorter)."""
+        d = route[:, k] if route.shape[1] > k else np.full(len(route), -1, np.int64)
+        links = self.fabric.links
+        safe = np.maximum(d, 0) >> 1
+        return np.where(d < 0, -1, np.where(d & 1, links["a"][safe], links["b"][safe])).astype(np.int64)
+
+    def path_nodes(self, route: np.ndarray) -> list[int]:
+        """Node ids along one route (link-direction ids, -1 padded)."""
+        links = self.fabric.links
+        dirs = route[route >= 0]
+        ends = np.where(dirs & 1, links["a"][dirs >> 1], links["b"][dirs >> 1])
+        first = links["a"][dirs[0] >> 1] if not dirs[0] & 1 else links["b"][dirs[0] >> 1]
+        return [int(first)] + [int(x) for x in ends]
