@@ -260,6 +260,7 @@ class Job:
     output: Output = field(default_factory=Output)
     iterations: int = 1
     seed: int = 0
+    detail: str = "auto"     # schedule granularity: full (every chunk) | conn (per connection per op) | auto
 
     @property
     def world(self) -> int:
@@ -277,7 +278,7 @@ class Job:
 SECTIONS = {"model": Model, "parallelism": Parallelism, "cluster": Cluster, "fabric": FabricConfig,
             "nccl": Nccl,
             "network": Network, "output": Output}
-_SCALARS = {"name": str, "iterations": int, "seed": int}
+_SCALARS = {"name": str, "iterations": int, "seed": int, "detail": str}
 _PRESET_DIRS = {"model": "models", "cluster": "clusters", "fabric": "fabrics"}   # sections that may name a preset
 _TOP_EXTRA = ("preset", "description")                      # job-level keys that are not Job fields
 
@@ -333,6 +334,7 @@ _RANGES = {"parallelism.zero": (0, 3), "fabric.leaf_spine_latency_ns": (-1, 10**
 _CHOICES = {
     "model.dtype": tuple(DTYPE_BYTES),
     "fabric.kind": ("rail-optimised", "leaf-spine", "fat-tree", "file"),
+    "detail": ("auto", "full", "conn"),
     "fabric.placement": ("", "node", "rail"),
     "parallelism.grad_dtype": ("",) + tuple(DTYPE_BYTES),
     "cluster.gpu": tuple(GPU_PEAK_TFLOPS),

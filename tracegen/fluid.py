@@ -40,12 +40,13 @@ def reverse_csr(r: Ragged, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_ptr, lk_id, lk_w,
-        cap_bytes_per_ns, jit: bool = True):
+        cap_bytes_per_ns, jit: bool = True, rate_cap=None):
     """Schedule everything. Returns (start, finish, end, op_start, op_end) as int64 arrays.
 
     op_gap [n_ops]; op_deps: op ids each op waits for; op_of [n]: op of each item; item_deps: item
     ids each item needs (items of its own op); nbytes [n] (float); extra_ns [n]; lk_ptr/lk_id/lk_w:
-    per item its links and weights (CSR); cap_bytes_per_ns [n_links]."""
+    per item its links and weights (CSR); cap_bytes_per_ns [n_links]; rate_cap [n] (optional): the
+    most bytes/ns an item can use whatever the links offer (inf: no limit)."""
     n_ops, n = len(op_gap), len(op_of)
     op_of = np.asarray(op_of, np.int64)
     od_ptr, od_val = reverse_csr(op_deps, n_ops)
@@ -57,7 +58,8 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
             item_deps.lengths().astype(np.int64), td_ptr, td_val, ot_ptr, ot_val, op_of,
             np.asarray(nbytes, np.float64), np.asarray(extra_ns, np.int64),
             np.asarray(lk_ptr, np.int64), np.asarray(lk_id, np.int64), np.asarray(lk_w, np.float64),
-            np.asarray(cap_bytes_per_ns, np.float64))
+            np.asarray(cap_bytes_per_ns, np.float64),
+            np.full(n, np.inf) if rate_cap is None else np.asarray(rate_cap, np.float64))
     fn = _engine if jit else getattr(_engine, "py_func", _engine)   # NUMBA_DISABLE_JIT: plain
     start, finish, end, op_start, op_end, done = fn(*args)
     if not done:
@@ -66,8 +68,9 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
 
 
 @numba.njit(cache=True)
-def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen):
-    """Max-min fair rates of the active items (progressive filling with link weights)."""
+def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen, rate_cap):
+    """Max-min fair rates of the active items (progressive filling with link weights; an item
+    also stops rising at its own rate cap)."""
     n_t = 0
     for a in range(n_act):
         i = act[a]
@@ -86,7 +89,7 @@ def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, fro
     for a in range(n_act):
         i = act[a]
         if lk_ptr[i] == lk_ptr[i + 1]:
-            rate[i] = np.inf               # crosses no link: nothing limits it
+            rate[i] = rate_cap[i]          # crosses no link: only its cap limits it
             frozen[i] = True
         else:
             left += 1
@@ -99,6 +102,10 @@ def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, fro
                 v = rcap[ln] / wsum[ln]
                 if v < best:
                     best = v
+        for a in range(n_act):
+            i = act[a]
+            if not frozen[i] and rate_cap[i] - level < best:
+                best = rate_cap[i] - level
         if best < 0.0:
             best = 0.0
         level += best
@@ -112,7 +119,7 @@ def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, fro
             i = act[a]
             if frozen[i]:
                 continue
-            sat = False
+            sat = level >= rate_cap[i] * (1.0 - 1e-12)
             for k in range(lk_ptr[i], lk_ptr[i + 1]):
                 if rcap[lk_id[k]] == 0.0:
                     sat = True
@@ -130,7 +137,7 @@ def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, fro
 
 @numba.njit(cache=True)
 def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_ptr, ot_val, op_of,
-            nbytes, extra, lk_ptr, lk_id, lk_w, cap):
+            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap):
     n_ops, n = len(gap), len(op_of)
     n_links = len(cap)
     op_deps_left, tr_deps_left = op_deps_left.copy(), tr_deps_left.copy()
@@ -203,7 +210,7 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
         t_fin = INF
         if n_act > 0:
             if dirty:
-                _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen)
+                _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen, rate_cap)
                 dirty = False
             for a in range(n_act):
                 i = act[a]

@@ -4,10 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .collectives import expand
+from .collectives import expand, op_templates
 from .config import Job
 from .report import Report, build_report
 from .schedule import schedule
+from .schedule_conn import schedule_connections
 from .tables import CommOps, Flows, Transfers
 from .topology import Fabric, build_fabric
 from .workload import build_commops
@@ -18,9 +19,18 @@ class Run:
     job: Job
     fabric: Fabric
     ops: CommOps
-    transfers: Transfers
+    transfers: Transfers | None     # None when timed per connection (detail conn)
     flows: Flows
     report: Report
+
+
+# `detail: auto` times the job chunk by chunk up to this many transfers, per connection beyond.
+FULL_DETAIL_MAX_TRANSFERS = 2_000_000
+
+
+def chunk_transfer_count(ops: CommOps, fabric: Fabric, job: Job) -> int:
+    """Transfers a chunk-level expansion would make (templates are cached: cheap)."""
+    return sum(len(t) for _, _, t, _ in op_templates(ops, fabric, job.nccl))
 
 
 def run_pipeline(job: Job, stage: Callable[[str], None] | None = None) -> Run:
@@ -30,9 +40,17 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None) -> Run:
     fabric = build_fabric(job)
     say("workload: collectives of one iteration")
     ops = build_commops(job)
-    say(f"collectives: {len(ops):,} ops -> transfers")
-    transfers = expand(ops, fabric, job.nccl)
-    say(f"schedule: {len(transfers):,} transfers")
-    flows = schedule(ops, transfers, fabric, job)
+    detail = job.detail
+    if detail == "auto":
+        detail = "full" if chunk_transfer_count(ops, fabric, job) <= FULL_DETAIL_MAX_TRANSFERS else "conn"
+    if detail == "full":
+        say(f"collectives: {len(ops):,} ops -> transfers")
+        transfers = expand(ops, fabric, job.nccl)
+        say(f"schedule: {len(transfers):,} transfers")
+        flows = schedule(ops, transfers, fabric, job)
+    else:
+        say(f"schedule: {len(ops):,} ops, per connection")
+        transfers = None
+        flows = schedule_connections(ops, fabric, job)
     say("report")
     return Run(job, fabric, ops, transfers, flows, build_report(job, fabric, flows))

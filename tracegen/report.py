@@ -59,6 +59,7 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
     dim_of = ops["dim"][r["op_id"]]
     net = r["link"] == LinkKind.NET
     expected = [expected_rank_bytes(job, rank) for rank in range(fabric.world)]
+    n_tr = flows.row_transfers if flows.row_transfers is not None else np.ones(len(r), np.int64)
     dims = []
     for dim in Dim:
         sel = dim_of == dim
@@ -68,8 +69,11 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
         sent = np.bincount(r["src_rank"][sel], weights=r["bytes"][sel], minlength=fabric.world)
         busiest = int(np.argmax(sent))
         on_net = r[sel & net]
-        msgs = int(np.maximum(1, -(-on_net["wire_bytes"] // np.maximum(on_net["max_msg_bytes"], 1))).sum())
-        dims.append(DimVolume(dim.name, n_ops, int(sel.sum()), int(on_net["bytes"].sum()),
+        if flows.row_messages is not None:
+            msgs = int(flows.row_messages[sel & net].sum())
+        else:
+            msgs = int(np.maximum(1, -(-on_net["wire_bytes"] // np.maximum(on_net["max_msg_bytes"], 1))).sum())
+        dims.append(DimVolume(dim.name, n_ops, int(n_tr[sel].sum()), int(on_net["bytes"].sum()),
                               int(r["bytes"][sel & ~net].sum()), msgs, int(sent[busiest]),
                               round(expected[busiest].get(dim, 0)), DIM_FORMULAS[dim]))
     rank_sent = {}
@@ -94,7 +98,7 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
         rank_net_bytes=per_rank(net), rank_nvlink_bytes=per_rank(~net),
         iteration_ns=int(end.max()) if end is not None and len(end) else
         (int(r["end_ns"].max()) if len(r) else 0),
-        transfers=len(r), net_transfers=int(net.sum()), memory=memory_estimate(job))
+        transfers=int(n_tr.sum()), net_transfers=int(n_tr[net].sum()), memory=memory_estimate(job))
 
 
 DIM_FORMULAS = {

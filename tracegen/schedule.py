@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import fluid
+from .collectives.edges import net_wire_bytes  # noqa: F401  (re-exported: the schedule's wire bytes)
 from .config import Job
 from .connections import Connections, build_connections, communicator
 from .tables import FLOW_DTYPE, CommOps, Flows, LinkKind, Transfers
@@ -24,19 +25,6 @@ from .topology import Fabric
 PKT_WIRE_OVERHEAD_BYTES = 14 + 4 + 20 + 8 + 12 + 4 + 4 + 8 + 12
 MSG_WIRE_OVERHEAD_BYTES = 16 + 4  # RETH on the first packet, ImmDt on the last
 JIT_MIN_TRANSFERS = 20_000        # smaller jobs run the engine as Python (no compile wait)
-
-
-def net_wire_bytes(nbytes: np.ndarray, max_msg_bytes: np.ndarray, pmtu: int) -> np.ndarray:
-    """Bytes a transfer occupies on the wire: payload + per-packet and per-message headers + padding."""
-    nbytes = np.asarray(nbytes, dtype=np.int64)
-    max_msg = np.asarray(max_msg_bytes, dtype=np.int64)
-    full_msgs, last_msg = nbytes // max_msg, nbytes % max_msg
-    pkts_full = -(-max_msg // pmtu)
-    pkts_last = -(-last_msg // pmtu)
-    msgs = full_msgs + (last_msg > 0)
-    pkts = full_msgs * pkts_full + pkts_last
-    pad = (-(last_msg % pmtu)) % 4 + full_msgs * ((-(max_msg % pmtu)) % 4)
-    return nbytes + pkts * PKT_WIRE_OVERHEAD_BYTES + msgs * MSG_WIRE_OVERHEAD_BYTES + pad
 
 
 def duration_ns(nbytes: np.ndarray, gbps: int) -> np.ndarray:

@@ -179,6 +179,11 @@ class Flows:
     conns: object = None                    # connections.Connections of the NET rows (QPs, routes)
     row_conn: np.ndarray | None = None      # per row: its connection (-1: NVLink)
     finish_ns: np.ndarray | None = None     # per row: last byte sent (end_ns - latency)
+    detail: str = "full"                    # full: a row per chunk transfer; conn: per (op, connection)
+    fill_ns: np.ndarray | None = None       # conn: per CommOp, its pipeline fill (see schedule_conn)
+    row_transfers: np.ndarray | None = None  # conn: chunk transfers each row stands for (full: 1)
+    row_messages: np.ndarray | None = None   # conn: NCCL network messages of those transfers
+    row_packets: np.ndarray | None = None    # conn: RoCE data packets of those messages
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -79,24 +79,32 @@ def build_template(kind: CollKind, nodes: int, local: int, nbytes: int, elem_byt
                     plan.chunk_bytes)
 
 
-def expand(ops: CommOps, fabric: Fabric, nccl: Nccl) -> Transfers:
+def op_templates(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None):
+    """(op index, group, Template, Plan) of every op that moves data (or of ops `which`)."""
     tuning.check(nccl)
     parts: list[tuple[int, np.ndarray, Template, tuning.Plan]] = []
     layouts: dict[bytes, tuple[int, int]] = {}     # a job has few distinct groups, used many times
-    for i in range(len(ops)):
-        row = ops.rows[i]
-        kind = CollKind(int(row["kind"]))
-        group = np.asarray(ops.groups[i])
-        if kind not in DATA_KINDS or len(group) < 2 or row["bytes"] < row["elem_bytes"]:
+    kinds, nbytes, elem = ops.rows["kind"], ops.rows["bytes"], ops.rows["elem_bytes"]
+    ptr, values = ops.groups.ptr, ops.groups.values
+    for i in (range(len(ops)) if which is None else which):
+        kind = CollKind(int(kinds[i]))
+        group = values[ptr[i]:ptr[i + 1]]
+        if kind not in DATA_KINDS or len(group) < 2 or nbytes[i] < elem[i]:
             continue                        # markers and empty ops move nothing
         key = group.tobytes()
         if key not in layouts:
             layouts[key] = node_layout(group, fabric)
         N, L = layouts[key]
-        plan, t = build_template(kind, N, L, int(row["bytes"]),
-                                 int(row["elem_bytes"]), nccl, fabric.nic_gbps, fabric.nvlink_gbps)
+        plan, t = build_template(kind, N, L, int(nbytes[i]), int(elem[i]), nccl, fabric.nic_gbps,
+                                 fabric.nvlink_gbps)
         if len(t):
-            parts.append((i, group, t, plan))
+            parts.append((int(i), group, t, plan))
+    return parts
+
+
+def expand(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None) -> Transfers:
+    """Every transfer of the ops (or of ops `which`: op ids stay the job's)."""
+    parts = op_templates(ops, fabric, nccl, which)
     cols, deps = _columns(parts, fabric)
     if nccl.pxn:
         cols, deps = _pxn(cols, deps, fabric)

@@ -1,0 +1,106 @@
+"""An op's transfers summed per NCCL connection: the unit the connection-level schedule times.
+
+A Template (template.py) lists every chunk transfer of one collective shape; its *edges* are its
+distinct (sender position, receiver position, channel) triples - a ring channel's neighbour
+streams, a tree's parent/child links, a p2p pair - with the bytes each carries in total. Summed
+per edge they are cached with the template, so a job's ops cost one array lookup each, whatever
+the number of chunks; `op_edges` maps positions to ranks for many ops of one shape at once and
+applies PXN the way `expand` does (a cross-rail NET edge becomes an NVLink hop to the sender
+node's GPU on the destination's rail plus a NET edge on that rail).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..tables import LinkKind, Proto
+from .protocol import wire_bytes as proto_wire_bytes
+from .template import Template
+
+# Eth 14 + 802.1Q 4 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + FCS 4 + preamble 8 + IFG 12; RETH + ImmDt
+_PKT_OVERHEAD_BYTES = 86
+_MSG_OVERHEAD_BYTES = 20
+
+
+def net_wire_bytes(nbytes, max_msg_bytes, pmtu: int) -> np.ndarray:
+    """Bytes a transfer occupies on the wire: payload + per-packet and per-message headers + padding."""
+    nbytes = np.asarray(nbytes, dtype=np.int64)
+    max_msg = np.asarray(max_msg_bytes, dtype=np.int64)
+    full_msgs, last_msg = nbytes // max_msg, nbytes % max_msg
+    pkts_full = -(-max_msg // pmtu)
+    pkts_last = -(-last_msg // pmtu)
+    msgs = full_msgs + (last_msg > 0)
+    pkts = full_msgs * pkts_full + pkts_last
+    pad = (-(last_msg % pmtu)) % 4 + full_msgs * ((-(max_msg % pmtu)) % 4)
+    return nbytes + pkts * _PKT_OVERHEAD_BYTES + msgs * _MSG_OVERHEAD_BYTES + pad
+
+
+@dataclass(frozen=True)
+class Edges:
+    """Per edge of a template: positions, channel, transfers and bytes (payload, NVLink wire,
+    network wire with RoCE headers)."""
+    src: np.ndarray
+    dst: np.ndarray
+    channel: np.ndarray
+    transfers: np.ndarray
+    messages: np.ndarray      # NCCL network messages (RDMA writes) if it crosses the fabric
+    packets: np.ndarray       # RoCE data packets then
+    payload: np.ndarray
+    nvl_wire: np.ndarray
+    net_wire: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+_CACHE: dict[tuple, tuple[Template, Edges]] = {}
+
+
+def template_edges(t: Template, proto: int, max_msg_bytes: int, pmtu: int) -> Edges:
+    key = (id(t), int(proto), int(max_msg_bytes), int(pmtu))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is t:
+        return hit[1]
+    n = int(max(t.src.max(), t.dst.max())) + 1
+    k = (t.src.astype(np.int64) * n + t.dst) * 1024 + t.channel
+    uk, inv = np.unique(k, return_inverse=True)
+    wire = t.bytes if proto == Proto.SIMPLE else proto_wire_bytes(t.bytes, np.full(len(t), proto))
+    net = net_wire_bytes(wire, max(int(max_msg_bytes), 1), pmtu)
+    m = len(uk)
+    mm = max(int(max_msg_bytes), 1)
+    msgs = np.maximum(1, -(-wire // mm))
+    pkts = (wire // mm) * -(-mm // pmtu) + -(-(wire % mm) // pmtu)
+    e = Edges(src=(uk // 1024) // n, dst=(uk // 1024) % n, channel=uk % 1024,
+              transfers=np.bincount(inv, minlength=m).astype(np.int64),
+              messages=np.bincount(inv, weights=msgs, minlength=m).astype(np.int64),
+              packets=np.bincount(inv, weights=pkts, minlength=m).astype(np.int64),
+              payload=np.bincount(inv, weights=t.bytes, minlength=m).astype(np.int64),
+              nvl_wire=np.bincount(inv, weights=wire, minlength=m).astype(np.int64),
+              net_wire=np.bincount(inv, weights=net, minlength=m).astype(np.int64))
+    if len(_CACHE) > 4096:
+        _CACHE.clear()
+    _CACHE[key] = (t, e)
+    return e
+
+
+def pxn_split(src, dst, link, fabric, *cols):
+    """Cross-rail NET edges -> (NVLink hop to the proxy, NET edge from it); other edges kept.
+    Returns (src, dst, link, is_hop, cols...) with each split edge's hop right before it."""
+    rail = fabric.nic_rail[fabric.rank_nic]
+    cross = (link == LinkKind.NET) & (rail[src] != rail[dst])
+    if not cross.any():
+        return (src, dst, link, np.zeros(len(src), bool), *cols)
+    proxy_of = np.full((fabric.nodes, int(fabric.nic_rail.max()) + 1), -1, np.int64)
+    proxy_of[fabric.rank_node, rail] = np.arange(fabric.world)
+    proxy = proxy_of[fabric.rank_node[src], rail[dst]]
+    rep = np.where(cross, 2, 1)
+    idx = np.repeat(np.arange(len(src)), rep)
+    first = np.r_[True, idx[1:] != idx[:-1]]
+    is_hop = first & cross[idx]
+    s, d, lk = src[idx].copy(), dst[idx].copy(), link[idx].copy()
+    d[is_hop] = proxy[idx[is_hop]]
+    lk[is_hop] = LinkKind.NVLINK
+    after = ~first                                      # the NET part of a split edge
+    s[after] = proxy[idx[after]]
+    return (s, d, lk, is_hop, *(c[idx] for c in cols))

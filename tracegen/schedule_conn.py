@@ -1,0 +1,242 @@
+"""Connection-level schedule: the whole job timed per NCCL connection per op, not per chunk.
+
+A collective's time is set by its connections - a ring channel's neighbour streams, a tree's
+edges, a p2p pair - sharing the fabric, plus the latency of its pipeline. So every op becomes one
+fluid item per edge (collectives/edges.py: the bytes one connection carries for the op), crossing
+the same links as its chunks would (the connection's route, or the GPUs' NVLink ports), and
+sharing them max-min with everything else in flight (fluid.py). The pipeline term - what the chunk
+schedule adds on top of bytes / rate: ring steps, tree depth, hop latencies, store-and-forward -
+is the op's *fill*: for each distinct op signature (template, where its ranks sit, the latency of
+its routes) the op is scheduled once alone on an ideal fabric (NIC ports and NVLink only) at chunk
+level, and once at connection level; the difference is added to every edge item's arrival.
+Ops that stay inside one node (TP, most EP) never touch the fabric: they take the time their
+chunk schedule takes alone on the node's NVLink (the closed form for their steps and rates).
+
+The result is a Flows table with one row per (op, edge): bytes summed, step and chunk -1, start
+and end of the edge's stream. Per-rank and per-NIC byte totals are exactly the chunk level's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import fluid
+from .collectives import expand, op_templates
+from .collectives.edges import pxn_split, template_edges
+from .config import Job
+from .connections import build_connections, communicator
+from .tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged
+from .topology import Fabric
+
+_PKT_OVERHEAD_BYTES = 86
+
+
+def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
+    """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns."""
+    nccl, pmtu = job.nccl, job.output.pmtu
+    groups: dict[tuple, list] = {}
+    for i, group, t, plan in op_templates(ops, fabric, nccl, which):
+        groups.setdefault((id(t), plan), [t, plan, [], []])
+        g = groups[(id(t), plan)]
+        g[2].append(i)
+        g[3].append(group)
+    cols: dict[str, list] = {k: [] for k in ("op_id", "src_rank", "dst_rank", "channel", "transfers",
+                                             "messages", "packets", "payload", "nvl_wire", "net_wire",
+                                             "algo", "proto", "max_msg_bytes")}
+    for t, plan, op_ids, grps in groups.values():
+        e = template_edges(t, int(plan.proto), plan.max_msg_bytes, pmtu)
+        G = np.asarray(grps, dtype=np.int64)                      # [k, n] ranks by position
+        k, m = len(op_ids), len(e)
+        cols["op_id"].append(np.repeat(np.asarray(op_ids, np.int64), m))
+        cols["src_rank"].append(G[:, e.src].reshape(-1))
+        cols["dst_rank"].append(G[:, e.dst].reshape(-1))
+        for name, v in (("channel", e.channel), ("transfers", e.transfers), ("messages", e.messages),
+                        ("packets", e.packets), ("payload", e.payload),
+                        ("nvl_wire", e.nvl_wire), ("net_wire", e.net_wire)):
+            cols[name].append(np.tile(v, k))
+        for name, v in (("algo", int(plan.algo_id)), ("proto", int(plan.proto)),
+                        ("max_msg_bytes", plan.max_msg_bytes)):
+            cols[name].append(np.full(k * m, v, np.int64))
+    out = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
+    link = np.where(fabric.same_node(out["src_rank"], out["dst_rank"]), LinkKind.NVLINK,
+                    LinkKind.NET).astype(np.uint8)
+    names = [c for c in out if c not in ("src_rank", "dst_rank")]
+    if nccl.pxn and len(link):
+        s, d, link, _, *rest = pxn_split(out["src_rank"], out["dst_rank"], link, fabric,
+                                         *(out[c] for c in names))
+        out = dict(zip(names, rest), src_rank=s, dst_rank=d)
+    out["link"] = link
+    order = np.argsort(out["op_id"], kind="stable")
+    return {k: v[order] for k, v in out.items()}
+
+
+def group_items(op_id, channel, kind, nbytes, ptr, lk, w):
+    """Rows -> fluid items. The edges of one channel of a collective move in lockstep (a ring step,
+    a tree level or a halving-doubling round needs the one before it), so they form one item that
+    crosses all their links, each edge's weight scaled by its share of the largest edge's bytes:
+    the channel runs at the rate of its most loaded link. Send/recv and AllToAll pairs have no
+    such coupling: an item each. Returns (item of each row, op, bytes, ptr, links, weights)."""
+    n = len(op_id)
+    coupled = (kind != CollKind.SENDRECV) & (kind != CollKind.ALLTOALL)
+    key = np.where(coupled, op_id * 65536 + channel, -1 - np.arange(n))
+    uk, item = np.unique(key, return_inverse=True)
+    m = len(uk)
+    big = np.zeros(m)
+    np.maximum.at(big, item, nbytes)
+    scale = np.where(big[item] > 0, nbytes / np.maximum(big[item], 1e-300), 1.0)
+    lens = np.diff(ptr)
+    r_item = np.repeat(item, lens)
+    width = int(lk.max()) + 1 if len(lk) else 1
+    k2, inv = np.unique(r_item.astype(np.int64) * width + lk, return_inverse=True)
+    ww = np.bincount(inv, weights=w * np.repeat(scale, lens), minlength=len(k2))
+    it_ptr = np.zeros(m + 1, np.int64)
+    np.cumsum(np.bincount(k2 // width, minlength=m), out=it_ptr[1:])
+    it_op = np.zeros(m, np.int64)
+    it_op[item] = op_id
+    return item, it_op, big, it_ptr, (k2 % width).astype(np.int64), ww
+
+
+def _ideal_links(fabric: Fabric, src_rank, dst_rank, net):
+    """NIC ports (whole NIC rate) and NVLink ports only: every item crosses exactly two."""
+    nic_tx = 2 * fabric.rank_nic[src_rank].astype(np.int64)
+    nic_rx = 2 * fabric.rank_nic[dst_rank].astype(np.int64) + 1
+    base = 2 * fabric.n_nics
+    tx = np.where(net, nic_tx, base + 2 * np.asarray(src_rank, np.int64))
+    rx = np.where(net, nic_rx, base + 2 * np.asarray(dst_rank, np.int64) + 1)
+    lk = np.stack([tx, rx], axis=1).reshape(-1)
+    cap = np.r_[np.full(2 * fabric.n_nics, fabric.nic_gbps / 8.0),
+                np.full(2 * fabric.world, fabric.nvlink_gbps / 8.0)]
+    return np.arange(0, 2 * len(tx) + 1, 2), lk, np.ones(len(lk)), cap
+
+
+def _alone(item_deps, nbytes, extra, links, rate_scale: float = 1.0):
+    """One op alone from t = 0: (its end, its items' last byte)."""
+    ptr, lk, w, cap = links
+    cap = cap * rate_scale
+    n = len(nbytes)
+    _, finish, end, _, op_end = fluid.run(np.zeros(1, np.int64), Ragged.empty(1), np.zeros(n, np.int64),
+                                          item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 20_000)
+    return int(op_end[0]), int(finish.max()) if n else 0
+
+
+class _Fill:
+    """Per op signature: the op's chunk-level time alone on an ideal fabric, and its
+    connection-level (bytes only) time there; cached."""
+
+    def __init__(self, ops, fabric, job, conns, pmtu):
+        self.ops, self.fabric, self.job, self.conns, self.pmtu = ops, fabric, job, conns, pmtu
+        self.cache: dict[bytes, tuple] = {}
+        self.groups: dict[bytes, bytes] = {}
+
+    def pattern(self, op: int) -> bytes:
+        """Where the op's ranks sit, up to renaming of nodes and NICs."""
+        g = self.ops.groups[op]
+        key = g.tobytes()
+        if key not in self.groups:
+            f = self.fabric
+            parts = []
+            for v in (f.rank_node[g], f.rank_nic[g]):
+                _, first, inv = np.unique(v, return_index=True, return_inverse=True)
+                parts.append(np.argsort(np.argsort(first))[inv].astype(np.int32).tobytes())
+            parts.append(f.nic_rail[f.rank_nic[g]].astype(np.int16).tobytes())
+            self.groups[key] = b"|".join(parts)
+        return self.groups[key]
+
+    def times(self, op: int, sig: bytes, rows: dict, lo: int, hi: int) -> tuple[int, int]:
+        hit = self.cache.get(sig)
+        if hit is not None:
+            return hit
+        f, job = self.fabric, self.job
+        # chunk level, this op alone
+        tr = expand(self.ops, f, job.nccl, which=[op])
+        r = tr.rows
+        net = r["link"] == LinkKind.NET
+        from .schedule import net_latency_ns, net_wire_bytes
+        wire = np.where(net, net_wire_bytes(r["wire_bytes"], np.maximum(r["max_msg_bytes"], 1), self.pmtu),
+                        r["wire_bytes"]).astype(np.float64)
+        lat = np.zeros(len(r), np.int64)
+        if net.any():
+            comm = communicator(np.full(int(net.sum()), self.ops.rows["dim"][op]))
+            rc = self.conns.lookup(r["src_rank"][net], r["dst_rank"][net], comm, r["channel"][net])
+            lat[net] = net_latency_ns(self.conns, rc, wire[net].astype(np.int64), self.pmtu)
+        links = _ideal_links(f, r["src_rank"], r["dst_rank"], net)
+        t_chunk, _ = _alone(tr.deps, wire, lat, links)
+        # connection level, bytes only
+        s, d, lk = rows["src_rank"][lo:hi], rows["dst_rank"][lo:hi], rows["link"][lo:hi]
+        enet = lk == LinkKind.NET
+        ebytes = np.where(enet, rows["net_wire"][lo:hi], rows["nvl_wire"][lo:hi]).astype(np.float64)
+        ptr, lks, w, cap = _ideal_links(f, s, d, enet)
+        _, _, ib, ip, il, iw = group_items(rows["op_id"][lo:hi], rows["channel"][lo:hi],
+                                           np.full(hi - lo, self.ops.rows["kind"][op]), ebytes, ptr, lks, w)
+        _, t_bw = _alone(Ragged.empty(len(ib)), ib, np.zeros(len(ib), np.int64), (ip, il, iw, cap))
+        self.cache[sig] = (t_chunk, t_bw)
+        return self.cache[sig]
+
+
+def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
+    from .schedule import item_links, link_capacity, net_latency_ns
+    pmtu = job.output.pmtu
+    rows = edge_table(ops, fabric, job)
+    n = len(rows["op_id"])
+    net = rows["link"] == LinkKind.NET
+    comm = communicator(ops.rows["dim"][rows["op_id"]])
+    conns = build_connections(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net],
+                              fabric, job.nccl.qps_per_connection)
+    row_conn = np.full(n, -1, np.int64)
+    row_conn[net] = conns.lookup(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net])
+    lat = np.zeros(n, np.int64)
+    lat[net] = net_latency_ns(conns, row_conn[net], np.minimum(rows["net_wire"][net], pmtu + _PKT_OVERHEAD_BYTES),
+                              pmtu)
+    # per op: its rows [lo, hi), whether it touches the fabric, and its signature
+    n_ops = len(ops)
+    cnt = np.bincount(rows["op_id"], minlength=n_ops)
+    op_lo = np.r_[0, np.cumsum(cnt)[:-1]]
+    op_net = np.bincount(rows["op_id"], weights=net, minlength=n_ops) > 0
+    fill = _Fill(ops, fabric, job, conns, pmtu)
+    op_fill = np.zeros(n_ops, np.int64)
+    op_alone = np.zeros(n_ops, np.int64)
+    for op in np.flatnonzero(cnt).tolist():
+        lo, hi = int(op_lo[op]), int(op_lo[op] + cnt[op])
+        sig = b"%d|%d|%d|%d|" % (ops.rows["kind"][op], ops.rows["bytes"][op], ops.rows["elem_bytes"][op],
+                                 ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
+        t_chunk, _ = fill.times(op, sig, rows, lo, hi)
+        op_alone[op] = t_chunk
+        op_fill[op] = int(lat[lo:hi].max())
+    # items: the edges of a fabric op (grouped per channel, see group_items); one delay item per
+    # node-local op
+    fab_row = np.flatnonzero(op_net[rows["op_id"]])
+    local_ops = np.flatnonzero((cnt > 0) & ~op_net)
+    ebytes = np.where(net[fab_row], rows["net_wire"][fab_row], rows["nvl_wire"][fab_row]).astype(np.float64)
+    ptr, lk, w = item_links(fabric, conns, row_conn[fab_row], rows["src_rank"][fab_row], rows["dst_rank"][fab_row])
+    item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"][fab_row], rows["channel"][fab_row],
+                                                    ops.rows["kind"][rows["op_id"][fab_row]], ebytes, ptr, lk, w)
+    n_fab = len(it_op)
+    op_of = np.r_[it_op, local_ops].astype(np.int64)
+    nbytes = np.r_[it_bytes, np.zeros(len(local_ops))]
+    extra = np.r_[op_fill[it_op], op_alone[local_ops]].astype(np.int64)
+    ptr = np.r_[ptr, np.full(len(local_ops), ptr[-1])]
+    # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
+    # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it
+    # (and then other traffic fills the gaps its pipeline leaves, as chunks would).
+    busy = np.maximum(op_alone[it_op] - op_fill[it_op], 1)
+    rate_cap = np.r_[it_bytes / busy, np.full(len(local_ops), np.inf)]
+    start, finish, end, op_start, op_end = fluid.run(
+        ops.rows["gap_ns"], ops.deps, op_of, Ragged.empty(len(op_of)), nbytes, extra, ptr, lk, w,
+        link_capacity(fabric), jit=len(op_of) >= 2000, rate_cap=rate_cap)
+    # rows: an edge of a fabric op takes its item's times; node-local ops' edges their op's
+    r_start = op_start[rows["op_id"]].copy()
+    r_end = op_end[rows["op_id"]].copy()
+    r_fin = r_end.copy()
+    r_start[fab_row], r_end[fab_row], r_fin[fab_row] = start[item], end[item], finish[item]
+    assert n_fab == 0 or item.max() < n_fab
+    flows = np.zeros(n, dtype=FLOW_DTYPE)
+    flows["transfer_id"] = np.arange(n)
+    for name in ("op_id", "src_rank", "dst_rank", "channel", "algo", "proto", "max_msg_bytes", "link"):
+        flows[name] = rows[name]
+    flows["step"], flows["chunk"] = -1, -1
+    flows["bytes"], flows["wire_bytes"] = rows["payload"], rows["nvl_wire"]
+    flows["src_nic"] = np.where(net, fabric.rank_nic[rows["src_rank"]], -1)
+    flows["dst_nic"] = np.where(net, fabric.rank_nic[rows["dst_rank"]], -1)
+    flows["start_ns"], flows["end_ns"] = r_start, r_end
+    return Flows(flows, Ragged.empty(n), ops, op_start, op_end, conns=conns, row_conn=row_conn,
+                 finish_ns=r_fin, detail="conn", fill_ns=op_fill, row_transfers=rows["transfers"],
+                 row_messages=rows["messages"], row_packets=rows["packets"])
