@@ -78,3 +78,13 @@ def test_unexpected_skips_fail_ci(tmp_path):
 def test_ci_passes_without_skips(tmp_path):
     res = _run(tmp_path, ci=True, body="def test_ok():\n    pass\n", collect_skip=False)
     assert res.returncode == 0, res.stdout
+
+
+def test_ci_runs_the_readme_test_command_with_the_flag():
+    """.ci/run exports TRACEGEN_CI, then runs the README's test command character for character."""
+    root = HERE.parent
+    cmd = 'pip install -e ".[test]" && python -m pytest -q'
+    assert f"\n{cmd}\n" in (root / "README.md").read_text()
+    lines = [ln for ln in (root / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines[-1] == cmd
+    assert f"export {conftest.CI_ENV}=1" in lines
