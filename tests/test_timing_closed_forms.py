@@ -99,3 +99,21 @@ def test_pcap_cut_through_vs_schedule_store_and_forward(tmp_path):
     assert got[0][0] == sent[0][0] + 4 * L
     last_ts, last_w = got[-1]
     assert last_ts + last_w == row["end_ns"] - 3 * P
+
+
+@pytest.mark.parametrize("nodes,local", [(4, 1), (8, 2), (16, 8)])
+def test_nccl_tuning_rates_tree_at_0_78_of_ring_bus_bandwidth(nodes, local):
+    """FORMULAS.md: NCCL's cost model rates Tree/Simple at 0.92 x 0.85 of Ring's bus bandwidth for
+    large AllReduces on several nodes. From the model's times at two sizes (the slope is 1/algbw)
+    and NCCL's algorithm-bandwidth factors (ring n/nsteps = n/(2(n−1)), tree 1/2)."""
+    from tracegen.collectives.tuning import predict_us
+    from tracegen.tables import Proto
+    n = nodes * local
+    slope = {}
+    for algo in ("ring", "tree"):
+        t = [predict_us(algo, Proto.SIMPLE, CollKind.ALLREDUCE, n, nodes, local, size, 2, 400, 3600)
+             for size in (1 << 30, 2 << 30)]
+        slope[algo] = (t[1] - t[0]) / (1 << 30)
+    bus_ring = 1 / (slope["ring"] * n / (2 * (n - 1)))
+    bus_tree = 1 / (slope["tree"] * 0.5)
+    assert bus_tree / bus_ring == pytest.approx(0.92 * 0.85, rel=1e-9)
