@@ -14,16 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import fluid
-from .collectives.edges import net_wire_bytes  # noqa: F401  (re-exported: the schedule's wire bytes)
+from .collectives.edges import net_wire_bytes, packet_overhead_bytes
 from .config import Job
 from .connections import Connections, build_connections, communicator
 from .tables import FLOW_DTYPE, CommOps, Flows, LinkKind, Transfers
 from .topology import Fabric
 
-# RoCEv2 bytes a data packet adds on the wire: Eth 14 + 802.1Q 4 + IPv4 20 + UDP 8 + BTH 12 +
-# ICRC 4, plus FCS 4 + preamble/SFD 8 + inter-frame gap 12.
-PKT_WIRE_OVERHEAD_BYTES = 14 + 4 + 20 + 8 + 12 + 4 + 4 + 8 + 12
-MSG_WIRE_OVERHEAD_BYTES = 16 + 4  # RETH on the first packet, ImmDt on the last
 JIT_MIN_TRANSFERS = 20_000        # smaller jobs run the engine as Python (no compile wait)
 
 
@@ -84,9 +80,10 @@ def item_links(fabric: Fabric, conns: Connections, row_conn, src_rank, dst_rank)
     return ptr, lk, w
 
 
-def net_latency_ns(conns: Connections, row_conn, on_wire, pmtu: int) -> np.ndarray:
+def net_latency_ns(conns: Connections, row_conn, on_wire, pmtu: int, vlan: bool = True,
+                   ip_version: int = 4) -> np.ndarray:
     """Propagation + store-and-forward of each NET row (the slowest of its connection's QPs)."""
-    last_pkt = np.minimum(on_wire, pmtu + PKT_WIRE_OVERHEAD_BYTES)
+    last_pkt = np.minimum(on_wire, pmtu + packet_overhead_bytes(vlan, ip_version))
     lat = np.zeros(len(row_conn), np.int64)
     for q in range(conns.qps):
         lat = np.maximum(lat, conns.latency_ns(row_conn * conns.qps + q, last_pkt))
@@ -101,10 +98,11 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     src_nic = np.where(net, fabric.rank_nic[src], -1)
     dst_nic = np.where(net, fabric.rank_nic[dst], -1)
     conns, row_conn = transfer_connections(ops, rows, fabric, job.nccl.qps_per_connection)
+    out = job.output
     on_wire = np.where(net, net_wire_bytes(rows["wire_bytes"], np.maximum(rows["max_msg_bytes"], 1),
-                                           job.output.pmtu), rows["wire_bytes"])
+                                           out.pmtu, out.vlan, out.ip_version), rows["wire_bytes"])
     lat = np.zeros(n, np.int64)
-    lat[net] = net_latency_ns(conns, row_conn[net], on_wire[net], job.output.pmtu)
+    lat[net] = net_latency_ns(conns, row_conn[net], on_wire[net], out.pmtu, out.vlan, out.ip_version)
     ptr, lk, w = item_links(fabric, conns, row_conn, src, dst)
     start, finish, end, op_start, op_end = fluid.run(
         ops.rows["gap_ns"], ops.deps, rows["op_id"], tr.deps, on_wire.astype(np.float64), lat,

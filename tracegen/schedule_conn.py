@@ -27,8 +27,6 @@ from .connections import build_connections, communicator
 from .tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged
 from .topology import Fabric
 
-_PKT_OVERHEAD_BYTES = 86
-
 
 def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns."""
@@ -43,7 +41,7 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
                                              "messages", "packets", "payload", "nvl_wire", "net_wire",
                                              "algo", "proto", "max_msg_bytes")}
     for t, plan, op_ids, grps in groups.values():
-        e = template_edges(t, int(plan.proto), plan.max_msg_bytes, pmtu)
+        e = template_edges(t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
         G = np.asarray(grps, dtype=np.int64)                      # [k, n] ranks by position
         k, m = len(op_ids), len(e)
         cols["op_id"].append(np.repeat(np.asarray(op_ids, np.int64), m))
@@ -151,13 +149,15 @@ class _Fill:
         r = tr.rows
         net = r["link"] == LinkKind.NET
         from .schedule import net_latency_ns, net_wire_bytes
-        wire = np.where(net, net_wire_bytes(r["wire_bytes"], np.maximum(r["max_msg_bytes"], 1), self.pmtu),
-                        r["wire_bytes"]).astype(np.float64)
+        out = job.output
+        wire = np.where(net, net_wire_bytes(r["wire_bytes"], np.maximum(r["max_msg_bytes"], 1), self.pmtu,
+                                            out.vlan, out.ip_version), r["wire_bytes"]).astype(np.float64)
         lat = np.zeros(len(r), np.int64)
         if net.any():
             comm = communicator(np.full(int(net.sum()), self.ops.rows["dim"][op]))
             rc = self.conns.lookup(r["src_rank"][net], r["dst_rank"][net], comm, r["channel"][net])
-            lat[net] = net_latency_ns(self.conns, rc, wire[net].astype(np.int64), self.pmtu)
+            lat[net] = net_latency_ns(self.conns, rc, wire[net].astype(np.int64), self.pmtu, out.vlan,
+                                      out.ip_version)
         links = _ideal_links(f, r["src_rank"], r["dst_rank"], net)
         t_chunk, _ = _alone(tr.deps, wire, lat, links)
         # connection level, bytes only
@@ -184,8 +184,8 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
     row_conn = np.full(n, -1, np.int64)
     row_conn[net] = conns.lookup(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net])
     lat = np.zeros(n, np.int64)
-    lat[net] = net_latency_ns(conns, row_conn[net], np.minimum(rows["net_wire"][net], pmtu + _PKT_OVERHEAD_BYTES),
-                              pmtu)
+    lat[net] = net_latency_ns(conns, row_conn[net], rows["net_wire"][net], pmtu, job.output.vlan,
+                              job.output.ip_version)
     # per op: its rows [lo, hi), whether it touches the fabric, and its signature
     n_ops = len(ops)
     cnt = np.bincount(rows["op_id"], minlength=n_ops)

@@ -18,22 +18,27 @@ from ..tables import LinkKind, Proto
 from .protocol import wire_bytes as proto_wire_bytes
 from .template import Template
 
-# Eth 14 + 802.1Q 4 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + FCS 4 + preamble 8 + IFG 12; RETH + ImmDt
-_PKT_OVERHEAD_BYTES = 86
-_MSG_OVERHEAD_BYTES = 20
+def packet_overhead_bytes(vlan: bool = True, ip_version: int = 4) -> int:
+    """Wire bytes a RoCEv2 data packet adds to its payload (WIRE.md): Ethernet 14 [+ 802.1Q 4] +
+    IPv4 20 | IPv6 40 + UDP 8 + BTH 12 + ICRC 4, plus FCS 4 + preamble/SFD 8 + inter-frame gap 12."""
+    return 14 + (4 if vlan else 0) + (20 if ip_version == 4 else 40) + 8 + 12 + 4 + 4 + 8 + 12
 
 
-def net_wire_bytes(nbytes, max_msg_bytes, pmtu: int) -> np.ndarray:
-    """Bytes a transfer occupies on the wire: payload + per-packet and per-message headers + padding."""
+MSG_OVERHEAD_BYTES = 16 + 4   # RETH on the first packet, ImmDt on the last
+
+
+def net_wire_bytes(nbytes, max_msg_bytes, pmtu: int, vlan: bool = True, ip_version: int = 4) -> np.ndarray:
+    """Bytes a transfer occupies on the wire: its messages (at most max_msg_bytes each; an empty
+    transfer is one empty WRITE-with-imm), their packets' headers, RETH + ImmDt, last-packet pad."""
     nbytes = np.asarray(nbytes, dtype=np.int64)
     max_msg = np.asarray(max_msg_bytes, dtype=np.int64)
     full_msgs, last_msg = nbytes // max_msg, nbytes % max_msg
     pkts_full = -(-max_msg // pmtu)
-    pkts_last = -(-last_msg // pmtu)
-    msgs = full_msgs + (last_msg > 0)
+    pkts_last = np.where(nbytes == 0, 1, -(-last_msg // pmtu))
+    msgs = full_msgs + ((last_msg > 0) | (nbytes == 0))
     pkts = full_msgs * pkts_full + pkts_last
     pad = (-(last_msg % pmtu)) % 4 + full_msgs * ((-(max_msg % pmtu)) % 4)
-    return nbytes + pkts * _PKT_OVERHEAD_BYTES + msgs * _MSG_OVERHEAD_BYTES + pad
+    return nbytes + pkts * packet_overhead_bytes(vlan, ip_version) + msgs * MSG_OVERHEAD_BYTES + pad
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,9 @@ class Edges:
 _CACHE: dict[tuple, tuple[Template, Edges]] = {}
 
 
-def template_edges(t: Template, proto: int, max_msg_bytes: int, pmtu: int) -> Edges:
-    key = (id(t), int(proto), int(max_msg_bytes), int(pmtu))
+def template_edges(t: Template, proto: int, max_msg_bytes: int, pmtu: int, vlan: bool = True,
+                   ip_version: int = 4) -> Edges:
+    key = (id(t), int(proto), int(max_msg_bytes), int(pmtu), bool(vlan), int(ip_version))
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is t:
         return hit[1]
@@ -66,7 +72,7 @@ def template_edges(t: Template, proto: int, max_msg_bytes: int, pmtu: int) -> Ed
     k = (t.src.astype(np.int64) * n + t.dst) * 1024 + t.channel
     uk, inv = np.unique(k, return_inverse=True)
     wire = t.bytes if proto == Proto.SIMPLE else proto_wire_bytes(t.bytes, np.full(len(t), proto))
-    net = net_wire_bytes(wire, max(int(max_msg_bytes), 1), pmtu)
+    net = net_wire_bytes(wire, max(int(max_msg_bytes), 1), pmtu, vlan, ip_version)
     m = len(uk)
     mm = max(int(max_msg_bytes), 1)
     msgs = np.maximum(1, -(-wire // mm))

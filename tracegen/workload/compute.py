@@ -15,10 +15,12 @@ from .params import attention_weights, mlp_weights
 
 
 def moe_rows(job: Job) -> int:
-    """Token rows one rank dispatches per MoE AllToAll (and its experts compute on)."""
+    """Token rows one rank dispatches per MoE AllToAll (and its experts compute on): Megatron-core's
+    drop-and-pad buffer, capacity x experts with the capacity of each expert rounded up
+    (moe_utils.get_capacity(tokens·top_k, experts, capacity_factor) = ceil(tokens·top_k/experts·cf))."""
     m, par = job.model, job.parallelism
     tokens = par.micro_batch * m.seq_len // (par.cp * par.tp)
-    return math.ceil(tokens * m.top_k * m.capacity_factor)
+    return math.ceil((tokens * m.top_k / m.experts) * m.capacity_factor) * m.experts
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,91 @@
+"""Session hooks for the whole suite: no silent skips.
+
+Every run ends with the reasons of the tests it skipped, counted. Under CI (`.ci/run` exports
+TRACEGEN_CI=1) a skip fails the session unless its reason is on ALLOWED *and* the tool it names is
+really absent on this machine, checked at the end of the run: a missing apt tool that CI could not
+install (not root, no apt-get) may skip; anything CI installs (the pip `[test]` extras: scapy,
+ns3) and every other reason - a failing ns-3 build, a broken binding - fails CI.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+
+import pytest
+
+CI_ENV = "TRACEGEN_CI"
+
+
+def _missing(*tools):
+    return lambda which, euid: any(which(t) is None for t in tools)
+
+
+def _not_root(which, euid):
+    return euid != 0
+
+
+def _no_netns(which, euid):
+    if which("unshare") is None:
+        return True
+    return subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0
+
+
+# (reason pattern, is the thing it names really absent here?)
+ALLOWED = [
+    (r"\btshark\b.*not installed|tshark/capinfos not installed", _missing("tshark", "capinfos")),
+    (r"^needs root\b", _not_root),
+    (r"^needs [\w, ]+ \(apt-get install", _missing("tcpreplay", "tcpdump", "ip")),
+    (r"^no network namespace here", _no_netns),
+]
+
+_skips: list[tuple[str, str]] = []
+
+
+def _reason(report) -> str:
+    lr = report.longrepr
+    text = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+    return text.removeprefix("Skipped: ")
+
+
+def unexpected_skips(skips, which=shutil.which, euid=None) -> list[tuple[str, str]]:
+    """The (nodeid, reason) skips CI must not accept."""
+    euid = os.geteuid() if euid is None else euid
+    ok = lambda reason: any(re.search(p, reason) and absent(which, euid) for p, absent in ALLOWED)
+    return [(node, reason) for node, reason in skips if not ok(reason)]
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skips.append((report.nodeid, _reason(report)))
+
+
+def pytest_collectreport(report):
+    if report.skipped:
+        _skips.append((report.nodeid, _reason(report)))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get(CI_ENV) and unexpected_skips(_skips) and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _skips:
+        return
+    tr = terminalreporter
+    tr.section(f"skipped: {len(_skips)}")
+    for reason, n in Counter(r for _, r in _skips).most_common():
+        first = next(node for node, r in _skips if r == reason)
+        tr.write_line(f"{n:4d} x {reason}  (e.g. {first})")
+    if os.environ.get(CI_ENV):
+        bad = unexpected_skips(_skips)
+        if bad:
+            tr.write_line(f"{CI_ENV}: {len(bad)} skip(s) not allowed in CI (a tool CI installs, or not a "
+                          "missing tool at all) - failing the run:", red=True, bold=True)
+            for node, reason in bad[:20]:
+                tr.write_line(f"  {node}: {reason}", red=True)
+        else:
+            tr.write_line(f"{CI_ENV}: every skip names a tool that is absent on this machine")
