@@ -30,6 +30,9 @@ def _fail(msg: str) -> None:
 
 
 def _job_options(f):
+    f = click.option("--detail", type=click.Choice(["auto", "full", "conn"]), default=None,
+                     help="Schedule granularity: every chunk (full), per NCCL connection per op (conn, "
+                          "for big jobs), or by size (auto, the default).")(f)
     f = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Override a job key, e.g. --set parallelism.dp=4 (repeatable).")(f)
     f = click.option("--preset", metavar="NAME", help="Start from a shipped job preset (see `tracegen presets`).")(f)
@@ -37,10 +40,10 @@ def _job_options(f):
     return f
 
 
-def _load(job_file, preset, sets) -> Job:
+def _load(job_file, preset, sets, detail=None) -> Job:
     if job_file and not Path(job_file).is_file():
         raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")
-    return load_job(job_file, preset=preset, sets=list(sets))
+    return load_job(job_file, preset=preset, sets=list(sets) + ([f"detail={detail}"] if detail else []))
 
 
 @click.group()
@@ -74,11 +77,11 @@ def main() -> None:
 @click.option("--no-pcap", is_flag=True, help="Skip the pcap files.")
 @click.option("--no-ns3", is_flag=True, help="Skip the ns-3 scenario files.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def generate(job_file, preset, sets, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
+def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
              collectives, iteration, fmt, comments, merge, switch, lab, no_pcap, no_ns3, quiet):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
     try:
-        job = _load(job_file, preset, sets)
+        job = _load(job_file, preset, sets, detail)
         out = job.output
         if snaplen is not None:
             if snaplen < 0:
@@ -123,10 +126,10 @@ def _pcap_options(out, max_bytes=None, **options):
 @_job_options
 @click.option("--corpus", metavar="PATH", help="Also size one epoch of this corpus (file, folder, or dante-it/dante-en).")
 @click.option("--tokenizer", default="cl100k_base", show_default=True, help="Tokenizer for --corpus.")
-def plan(job_file, preset, sets, corpus, tokenizer):
+def plan(job_file, preset, sets, detail, corpus, tokenizer):
     """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
     try:
-        job = _load(job_file, preset, sets)
+        job = _load(job_file, preset, sets, detail)
         with _stages(False) as stage:
             run = with_pcap_estimate(run_pipeline(job, stage))
         _print_plan(run)

@@ -47,6 +47,10 @@ class Report:
     transfers: int
     net_transfers: int
     memory: MemoryEstimate | None = None
+    link_bytes: np.ndarray | None = None   # per fabric link direction: bytes on the wire (headers included)
+    link_gbps: np.ndarray | None = None
+    link_names: list | None = None
+    link_tier: np.ndarray | None = None     # per link direction: tier label index (see LINK_TIERS)
     pcap_packets: int = -1
     pcap_bytes: int = -1
     notes: list[str] = field(default_factory=list)
@@ -98,7 +102,48 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
         rank_net_bytes=per_rank(net), rank_nvlink_bytes=per_rank(~net),
         iteration_ns=int(end.max()) if end is not None and len(end) else
         (int(r["end_ns"].max()) if len(r) else 0),
-        transfers=int(n_tr.sum()), net_transfers=int(n_tr[net].sum()), memory=memory_estimate(job))
+        transfers=int(n_tr.sum()), net_transfers=int(n_tr[net].sum()), memory=memory_estimate(job),
+        **_link_loads(fabric, flows))
+
+
+# Tiers of link directions, as shown in plan and summary.md.
+LINK_TIERS = ["NIC -> leaf", "leaf -> NIC", "leaf -> spine", "spine -> leaf", "spine -> core", "core -> spine"]
+
+
+def _link_loads(fabric: Fabric, flows: Flows) -> dict:
+    """Bytes every fabric link direction carries (each NET row's wire bytes spread over its
+    connection's QP routes), with rates, names and tiers."""
+    if flows.conns is None or flows.row_conn is None or flows.row_net_wire is None:
+        return {}
+    n_dirs = 2 * len(fabric.links)
+    net = flows.row_conn >= 0
+    conn_bytes = np.bincount(flows.row_conn[net], weights=flows.row_net_wire[net], minlength=len(flows.conns))
+    ptr, link, w = flows.conns.link_csr()
+    owner = np.repeat(np.arange(len(flows.conns)), np.diff(ptr))
+    loads = np.bincount(link, weights=conn_bytes[owner] * w, minlength=n_dirs)
+    tier = np.repeat(fabric.link_tier(), 2) * 2 + np.tile([0, 1], len(fabric.links))
+    names = [fabric.link_dir_name(d) for d in range(n_dirs)] if n_dirs <= 200_000 else None
+    return dict(link_bytes=np.rint(loads).astype(np.int64), link_gbps=np.repeat(fabric.links["gbps"], 2),
+                link_names=names, link_tier=tier)
+
+
+def link_table(rep: Report, top: int = 3) -> tuple[str, list[str], list[list[str]]] | None:
+    """Per tier: how many links carry traffic, mean and peak utilisation over the iteration, and
+    the busiest links (utilisation = bytes / (rate x scheduled time))."""
+    if rep.link_bytes is None or rep.iteration_ns <= 0:
+        return None
+    util = rep.link_bytes * 8 / (rep.link_gbps * rep.iteration_ns)
+    rows = []
+    for t, label in enumerate(LINK_TIERS):
+        sel = np.flatnonzero((rep.link_tier == t) & (rep.link_bytes > 0))
+        if not len(sel):
+            continue
+        order = sel[np.argsort(-util[sel], kind="stable")][:top]
+        busiest = ", ".join(f"{rep.link_names[d] if rep.link_names else d} {util[d]:.0%}" for d in order)
+        rows.append([label, f"{len(sel):,} of {int((rep.link_tier == t).sum()):,}",
+                     f"{util[sel].mean():.1%}", f"{util[sel].max():.1%}", busiest])
+    return ("Busiest links per tier (utilisation = bytes on the wire / (rate × scheduled time))",
+            ["tier", "links used", "mean", "peak", f"busiest {top}"], rows)
 
 
 DIM_FORMULAS = {
@@ -176,7 +221,7 @@ def report_tables(rep: Report, exact: bool = True) -> list[tuple[str, list[str],
           "closed form (same rank)"], dim_rows),
         ("Closed forms (../shared/FORMULAS.md)", ["dim", "formula"], formula_rows),
         ("Payload bytes per NIC (on the fabric)", ["NIC", "tx bytes", "rx bytes"], nic_rows),
-    ]
+    ] + ([lt] if (lt := link_table(rep)) is not None else [])
 
 
 RANK_ROWS_MAX = 512

@@ -112,4 +112,5 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
         flows[name] = rows[name]
     flows["src_nic"], flows["dst_nic"] = src_nic, dst_nic
     flows["start_ns"], flows["end_ns"] = start, end
-    return Flows(flows, tr.deps, ops, op_start, op_end, conns=conns, row_conn=row_conn, finish_ns=finish)
+    return Flows(flows, tr.deps, ops, op_start, op_end, conns=conns, row_conn=row_conn, finish_ns=finish,
+                 row_net_wire=np.where(net, on_wire, 0))

@@ -1,19 +1,22 @@
 """Connection-level schedule: the whole job timed per NCCL connection per op, not per chunk.
 
 A collective's time is set by its connections - a ring channel's neighbour streams, a tree's
-edges, a p2p pair - sharing the fabric, plus the latency of its pipeline. So every op becomes one
-fluid item per edge (collectives/edges.py: the bytes one connection carries for the op), crossing
-the same links as its chunks would (the connection's route, or the GPUs' NVLink ports), and
-sharing them max-min with everything else in flight (fluid.py). The pipeline term - what the chunk
-schedule adds on top of bytes / rate: ring steps, tree depth, hop latencies, store-and-forward -
-is the op's *fill*: for each distinct op signature (template, where its ranks sit, the latency of
-its routes) the op is scheduled once alone on an ideal fabric (NIC ports and NVLink only) at chunk
-level, and once at connection level; the difference is added to every edge item's arrival.
-Ops that stay inside one node (TP, most EP) never touch the fabric: they take the time their
-chunk schedule takes alone on the node's NVLink (the closed form for their steps and rates).
+edges, a p2p pair - sharing the fabric, and by its pipeline. So every op becomes fluid items over
+its edges (collectives/edges.py: the bytes one connection carries for the op), crossing the links
+its chunks would cross (the connection's route, or the GPUs' NVLink ports) and sharing them
+max-min with everything in flight (fluid.py). The edges of one channel of a collective move in
+lockstep (each ring step, tree level or halving-doubling round needs the previous one), so they
+are one item; send/recv and AllToAll pairs are an item each.
+
+The pipeline: for each distinct op signature (shape, where its ranks sit up to renaming, the
+latency of its routes) the op is scheduled once alone at chunk level on an ideal fabric (NIC and
+NVLink ports only). That time, less its last arrival latency, caps its items' rate: alone an op
+takes exactly its chunk-level time; sharing can only slow it further, and then - as chunks do -
+other traffic uses the gaps its steps and hop latencies leave. Node-local ops (TP, most EP) are
+timed the same way on NVLink, so their closed form is their steps at NVLink rate.
 
 The result is a Flows table with one row per (op, edge): bytes summed, step and chunk -1, start
-and end of the edge's stream. Per-rank and per-NIC byte totals are exactly the chunk level's.
+and end of the edge's item. Per-rank, per-NIC and per-link byte totals are the chunk level's.
 """
 from __future__ import annotations
 
@@ -106,10 +109,9 @@ def _ideal_links(fabric: Fabric, src_rank, dst_rank, net):
     return np.arange(0, 2 * len(tx) + 1, 2), lk, np.ones(len(lk)), cap
 
 
-def _alone(item_deps, nbytes, extra, links, rate_scale: float = 1.0):
+def _alone(item_deps, nbytes, extra, links):
     """One op alone from t = 0: (its end, its items' last byte)."""
     ptr, lk, w, cap = links
-    cap = cap * rate_scale
     n = len(nbytes)
     _, finish, end, _, op_end = fluid.run(np.zeros(1, np.int64), Ragged.empty(1), np.zeros(n, np.int64),
                                           item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 20_000)
@@ -117,8 +119,7 @@ def _alone(item_deps, nbytes, extra, links, rate_scale: float = 1.0):
 
 
 class _Fill:
-    """Per op signature: the op's chunk-level time alone on an ideal fabric, and its
-    connection-level (bytes only) time there; cached."""
+    """Per op signature: the op's chunk-level time alone on an ideal fabric; cached."""
 
     def __init__(self, ops, fabric, job, conns, pmtu):
         self.ops, self.fabric, self.job, self.conns, self.pmtu = ops, fabric, job, conns, pmtu
@@ -139,7 +140,7 @@ class _Fill:
             self.groups[key] = b"|".join(parts)
         return self.groups[key]
 
-    def times(self, op: int, sig: bytes, rows: dict, lo: int, hi: int) -> tuple[int, int]:
+    def alone_ns(self, op: int, sig: bytes) -> int:
         hit = self.cache.get(sig)
         if hit is not None:
             return hit
@@ -160,15 +161,7 @@ class _Fill:
                                       out.ip_version)
         links = _ideal_links(f, r["src_rank"], r["dst_rank"], net)
         t_chunk, _ = _alone(tr.deps, wire, lat, links)
-        # connection level, bytes only
-        s, d, lk = rows["src_rank"][lo:hi], rows["dst_rank"][lo:hi], rows["link"][lo:hi]
-        enet = lk == LinkKind.NET
-        ebytes = np.where(enet, rows["net_wire"][lo:hi], rows["nvl_wire"][lo:hi]).astype(np.float64)
-        ptr, lks, w, cap = _ideal_links(f, s, d, enet)
-        _, _, ib, ip, il, iw = group_items(rows["op_id"][lo:hi], rows["channel"][lo:hi],
-                                           np.full(hi - lo, self.ops.rows["kind"][op]), ebytes, ptr, lks, w)
-        _, t_bw = _alone(Ragged.empty(len(ib)), ib, np.zeros(len(ib), np.int64), (ip, il, iw, cap))
-        self.cache[sig] = (t_chunk, t_bw)
+        self.cache[sig] = t_chunk
         return self.cache[sig]
 
 
@@ -186,11 +179,10 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
     lat = np.zeros(n, np.int64)
     lat[net] = net_latency_ns(conns, row_conn[net], rows["net_wire"][net], pmtu, job.output.vlan,
                               job.output.ip_version)
-    # per op: its rows [lo, hi), whether it touches the fabric, and its signature
+    # per op: its rows [lo, hi) and its signature
     n_ops = len(ops)
     cnt = np.bincount(rows["op_id"], minlength=n_ops)
     op_lo = np.r_[0, np.cumsum(cnt)[:-1]]
-    op_net = np.bincount(rows["op_id"], weights=net, minlength=n_ops) > 0
     fill = _Fill(ops, fabric, job, conns, pmtu)
     op_fill = np.zeros(n_ops, np.int64)
     op_alone = np.zeros(n_ops, np.int64)
@@ -198,36 +190,22 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
         lo, hi = int(op_lo[op]), int(op_lo[op] + cnt[op])
         sig = b"%d|%d|%d|%d|" % (ops.rows["kind"][op], ops.rows["bytes"][op], ops.rows["elem_bytes"][op],
                                  ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
-        t_chunk, _ = fill.times(op, sig, rows, lo, hi)
-        op_alone[op] = t_chunk
-        op_fill[op] = int(lat[lo:hi].max())
-    # items: the edges of a fabric op (grouped per channel, see group_items); one delay item per
-    # node-local op
-    fab_row = np.flatnonzero(op_net[rows["op_id"]])
-    local_ops = np.flatnonzero((cnt > 0) & ~op_net)
-    ebytes = np.where(net[fab_row], rows["net_wire"][fab_row], rows["nvl_wire"][fab_row]).astype(np.float64)
-    ptr, lk, w = item_links(fabric, conns, row_conn[fab_row], rows["src_rank"][fab_row], rows["dst_rank"][fab_row])
-    item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"][fab_row], rows["channel"][fab_row],
-                                                    ops.rows["kind"][rows["op_id"][fab_row]], ebytes, ptr, lk, w)
-    n_fab = len(it_op)
-    op_of = np.r_[it_op, local_ops].astype(np.int64)
-    nbytes = np.r_[it_bytes, np.zeros(len(local_ops))]
-    extra = np.r_[op_fill[it_op], op_alone[local_ops]].astype(np.int64)
-    ptr = np.r_[ptr, np.full(len(local_ops), ptr[-1])]
+        op_alone[op] = fill.alone_ns(op, sig)
+        op_fill[op] = int(lat[lo:hi].max())     # the last arrival (0 on NVLink)
+    # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,
+    # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
+    ebytes = np.where(net, rows["net_wire"], rows["nvl_wire"]).astype(np.float64)
+    ptr, lk, w = item_links(fabric, conns, row_conn, rows["src_rank"], rows["dst_rank"])
+    item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
+                                                    ops.rows["kind"][rows["op_id"]], ebytes, ptr, lk, w)
     # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
     # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it
     # (and then other traffic fills the gaps its pipeline leaves, as chunks would).
     busy = np.maximum(op_alone[it_op] - op_fill[it_op], 1)
-    rate_cap = np.r_[it_bytes / busy, np.full(len(local_ops), np.inf)]
     start, finish, end, op_start, op_end = fluid.run(
-        ops.rows["gap_ns"], ops.deps, op_of, Ragged.empty(len(op_of)), nbytes, extra, ptr, lk, w,
-        link_capacity(fabric), jit=len(op_of) >= 2000, rate_cap=rate_cap)
-    # rows: an edge of a fabric op takes its item's times; node-local ops' edges their op's
-    r_start = op_start[rows["op_id"]].copy()
-    r_end = op_end[rows["op_id"]].copy()
-    r_fin = r_end.copy()
-    r_start[fab_row], r_end[fab_row], r_fin[fab_row] = start[item], end[item], finish[item]
-    assert n_fab == 0 or item.max() < n_fab
+        ops.rows["gap_ns"], ops.deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
+        link_capacity(fabric), jit=len(it_op) >= 2000, rate_cap=it_bytes / busy)
+    r_start, r_end, r_fin = start[item], end[item], finish[item]
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     flows["transfer_id"] = np.arange(n)
     for name in ("op_id", "src_rank", "dst_rank", "channel", "algo", "proto", "max_msg_bytes", "link"):
@@ -239,4 +217,5 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
     flows["start_ns"], flows["end_ns"] = r_start, r_end
     return Flows(flows, Ragged.empty(n), ops, op_start, op_end, conns=conns, row_conn=row_conn,
                  finish_ns=r_fin, detail="conn", fill_ns=op_fill, row_transfers=rows["transfers"],
-                 row_messages=rows["messages"], row_packets=rows["packets"])
+                 row_messages=rows["messages"], row_packets=rows["packets"],
+                 row_net_wire=np.where(net, rows["net_wire"], 0))

@@ -184,6 +184,8 @@ class Flows:
     row_transfers: np.ndarray | None = None  # conn: chunk transfers each row stands for (full: 1)
     row_messages: np.ndarray | None = None   # conn: NCCL network messages of those transfers
     row_packets: np.ndarray | None = None    # conn: RoCE data packets of those messages
+    row_net_wire: np.ndarray | None = None   # per row: bytes it puts on each fabric link (RoCE headers
+                                             # included; 0 on NVLink)
 
     def __len__(self) -> int:
         return len(self.rows)
