@@ -1,81 +1,82 @@
-"""How fast is the schedule stage? One job's transfers scheduled two ways, side by side:
+"""What does sharing every link cost? One job scheduled four ways, side by side:
 
-  compiled   the list scheduler as numba compiles it (what jobs of >= 20k transfers run)
-  python     the very same function run by the Python interpreter (what small jobs run)
+  full  + fabric   every chunk transfer, sharing NIC ports, switch ports and NVLink (detail full)
+  full  + NICs     every chunk transfer, sharing NIC and NVLink ports only (the old NIC-only model)
+  conn  + fabric   per NCCL connection per op, sharing every link (detail conn)
+  conn  + NICs     per connection, NIC and NVLink ports only
 
-Both give identical flows (checked here). The compile itself is timed apart: numba caches it
-on disk, so only the first big job on a machine pays it. Printed: transfers, seconds,
-transfers per second, and the ratio.
+Each variant runs in its own process (numba's compiled engine loaded from its on-disk cache) so
+its wall time and peak memory (VmHWM) are its own. Printed: rows scheduled, schedule seconds,
+peak RSS, the iteration time it finds, and ratios against `full + NICs`.
 
-Run: python bench/bench_schedule.py [--preset llama3-8b] [--python-max 300000]
+Run: python bench/bench_schedule.py [--preset llama3-70b] [--set parallelism.dp=8 ...]
+Default: llama3-70b at 256 GPUs (dp 8).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
+ROOT = Path(__file__).resolve().parents[1]
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, {root!r})
+from tracegen.config import load_job
+from tracegen.topology import build_fabric
+from tracegen.workload import build_commops
+from tracegen.collectives import expand
+from tracegen.schedule import schedule
+from tracegen.schedule_conn import schedule_connections
+job = load_job(preset={preset!r}, sets={sets!r})
+fabric = build_fabric(job)
+ops = build_commops(job)
+fabric.router                      # routes are part of the fabric, not of the schedule
+t0 = time.perf_counter()
+if {detail!r} == "full":
+    tr = expand(ops, fabric, job.nccl)
+    t1 = time.perf_counter()
+    flows = schedule(ops, tr, fabric, job, shared_fabric={shared!r})
+else:
+    t1 = time.perf_counter()
+    flows = schedule_connections(ops, fabric, job, shared_fabric={shared!r})
+t2 = time.perf_counter()
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(json.dumps(dict(rows=len(flows), expand_s=t1 - t0, schedule_s=t2 - t1, peak=hwm * 1024,
+                      iteration_ns=int(flows.op_end_ns.max()))))
+"""
 
-from tracegen import schedule as sched  # noqa: E402
-from tracegen.collectives import expand  # noqa: E402
-from tracegen.config import load_job  # noqa: E402
-from tracegen.tables import CommOps, Ragged, Transfers  # noqa: E402
-from tracegen.topology import build_fabric  # noqa: E402
-from tracegen.workload import build_commops  # noqa: E402
 
-
-def timed_schedule(ops, tr, fabric, job, threshold: int):
-    sched.JIT_MIN_TRANSFERS = threshold
-    t0 = time.perf_counter()
-    flows = sched.schedule(ops, tr, fabric, job)
-    return time.perf_counter() - t0, flows
+def run(preset: str, sets: list[str], detail: str, shared: bool) -> dict:
+    code = CHILD.format(root=str(ROOT), preset=preset, sets=sets, detail=detail, shared=shared)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(res.stderr[-2000:])
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="llama3-8b", help="job preset to schedule")
-    ap.add_argument("--python-max", type=int, default=300_000,
-                    help="schedule only this many transfers' worth of ops when timing Python")
-    args = ap.parse_args()
-
-    job = load_job(None, preset=args.preset)
-    fabric = build_fabric(job)
-    ops = build_commops(job)
-    tr = expand(ops, fabric, job.nccl)
-    print(f"{args.preset}: {len(ops):,} ops, {len(tr):,} transfers, {fabric.world} GPUs\n")
-
-    first_s, _ = timed_schedule(ops, tr, fabric, job, 0)      # loads (or compiles) the code
-    warm_s, _ = timed_schedule(ops, tr, fabric, job, 0)
-
-    # Python on the whole job when small enough; else on the leading ops whose transfers fit
-    # (same per-transfer work, fewer of them).
-    sub_ops, sub_tr = ops, tr
-    if len(tr) > args.python_max:
-        per_op = np.bincount(tr.rows["op_id"], minlength=len(ops))
-        n_ops = max(1, int(np.searchsorted(np.cumsum(per_op), args.python_max)))
-        idx = np.flatnonzero(tr.rows["op_id"] < n_ops)
-        new_id = np.full(len(tr), -1, np.int64)
-        new_id[idx] = np.arange(len(idx))
-        deps = [new_id[tr.deps[i]].tolist() for i in idx]
-        assert all(d >= 0 for ds in deps for d in ds), "a kept transfer needs one left out"
-        sub_ops = CommOps(ops.rows[:n_ops], Ragged.from_lists([ops.groups[i].tolist() for i in range(n_ops)]),
-                          Ragged.from_lists([ops.deps[i].tolist() for i in range(n_ops)]))
-        sub_tr = Transfers(tr.rows[idx], Ragged.from_lists(deps))
-    n_py = len(sub_tr)
-    py_s, py_flows = timed_schedule(sub_ops, sub_tr, fabric, job, 1 << 62)
-    c_s, c_flows = timed_schedule(sub_ops, sub_tr, fabric, job, 0)
-    assert py_flows.rows.tobytes() == c_flows.rows.tobytes(), "compiled and Python schedules differ"
-
-    print(f"{'scheduler':34s} {'transfers':>12s} {'seconds':>9s} {'transfers/s':>13s}")
-    print(f"{'compiled, whole job (warm)':34s} {len(tr):12,} {warm_s:9.2f} {len(tr) / warm_s:13,.0f}")
-    print(f"{'compiled, same part as Python':34s} {n_py:12,} {c_s:9.2f} {n_py / c_s:13,.0f}")
-    print(f"{'python (same function)':34s} {n_py:12,} {py_s:9.2f} {n_py / py_s:13,.0f}")
-    print(f"\ncompiled vs python: {py_s / c_s:.1f}x faster (identical flows); "
-          f"first call in a process (cache load, or compile on a new machine) +{max(first_s - warm_s, 0):.1f} s")
+    ap.add_argument("--preset", default="llama3-70b")
+    ap.add_argument("--set", dest="sets", action="append",
+                    default=None, help="job overrides (default: parallelism.dp=8, global_batch=64)")
+    ap.add_argument("--skip-full", action="store_true", help="only the connection-level variants")
+    a = ap.parse_args()
+    sets = a.sets or ["parallelism.dp=8", "parallelism.global_batch=64"]
+    run(a.preset, sets, "conn", True)                     # warm numba's cache and the OS
+    variants = [(d, s) for d in (("conn",) if a.skip_full else ("full", "conn")) for s in (False, True)]
+    res = {v: run(a.preset, sets, *v) for v in variants}
+    base = res[variants[0]]
+    print(f"{a.preset} {' '.join(sets)}")
+    print(f"{'variant':16s} {'rows':>12s} {'expand s':>9s} {'schedule s':>11s} {'x time':>7s} "
+          f"{'peak GB':>8s} {'x mem':>6s} {'iteration':>12s}")
+    for (d, s), r in res.items():
+        print(f"{d + (' + fabric' if s else ' + NICs'):16s} {r['rows']:12,d} {r['expand_s']:9.2f} "
+              f"{r['schedule_s']:11.2f} {r['schedule_s'] / base['schedule_s']:7.2f} {r['peak'] / 1e9:8.2f} "
+              f"{r['peak'] / base['peak']:6.2f} {r['iteration_ns'] / 1e6:10.3f} ms")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ spine -> leaf, with the spine of each flow from a callable) are two such hooks.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -384,4 +385,8 @@ def fabric_routes(flows: Flows, fabric, out) -> Paths:
 
     def name(i: int) -> str:
         return fabric.link_dir_name(i) if i < n_dirs else f"NVLink rank {(i - n_dirs) // 2}"
-    return paths_from_routes(flows, fabric, out, ptr, ids, gbps, hops=np.where(net, lens, 0), name=name)
+    p = paths_from_routes(flows, fabric, out, ptr, ids, gbps, hops=np.where(net, lens, 0), name=name)
+    # The fluid model's documented occupancy: a flow's bits cross every link of its path during
+    # [start, end - latency] (propagation and store-and-forward are added once, at the end).
+    flow = p.flow_of()
+    return dataclasses.replace(p, lead_ns=np.zeros_like(p.lead_ns), lag_ns=p.latency_ns[flow])

@@ -497,8 +497,8 @@ def test_bad_sets(item, expect):
 def test_job_to_dict_shape_and_round_trip():
     job = load_job(preset="gpt3-175b", sets=["network.cc_mode=hpcc", "output.pmtu=1024", "seed=3"])
     d = job_to_dict(job)
-    assert list(d) == ["name", "iterations", "seed", "model", "parallelism", "cluster", "fabric", "nccl",
-                       "network", "output"]
+    assert list(d) == ["name", "iterations", "seed", "detail", "model", "parallelism", "cluster", "fabric",
+                       "nccl", "network", "output"]
     assert d["parallelism"]["tp"] == 8 and d["network"]["cc_mode"] == "hpcc"
     assert job_from_dict(d) == job
     assert job_from_dict(yaml.safe_load(yaml.safe_dump(d))) == job   # also through a YAML file

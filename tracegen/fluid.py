@@ -40,13 +40,15 @@ def reverse_csr(r: Ragged, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_ptr, lk_id, lk_w,
-        cap_bytes_per_ns, jit: bool = True, rate_cap=None):
+        cap_bytes_per_ns, jit: bool = True, rate_cap=None, queue=None):
     """Schedule everything. Returns (start, finish, end, op_start, op_end) as int64 arrays.
 
     op_gap [n_ops]; op_deps: op ids each op waits for; op_of [n]: op of each item; item_deps: item
     ids each item needs (items of its own op); nbytes [n] (float); extra_ns [n]; lk_ptr/lk_id/lk_w:
     per item its links and weights (CSR); cap_bytes_per_ns [n_links]; rate_cap [n] (optional): the
-    most bytes/ns an item can use whatever the links offer (inf: no limit)."""
+    most bytes/ns an item can use whatever the links offer (inf: no limit); queue [n] (optional,
+    -1: none): items of one queue - an NCCL connection's QP - are served one at a time, in the
+    order they became ready (a QP works through its send queue in order)."""
     n_ops, n = len(op_gap), len(op_of)
     op_of = np.asarray(op_of, np.int64)
     od_ptr, od_val = reverse_csr(op_deps, n_ops)
@@ -59,7 +61,8 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
             np.asarray(nbytes, np.float64), np.asarray(extra_ns, np.int64),
             np.asarray(lk_ptr, np.int64), np.asarray(lk_id, np.int64), np.asarray(lk_w, np.float64),
             np.asarray(cap_bytes_per_ns, np.float64),
-            np.full(n, np.inf) if rate_cap is None else np.asarray(rate_cap, np.float64))
+            np.full(n, np.inf) if rate_cap is None else np.asarray(rate_cap, np.float64),
+            np.full(n, -1, np.int64) if queue is None else np.asarray(queue, np.int64))
     fn = _engine if jit else getattr(_engine, "py_func", _engine)   # NUMBA_DISABLE_JIT: plain
     start, finish, end, op_start, op_end, done = fn(*args)
     if not done:
@@ -137,7 +140,7 @@ def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, fro
 
 @numba.njit(cache=True)
 def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_ptr, ot_val, op_of,
-            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap):
+            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap, queue):
     n_ops, n = len(gap), len(op_of)
     n_links = len(cap)
     op_deps_left, tr_deps_left = op_deps_left.copy(), tr_deps_left.copy()
@@ -173,6 +176,11 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     t = np.int64(0)
     dirty = False
     fin = np.zeros(n, np.int64)
+    n_q = queue.max() + 1 if n > 0 else 0
+    q_busy = np.zeros(max(n_q, 1), np.bool_)     # a queue's item is active
+    q_head = np.full(max(n_q, 1), -1, np.int64)  # parked items per queue: a linked list, FIFO
+    q_tail = np.full(max(n_q, 1), -1, np.int64)
+    q_next = np.full(n, -1, np.int64)
     while True:
         # Settle op completions / releases (they only schedule future activations).
         while n_rel > 0 or n_done > 0:
@@ -234,7 +242,18 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
             t = t_arr
             while len(heap) > 0 and heap[0][0] <= t:
                 _, it = heapq.heappop(heap)
+                q = queue[it]
+                if q >= 0 and q_busy[q]:          # its QP is busy: wait in line
+                    if q_tail[q] >= 0:
+                        q_next[q_tail[q]] = it
+                    else:
+                        q_head[q] = it
+                    q_tail[q] = it
+                    continue
+                if q >= 0:
+                    q_busy[q] = True
                 start[it] = t
+                fin[it] = INF
                 act[n_act] = it
                 pos[it] = n_act
                 n_act += 1
@@ -257,6 +276,21 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
                 act[a] = last
                 pos[last] = a
                 pos[i] = -1
+                q = queue[i]
+                if q >= 0:                        # the next in its QP's line starts now
+                    nxt = q_head[q]
+                    if nxt >= 0:
+                        q_head[q] = q_next[nxt]
+                        if q_head[q] < 0:
+                            q_tail[q] = -1
+                        start[nxt] = t
+                        fin[nxt] = INF
+                        rate[nxt] = 0.0
+                        act[n_act] = nxt
+                        pos[nxt] = n_act
+                        n_act += 1
+                    else:
+                        q_busy[q] = False
                 for k in range(td_ptr[i], td_ptr[i + 1]):
                     d = td_val[k]
                     if e > ready[d]:

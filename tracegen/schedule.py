@@ -80,6 +80,20 @@ def item_links(fabric: Fabric, conns: Connections, row_conn, src_rank, dst_rank)
     return ptr, lk, w
 
 
+def send_queues(ops: CommOps, rows, row_conn) -> np.ndarray:
+    """Per row the send queue it waits in: its NCCL connection's QP on the network; on NVLink the
+    (sender, receiver, communicator, channel) stream, which NCCL's channel works through in order."""
+    q = np.asarray(row_conn, np.int64).copy()
+    nvl = q < 0
+    if nvl.any():
+        comm = communicator(ops.rows["dim"][rows["op_id"][nvl]])
+        key = ((rows["src_rank"][nvl].astype(np.int64) * (int(rows["dst_rank"].max()) + 1)
+                + rows["dst_rank"][nvl]) * 16 + comm) * 128 + rows["channel"][nvl]
+        _, inv = np.unique(key, return_inverse=True)
+        q[nvl] = int(q.max(initial=-1)) + 1 + inv
+    return q
+
+
 def net_latency_ns(conns: Connections, row_conn, on_wire, pmtu: int, vlan: bool = True,
                    ip_version: int = 4) -> np.ndarray:
     """Propagation + store-and-forward of each NET row (the slowest of its connection's QPs)."""
@@ -106,7 +120,7 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     ptr, lk, w = item_links(fabric, conns, row_conn, src, dst)
     start, finish, end, op_start, op_end = fluid.run(
         ops.rows["gap_ns"], ops.deps, rows["op_id"], tr.deps, on_wire.astype(np.float64), lat,
-        ptr, lk, w, link_capacity(fabric), jit=n >= JIT_MIN_TRANSFERS)
+        ptr, lk, w, link_capacity(fabric), jit=n >= JIT_MIN_TRANSFERS, queue=send_queues(ops, rows, row_conn))
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     for name in rows.dtype.names:
         flows[name] = rows[name]

@@ -70,15 +70,15 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     return {k: v[order] for k, v in out.items()}
 
 
-def group_items(op_id, channel, kind, nbytes, ptr, lk, w):
+def group_items(op_id, channel, kind, queue, nbytes, ptr, lk, w):
     """Rows -> fluid items. The edges of one channel of a collective move in lockstep (a ring step,
     a tree level or a halving-doubling round needs the one before it), so they form one item that
     crosses all their links, each edge's weight scaled by its share of the largest edge's bytes:
     the channel runs at the rate of its most loaded link. Send/recv and AllToAll pairs have no
-    such coupling: an item each. Returns (item of each row, op, bytes, ptr, links, weights)."""
-    n = len(op_id)
+    such coupling: an item per send queue (the pairs an op sends on one QP go one after the
+    other). Returns (item of each row, op, bytes, ptr, links, weights)."""
     coupled = (kind != CollKind.SENDRECV) & (kind != CollKind.ALLTOALL)
-    key = np.where(coupled, op_id * 65536 + channel, -1 - np.arange(n))
+    key = np.where(coupled, op_id * 65536 + channel, -1 - (op_id * (int(queue.max(initial=0)) + 1) + queue))
     uk, item = np.unique(key, return_inverse=True)
     m = len(uk)
     big = np.zeros(m)
@@ -109,12 +109,13 @@ def _ideal_links(fabric: Fabric, src_rank, dst_rank, net):
     return np.arange(0, 2 * len(tx) + 1, 2), lk, np.ones(len(lk)), cap
 
 
-def _alone(item_deps, nbytes, extra, links):
+def _alone(item_deps, nbytes, extra, links, queue=None):
     """One op alone from t = 0: (its end, its items' last byte)."""
     ptr, lk, w, cap = links
     n = len(nbytes)
     _, finish, end, _, op_end = fluid.run(np.zeros(1, np.int64), Ragged.empty(1), np.zeros(n, np.int64),
-                                          item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 20_000)
+                                          item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 20_000,
+                                          queue=queue)
     return int(op_end[0]), int(finish.max()) if n else 0
 
 
@@ -149,18 +150,19 @@ class _Fill:
         tr = expand(self.ops, f, job.nccl, which=[op])
         r = tr.rows
         net = r["link"] == LinkKind.NET
-        from .schedule import net_latency_ns, net_wire_bytes
+        from .schedule import net_latency_ns, net_wire_bytes, send_queues
         out = job.output
         wire = np.where(net, net_wire_bytes(r["wire_bytes"], np.maximum(r["max_msg_bytes"], 1), self.pmtu,
                                             out.vlan, out.ip_version), r["wire_bytes"]).astype(np.float64)
         lat = np.zeros(len(r), np.int64)
+        row_conn = np.full(len(r), -1, np.int64)
         if net.any():
             comm = communicator(np.full(int(net.sum()), self.ops.rows["dim"][op]))
-            rc = self.conns.lookup(r["src_rank"][net], r["dst_rank"][net], comm, r["channel"][net])
+            rc = row_conn[net] = self.conns.lookup(r["src_rank"][net], r["dst_rank"][net], comm, r["channel"][net])
             lat[net] = net_latency_ns(self.conns, rc, wire[net].astype(np.int64), self.pmtu, out.vlan,
                                       out.ip_version)
         links = _ideal_links(f, r["src_rank"], r["dst_rank"], net)
-        t_chunk, _ = _alone(tr.deps, wire, lat, links)
+        t_chunk, _ = _alone(tr.deps, wire, lat, links, send_queues(self.ops, r, row_conn))
         self.cache[sig] = t_chunk
         return self.cache[sig]
 
@@ -196,15 +198,21 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
     # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
     ebytes = np.where(net, rows["net_wire"], rows["nvl_wire"]).astype(np.float64)
     ptr, lk, w = item_links(fabric, conns, row_conn, rows["src_rank"], rows["dst_rank"])
+    from .schedule import send_queues
+    row_q = send_queues(ops, rows, row_conn)
     item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
-                                                    ops.rows["kind"][rows["op_id"]], ebytes, ptr, lk, w)
+                                                    ops.rows["kind"][rows["op_id"]], row_q, ebytes, ptr, lk, w)
     # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
     # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it
     # (and then other traffic fills the gaps its pipeline leaves, as chunks would).
     busy = np.maximum(op_alone[it_op] - op_fill[it_op], 1)
+    # Ops on the same connections (a communicator's stream) run one after the other: an item
+    # waits in the send queue of its first edge's connection.
+    it_queue = np.full(len(it_op), -1, np.int64)
+    it_queue[item[::-1]] = row_q[::-1]
     start, finish, end, op_start, op_end = fluid.run(
         ops.rows["gap_ns"], ops.deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
-        link_capacity(fabric), jit=len(it_op) >= 2000, rate_cap=it_bytes / busy)
+        link_capacity(fabric), jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue)
     r_start, r_end, r_fin = start[item], end[item], finish[item]
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     flows["transfer_id"] = np.arange(n)
