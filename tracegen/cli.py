@@ -324,6 +324,7 @@ def ns3_compare(trace_dir, fct_path, sport, png_path):
 
 from .tokens_cli import tokens as _tokens  # noqa: E402
 main.add_command(_tokens)
+from .nccl_tests import collective as _collective; main.add_command(_collective)  # noqa: E402,E702
 
 
 if __name__ == "__main__":

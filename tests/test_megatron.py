@@ -1,0 +1,217 @@
+"""Issue 12: per-iteration op counts and logical bytes per rank, held exactly against Megatron-LM's
+rules for the jobs the issue names. Expected tables are written here from the rules (which
+function issues what, with which buffer), not from tracegen's closed forms.
+
+Logical bytes = the buffer size the caller passes (AllGather/ReduceScatter: the full gathered
+buffer; AllToAll: the rank's send buffer; send/recv: counted at both ends). One DP gradient bucket
+(dp_bucket_bytes beyond the model) so bucket boundaries do not enter.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from tracegen.config import job_from_dict
+from tracegen.tables import CollKind, Dim, Phase
+from tracegen.workload import build_commops
+from tracegen.workload.layout import Layout
+
+AR, RS, AG, A2A, BC, P2P = (CollKind.ALLREDUCE, CollKind.REDUCESCATTER, CollKind.ALLGATHER,
+                            CollKind.ALLTOALL, CollKind.BROADCAST, CollKind.SENDRECV)
+F, Bw, O = Phase.FWD, Phase.BWD, Phase.OPT
+ONE_BUCKET = 1 << 50
+
+
+def per_rank(ops, rank: int) -> dict:
+    """(dim, kind, phase) -> [count, logical bytes] of the ops `rank` takes part in."""
+    out: dict = {}
+    rows = ops.rows
+    for i in range(len(rows)):
+        if rows["kind"][i] == CollKind.MARKER or rank not in ops.groups[i]:
+            continue
+        key = (Dim(rows["dim"][i]), CollKind(rows["kind"][i]), Phase(rows["phase"][i]))
+        c = out.setdefault(key, [0, 0])
+        c[0] += 1
+        c[1] += int(rows["bytes"][i])
+    return out
+
+
+def table(*entries) -> dict:
+    """[(dim, kind, phase, count, bytes)] -> the per_rank form, summing repeated keys."""
+    out: dict = {}
+    for dim, kind, phase, n, nbytes in entries:
+        if n:
+            c = out.setdefault((dim, kind, phase), [0, 0])
+            c[0] += n
+            c[1] += nbytes
+    return out
+
+
+def gpt_layer(h):
+    """(TP-split, TP-replicated) elements of a GPT layer: QKV + bias and fc1 + bias split,
+    proj/fc2 biases and two LayerNorms (weight + bias) whole (RowParallelLinear keeps its bias)."""
+    return 3 * h * h + 3 * h + h * h + 4 * h * h + 4 * h + 4 * h * h, h + h + 2 * 2 * h
+
+
+def pad(v, t):
+    return -(-v // (128 * t)) * (128 * t)
+
+
+# ---- GPT-13B, tp8 dp2, 8 micro-batches -----------------------------------------------------------
+
+GPT13B = {"layers": 40, "hidden": 5120, "heads": 40, "vocab": 50257, "seq_len": 2048, "dtype": "bf16"}
+
+
+def gpt13b(sp: bool):
+    return job_from_dict({"model": GPT13B, "cluster": "dgx-h100",
+                          "parallelism": {"tp": 8, "dp": 2, "pp": 1, "sp": sp, "micro_batch": 1,
+                                          "global_batch": 16, "dp_bucket_bytes": ONE_BUCKET}})
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_gpt13b_tp8_dp2(sp):
+    j = gpt13b(sp)
+    l, h, s, m, t = 40, 5120, 2048, 8, 8
+    S = s * h * 2                                       # S_act, b = 1, bf16
+    split, rep = gpt_layer(h)
+    V = pad(50257, t)                                   # 51,200
+    psi = l * (split // t + rep) + V * h // t + s * h + 2 * h   # + position table + final LN
+    common = [
+        (Dim.TP, AR, F, 3 * m, 3 * m * s * 4),          # vocab-parallel cross-entropy, fp32
+        (Dim.TP, BC, F, 4 * m, m * s * (8 + 8 + 4 + 8)),  # tokens, labels, loss_mask, position_ids
+        (Dim.TP, AR, O, 3, 12),                         # grad norm (mp group), update ok, norm max
+        (Dim.DP, AR, Bw, 1, psi * 4),                   # fp32 gradients of bf16 training
+        (Dim.DP, AR, O, 1, 8),                          # [loss sum, tokens] over DP
+    ]
+    if not sp:
+        want = table(*common,
+                     (Dim.TP, AR, F, (2 * l + 1) * m, (2 * l + 1) * m * S),   # + embedding
+                     (Dim.TP, AR, Bw, (2 * l + 1) * m, (2 * l + 1) * m * S))  # + LM head
+    else:
+        want = table(*common,
+                     (Dim.SP, AG, F, (2 * l + 1) * m, (2 * l + 1) * m * S),   # QKV, fc1, LM head
+                     (Dim.SP, RS, F, 2 * l * m, 2 * l * m * S),               # proj, fc2
+                     (Dim.SP, AR, F, m, m * S),                               # learned positions
+                     (Dim.SP, AG, Bw, (4 * l + 2) * m, (4 * l + 2) * m * S),  # + head re-gather, embedding
+                     (Dim.SP, RS, Bw, (2 * l + 1) * m, (2 * l + 1) * m * S),
+                     (Dim.SP, AR, O, 1, (l * rep + 2 * h) * 4))               # LayerNorm & bias grads
+    ops = build_commops(j)
+    for rank in (0, 7, 8, 15):
+        assert per_rank(ops, rank) == want, rank
+    if sp:   # the issue's number: 6 AG per layer per micro-batch + 3 outside the layers
+        assert want[(Dim.SP, AG, F)][0] + want[(Dim.SP, AG, Bw)][0] == 1944
+
+
+# ---- GPT-175B, tp8 pp8 dp2 (fp16) -----------------------------------------------------------------
+
+def test_gpt175b_tp8_pp8_dp2():
+    j = job_from_dict({"preset": "gpt3-175b",
+                       "parallelism": {"global_batch": 16, "dp_bucket_bytes": ONE_BUCKET}})
+    l, h, s, t, pp, m = 96, 12288, 2048, 8, 8, 8
+    S = s * h * 2
+    split, rep = gpt_layer(h)
+    V = pad(50257, t)
+    lay = Layout.of(j.parallelism)
+    per_stage = l // pp
+    layers_psi = per_stage * (split // t + rep)
+    fp16_opt = [(Dim.TP, AR, O, 4, 16)]                 # found_inf + grad norm (mp) + 2 flags
+    first = table(*fp16_opt,
+                  (Dim.TP, AR, F, (2 * per_stage + 1) * m, (2 * per_stage + 1) * m * S),
+                  (Dim.TP, AR, Bw, 2 * per_stage * m, 2 * per_stage * m * S),
+                  (Dim.TP, BC, F, 2 * m, m * s * (8 + 8)),       # tokens, position_ids
+                  (Dim.PP, P2P, F, m, m * S), (Dim.PP, P2P, Bw, m, m * S),
+                  (Dim.EMB, AR, O, 1, V * h // t * 2),           # tied word embedding, fp16 grads
+                  (Dim.DP, AR, Bw, 1, (layers_psi + V * h // t + s * h) * 2))
+    middle = table(*fp16_opt,
+                   (Dim.TP, AR, F, 2 * per_stage * m, 2 * per_stage * m * S),
+                   (Dim.TP, AR, Bw, 2 * per_stage * m, 2 * per_stage * m * S),
+                   (Dim.PP, P2P, F, 2 * m, 2 * m * S), (Dim.PP, P2P, Bw, 2 * m, 2 * m * S),
+                   (Dim.DP, AR, Bw, 1, layers_psi * 2))
+    last = table(*fp16_opt,
+                 (Dim.TP, AR, F, (2 * per_stage + 3) * m, 2 * per_stage * m * S + 3 * m * s * 4),
+                 (Dim.TP, AR, Bw, (2 * per_stage + 1) * m, (2 * per_stage + 1) * m * S),
+                 (Dim.TP, BC, F, 2 * m, m * s * (8 + 4)),       # labels, loss_mask
+                 (Dim.PP, P2P, F, m, m * S), (Dim.PP, P2P, Bw, m, m * S),
+                 (Dim.EMB, AR, O, 1, V * h // t * 2),
+                 (Dim.DP, AR, Bw, 1, (layers_psi + V * h // t + 2 * h) * 2),
+                 (Dim.DP, AR, O, 1, 8))
+    ops = build_commops(j)
+    for stage, want in ((0, first), (3, middle), (pp - 1, last)):
+        for t_idx, d in ((0, 0), (7, 1)):
+            rank = lay.rank(t_idx, d, stage)
+            assert per_rank(ops, rank) == want, (stage, t_idx, d)
+
+
+# ---- LLaMA-7B, tp2 dp4, distributed optimizer -----------------------------------------------------
+
+def test_llama7b_tp2_dp4_distributed_optimizer():
+    model = {"layers": 32, "hidden": 4096, "heads": 32, "ffn_hidden": 11008, "vocab": 32000,
+             "seq_len": 2048, "dtype": "bf16", "gated_mlp": True, "position_embeddings": False,
+             "tied_embeddings": False, "bias": False}
+    j = job_from_dict({"model": model, "cluster": "dgx-h100",
+                       "parallelism": {"tp": 2, "dp": 4, "pp": 1, "zero": 1, "micro_batch": 1,
+                                       "global_batch": 16, "dp_bucket_bytes": ONE_BUCKET}})
+    l, h, s, t, m, ffn = 32, 4096, 2048, 2, 4, 11008
+    S = s * h * 2
+    V = pad(32000, t)                                   # already a multiple of 256
+    layer_split, layer_rep = 4 * h * h + 3 * h * ffn, 2 * h   # RMSNorm weights only
+    psi = l * (layer_split // t + layer_rep) + 2 * V * h // t + h   # embedding, LM head, final norm
+    want = table((Dim.TP, AR, F, (2 * l + 1 + 3) * m, (2 * l + 1) * m * S + 3 * m * s * 4),
+                 (Dim.TP, AR, Bw, (2 * l + 1) * m, (2 * l + 1) * m * S),
+                 (Dim.TP, BC, F, 4 * m, m * s * 28),
+                 (Dim.TP, AR, O, 2, 8),                  # update ok, grad-norm max over tp·pp
+                 (Dim.DP, RS, Bw, 1, psi * 4),           # fp32 gradient ReduceScatter
+                 (Dim.DP, AG, O, 1, psi * 2),            # bf16 parameter AllGather
+                 (Dim.DP, AR, O, 2, 4 + 8))              # grad norm over all ranks, loss over DP
+    ops = build_commops(j)
+    for rank in range(8):
+        assert per_rank(ops, rank) == want, rank
+
+
+# ---- Mixtral 8x7B, tp4 ep8 dp8, SP, expert_tp 1 and 4 -----------------------------------------------
+
+@pytest.mark.parametrize("etp", [1, 4])
+def test_mixtral_tp4_ep8_dp8_sp(etp):
+    j = job_from_dict({"model": "mixtral-8x7b", "cluster": "dgx-h100",
+                       "parallelism": {"tp": 4, "dp": 8, "pp": 1, "ep": 8, "expert_tp": etp,
+                                       "sp": True, "zero": 1, "micro_batch": 1, "global_batch": 16,
+                                       "dp_bucket_bytes": ONE_BUCKET}})
+    l, h, s, t, m, ffn, E, k = 32, 4096, 4096, 4, 2, 14336, 8, 2
+    S = s * h * 2
+    V = pad(32000, t)
+    attn = h * h + 2 * h * (8 * 128) + h * h             # Q, K, V (8 KV heads of 128), O
+    layer_rep = 2 * h + E * h                            # two RMSNorms + the router
+    dense = l * (attn // t + layer_rep) + 2 * V * h // t + h
+    expert = l * (E // 8) * 3 * h * ffn // etp           # one expert per EP rank, split over etp
+    rows = s // t * k                                    # SP shard x top-2, capacity factor 1
+    a2a = rows * h * 2
+    edp = 32 // (etp * 8)
+    want = table((Dim.SP, AG, F, (l + 1) * m, (l + 1) * m * S),        # QKV, LM head
+                 (Dim.SP, RS, F, (l + 1) * m, (l + 1) * m * S),        # proj, RoPE embedding
+                 (Dim.SP, AG, Bw, (2 * l + 2) * m, (2 * l + 2) * m * S),
+                 (Dim.SP, RS, Bw, (l + 1) * m, (l + 1) * m * S),
+                 (Dim.SP, AR, O, 1, (l * layer_rep + h) * 4),
+                 (Dim.EP, A2A, F, 2 * l * m, 2 * l * m * a2a),         # dispatch, combine
+                 (Dim.EP, A2A, Bw, 2 * l * m, 2 * l * m * a2a),
+                 (Dim.EP, AG, F, l * m if etp > 1 else 0, l * m * etp * a2a),
+                 (Dim.EP, RS, F, l * m if etp > 1 else 0, l * m * etp * a2a),
+                 (Dim.EP, AG, Bw, l * m if etp > 1 else 0, l * m * etp * a2a),
+                 (Dim.EP, RS, Bw, l * m if etp > 1 else 0, l * m * etp * a2a),
+                 (Dim.TP, AR, F, 3 * m, 3 * m * s * 4),
+                 (Dim.TP, BC, F, 4 * m, m * s * 28),
+                 (Dim.TP, AR, O, 2, 8),
+                 (Dim.DP, RS, Bw, 1, dense * 4), (Dim.DP, AG, O, 1, dense * 2),
+                 (Dim.DP, AR, O, 2, 4 + 8),
+                 (Dim.EDP, RS, Bw, 1 if edp > 1 else 0, expert * 4),
+                 (Dim.EDP, AG, O, 1 if edp > 1 else 0, expert * 2))
+    ops = build_commops(j)
+    for rank in (0, 5, 31):
+        assert per_rank(ops, rank) == want, rank
+    # Megatron-core's expert grid: with etp 1 rank 0's EP group is {0..7}, expert-DP {0,8,16,24}
+    a2a_groups = {tuple(ops.groups[i]) for i in np.flatnonzero(ops.rows["kind"] == A2A) if 0 in ops.groups[i]}
+    want_ep = tuple(range(8)) if etp == 1 else tuple(range(0, 32, 4))
+    assert a2a_groups == {want_ep}
+    edp_groups = {tuple(ops.groups[i]) for i in np.flatnonzero(ops.rows["dim"] == Dim.EDP) if 0 in ops.groups[i]}
+    assert edp_groups == ({(0, 8, 16, 24)} if etp == 1 else set())
