@@ -215,3 +215,114 @@ def test_mixtral_tp4_ep8_dp8_sp(etp):
     assert a2a_groups == {want_ep}
     edp_groups = {tuple(ops.groups[i]) for i in np.flatnonzero(ops.rows["dim"] == Dim.EDP) if 0 in ops.groups[i]}
     assert edp_groups == ({(0, 8, 16, 24)} if etp == 1 else set())
+
+
+# ---- sizing rules, memory, config ----------------------------------------------------------------
+
+def test_vocab_padding_position_table_and_grad_dtype():
+    from tracegen.config import grad_elem_bytes
+    from tracegen.workload.volumes import rank_params
+    j = gpt13b(sp=False)
+    assert j.model.padded_vocab(8) == 51200 and j.model.padded_vocab(1) == 50304
+    assert grad_elem_bytes(j.model, j.parallelism) == 4                     # bf16 -> fp32
+    fp16 = job_from_dict({"preset": "gpt3-175b"})
+    assert grad_elem_bytes(fp16.model, fp16.parallelism) == 2
+    kept = job_from_dict({"model": GPT13B, "parallelism": {"tp": 8, "dp": 2, "pp": 1,
+                                                          "global_batch": 2, "grad_dtype": "bf16"},
+                          "cluster": "dgx-h100"})
+    assert grad_elem_bytes(kept.model, kept.parallelism) == 2
+    # a longer position table is held whole on every TP rank: DP reduces all of it
+    longer = job_from_dict({"model": {**GPT13B, "max_position_embeddings": 4096}, "cluster": "dgx-h100",
+                            "parallelism": {"tp": 8, "dp": 2, "pp": 1, "global_batch": 2}})
+    assert rank_params(longer, 0).dense - rank_params(j, 0).dense == 2048 * 5120
+
+
+@pytest.mark.parametrize("change,key", [
+    ({"model": {"max_position_embeddings": 1024}}, "model.max_position_embeddings"),
+    ({"parallelism": {"expert_tp": 2}}, "parallelism.expert_tp"),
+    ({"model": {"experts": 8, "top_k": 2}, "parallelism": {"ep": 8, "expert_tp": 4, "dp": 2}}, "expert_tp"),
+    ({"model": {"experts": 8, "top_k": 2}, "parallelism": {"tp": 2}}, "sp"),
+])
+def test_bad_megatron_keys_name_the_key(change, key):
+    from tracegen.errors import ConfigError
+    base = {"model": {"layers": 2, "hidden": 256, "heads": 8, "seq_len": 2048, "vocab": 1000},
+            "parallelism": {"tp": 1, "dp": 2, "pp": 1, "global_batch": 2}, "cluster": {"gpus_per_node": 2}}
+    doc = {k: {**base[k], **change.get(k, {})} for k in base}
+    with pytest.raises(ConfigError) as e:
+        job_from_dict(doc)
+    assert key in str(e.value) and "\n" not in str(e.value)
+
+
+def test_memory_flash_attention_recompute_and_warning():
+    from tracegen.workload.memory import activation_bytes_per_layer, memory_estimate
+    j = gpt13b(sp=True)
+    s, b, h, a, t = 2048, 1, 5120, 40, 8
+    assert activation_bytes_per_layer(j) == s * b * h * 34 / t                 # flash: no scores
+    eager = job_from_dict({"model": {**GPT13B, "flash_attention": False}, "cluster": "dgx-h100",
+                           "parallelism": {"tp": 8, "dp": 2, "pp": 1, "sp": True, "global_batch": 2}})
+    assert activation_bytes_per_layer(eager) == s * b * h * (34 + 5 * a * s / h) / t
+    selective = job_from_dict({"model": {**GPT13B, "flash_attention": False}, "cluster": "dgx-h100",
+                               "parallelism": {"tp": 8, "dp": 2, "pp": 1, "sp": True, "global_batch": 2,
+                                               "recompute": "selective"}})
+    assert activation_bytes_per_layer(selective) == activation_bytes_per_layer(j)
+    me = memory_estimate(j)
+    assert me.fits and me.gpu_bytes == 80 * 10 ** 9 and me.warning(j) == ""
+    big = job_from_dict({"preset": "deepseek-v3"})
+    me = memory_estimate(big)
+    assert not me.fits
+    msg = me.warning(big)
+    assert msg.startswith("memory per GPU") and "exceeds the H100's 80 GB" in msg and "\n" not in msg
+
+
+# ---- real-scale presets: load, validate, closed forms (never the full pipeline here) ------------
+
+SCALE = {"llama3-405b": 16384, "llama3-405b-8k": 8192, "llama3-405b-4k": 4096,
+         "llama3-405b-2k": 2048, "gpt3-175b-1k": 1024, "deepseek-v3-2k": 2048, "mixtral-8x7b-512": 512}
+
+
+def test_every_job_preset_fits_its_gpu_or_says_why_not():
+    from tracegen.config import list_presets, load_job
+    from tracegen.workload.memory import memory_estimate
+    names = dict(list_presets()["jobs"])
+    assert set(SCALE) <= set(names)
+    for name, desc in names.items():
+        j = load_job(preset=name)
+        if not memory_estimate(j).fits:
+            assert "does not fit" in desc, name
+
+
+@pytest.mark.parametrize("name", list(SCALE))
+def test_scale_presets_load_with_sane_closed_forms(name):
+    from tracegen.config import load_job
+    from tracegen.workload.memory import memory_estimate
+    from tracegen.workload.volumes import expected_rank_bytes, rank_params
+    j = load_job(preset=name)
+    par, m = j.parallelism, j.model
+    assert j.world == SCALE[name] and j.nodes * 8 == j.world
+    me = memory_estimate(j)
+    assert 10e9 < me.total_bytes < 80e9
+    lay = Layout.of(par)
+    mid = lay.rank(0, 0, par.pp // 2)
+    rp = rank_params(j, par.pp // 2)
+    got = expected_rank_bytes(j, mid)
+    n = par.dp * par.cp
+    # ZeRO-1: fp32 gradient ReduceScatter + bf16/fp16 parameter AllGather of the rank's share
+    g = 4 if m.dtype == "bf16" else 2
+    assert got[Dim.DP] == pytest.approx((n - 1) / n * rp.dense * (g + m.bytes_per_elem), rel=1e-6)
+    if par.sp:   # per block per micro-batch 3 AG + 2 RS (+ 1 + 1 with full recompute); a layer has
+        S = par.micro_batch * m.seq_len * m.hidden * m.bytes_per_elem   # attention + MLP blocks,
+        blocks = 1 if m.experts and not m.shared_experts else 2           # MoE: attention only
+        calls = blocks * (5 + (2 if par.recompute == "full" else 0))
+        layers = m.layers // par.pp
+        per_layer = calls * (par.tp - 1) / par.tp * S
+        assert got[Dim.SP] == pytest.approx(layers * par.microbatches * per_layer, rel=1e-3)
+
+
+def test_llama3_405b_is_metas_layout():
+    from tracegen.config import load_job
+    from tracegen.workload.params import param_count
+    j = load_job(preset="llama3-405b")
+    par = j.parallelism
+    assert (par.tp, par.pp, par.dp, par.cp, par.sp, par.zero) == (8, 16, 128, 1, True, 1)
+    assert par.global_batch * j.model.seq_len == 16 * 2 ** 20          # 16M tokens per step
+    assert param_count(j.model) == pytest.approx(405.9e9 * 128 / 126, rel=0.01)
