@@ -326,3 +326,35 @@ def test_llama3_405b_is_metas_layout():
     assert (par.tp, par.pp, par.dp, par.cp, par.sp, par.zero) == (8, 16, 128, 1, True, 1)
     assert par.global_batch * j.model.seq_len == 16 * 2 ** 20          # 16M tokens per step
     assert param_count(j.model) == pytest.approx(405.9e9 * 128 / 126, rel=0.01)
+
+
+def test_plan_json_keys_and_counts():
+    """`tracegen plan --json`: stable keys; the per-op table's counts are the CommOps' own."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tracegen.cli import main
+    argv = ["plan", "--json", "--set", "parallelism.sp=true"]
+    res = CliRunner().invoke(main, argv)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["schema"] == "tracegen.plan/1"
+    assert set(doc) == {"schema", "job", "iteration_ns", "memory", "warnings", "ops", "dims",
+                        "transfers", "net_transfers", "pcap"}
+    assert set(doc["memory"]) == {"model_states_bytes", "activations_bytes", "total_bytes",
+                                  "gpu_bytes", "fits"}
+    for row in doc["ops"]:
+        assert set(row) == {"dim", "collective", "phase", "busiest_rank", "rank0"}
+        assert set(row["busiest_rank"]) == {"rank", "count", "bytes"} and set(row["rank0"]) == {"count", "bytes"}
+        assert row["busiest_rank"]["bytes"] >= row["rank0"]["bytes"]
+    for row in doc["dims"]:
+        assert set(row) == {"dim", "ops", "transfers", "net_bytes", "net_wire_bytes", "nvlink_bytes",
+                            "net_messages", "busiest_rank_sent_bytes", "closed_form_bytes"}
+    # default job: tiny, 4 layers, tp=2 pp=2, 4 micro-batches; stage 0 holds layers 0-1
+    sp_ag = {(r["dim"], r["collective"], r["phase"]): r["rank0"] for r in doc["ops"]}
+    assert sp_ag[("SP", "AllGather", "fwd")]["count"] == 2 * 2 * 4                 # 2 per layer
+    assert sp_ag[("SP", "AllGather", "bwd")]["count"] == (4 * 2 + 1) * 4           # + embedding
+    assert sp_ag[("SP", "ReduceScatter", "fwd")]["count"] == 2 * 2 * 4
+    assert sp_ag[("SP", "AllReduce", "fwd")]["count"] == 4       # learned positions: AllReduce
+    assert CliRunner().invoke(main, argv).output == res.output                        # deterministic

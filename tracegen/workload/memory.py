@@ -67,11 +67,14 @@ class MemoryEstimate:
             return ""
         par = job.parallelism
         hints = []
-        if par.recompute != "full":
-            hints.append("parallelism.recompute=full")
-        if not par.zero:
-            hints.append("parallelism.zero=1 (distributed optimizer)")
-        hints.append("more parallelism.pp or tp")
+        if self.activations_bytes > self.model_states_bytes:
+            if par.recompute != "full":
+                hints.append("parallelism.recompute=full")
+            hints.append("more parallelism.tp, cp or pp")
+        else:
+            if par.zero < 1:
+                hints.append("parallelism.zero=1 (distributed optimizer)")
+            hints.append("more parallelism.tp, pp or ep")
         return (f"memory per GPU {self.total_bytes / 1e9:,.1f} GB (model states "
                 f"{self.model_states_bytes / 1e9:,.1f} GB + activations "
                 f"{self.activations_bytes / 1e9:,.1f} GB) exceeds the {job.cluster.gpu.upper()}'s "
