@@ -8,7 +8,6 @@ buffer; AllToAll: the rank's send buffer; send/recv: counted at both ends). One 
 """
 from __future__ import annotations
 
-from collections import Counter
 
 import numpy as np
 import pytest
