@@ -122,7 +122,7 @@ def tree_bytes(N, L, S):
     for c in range(CHANNELS):
         kids_of_node = trees[0 if c < (CHANNELS + 1) // 2 else 1]
         root_node = next(r for r in range(N) if all(r not in cs for cs in kids_of_node.values()))
-        h = c % L
+        h = (c % ((CHANNELS + 1) // 2)) % L                  # channel c and c + C/2 share a NIC
         for p in range(n):
             k, j = divmod(p, L)
             m = (j - h) % L                                   # place in the node's chain

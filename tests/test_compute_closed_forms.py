@@ -163,14 +163,17 @@ def test_moe_dispatch_rows_follow_megatron_capacity(s, E, k, cf):
 
 
 def test_moe_layer_compute():
-    """Router 2·T·h·E, routed experts on the dispatched rows 2·rows·(2·h·f), shared experts on the
-    rank's own T tokens 2·T·n_shared·(2·h·f); the combine AllToAll waits for all of it."""
+    """Router 2·T·h·E and routed experts on the dispatched rows 2·rows·(2·h·f) between dispatch
+    and combine; shared experts on the rank's own T tokens 2·T·n_shared·(2·h·f) (a TP-split dense
+    MLP in Megatron-core, its own block)."""
     s, E, k, cf, h, mfu, shared = 96, 8, 2, 1.1, 256, 0.4, 1
     f = 2 * h
     job = moe_job(s=s, E=E, k=k, cf=cf, h=h, shared=shared)
     rows = megatron_dispatch_rows(s, k, E, cf)
-    want = ns(2 * s * h * E + 2 * rows * 2 * h * f + 2 * s * shared * 2 * h * f, mfu)
-    assert ComputeModel.of(job).moe_ns == want
+    want = ns(2 * s * h * E + 2 * rows * 2 * h * f, mfu)
+    cm = ComputeModel.of(job)
+    assert cm.moe_ns == want
+    assert cm.shared_ns == ns(2 * s * shared * 2 * h * f, mfu)
     ops = build_commops(job).rows
     a2a = ops[(ops["dim"] == Dim.EP) & (ops["kind"] == CollKind.ALLTOALL)]
     fwd_combine = a2a[a2a["phase"] == Phase.FWD]["gap_ns"][1::2]

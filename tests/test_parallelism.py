@@ -18,7 +18,7 @@ from tracegen.workload.compute import ComputeModel
 from tracegen.workload.memory import zero_model_state_bytes
 from tracegen.workload.params import active_param_count, param_count
 from tracegen.workload.pipeline_order import interleaved_1f1b, one_f_one_b
-from tracegen.workload.volumes import expected_rank_bytes
+from tracegen.workload.volumes import expected_rank_bytes, small_op_bytes
 
 
 def job(model=None, gpn=None, nccl=None, **par):
@@ -83,22 +83,27 @@ def test_volumes_equal_closed_forms(name, kw, exact):
         total_got = sum(got.get((r, dim), 0) for r in range(j.world))
         total_want = sum(want[r].get(dim, Fraction(0)) for r in range(j.world))
         assert total_got == total_want, f"{dim.name}: all ranks sent {total_got}, formulas say {total_want}"
-        if exact:
+        if exact:   # the few-byte AllReduces (loss, grad norm) hold per rank only on average
             for r in range(j.world):
-                assert got.get((r, dim), 0) == want[r].get(dim, 0), f"rank {r} {dim.name}"
+                slack = 2 * small_op_bytes(j, r)
+                assert abs(got.get((r, dim), 0) - want[r].get(dim, 0)) <= slack, f"rank {r} {dim.name}"
 
 
-def test_sp_replaces_allreduce_with_same_bytes():
+def test_sp_sends_a_quarter_more_than_tp_per_layer():
+    """Megatron's SP: per layer per micro-batch 6 AllGather + 4 ReduceScatter of S_act
+    (10·(t−1)/t·S_act per rank) where TP runs 4 AllReduces (8·(t−1)/t·S_act)."""
     wide = {"heads": 12}
     plain, sp = run_pipeline(job(tp=4, dp=1, model=wide)), run_pipeline(job(tp=4, dp=1, sp=True, model=wide))
     kinds = lambda run, dim: {CollKind(k) for k in run.ops.rows["kind"][run.ops.rows["dim"] == dim]}
-    assert kinds(sp, Dim.SP) == {CollKind.ALLGATHER, CollKind.REDUCESCATTER}
-    assert kinds(plain, Dim.TP) == {CollKind.ALLREDUCE}
+    assert kinds(sp, Dim.SP) == {CollKind.ALLGATHER, CollKind.REDUCESCATTER, CollKind.ALLREDUCE}
+    assert kinds(plain, Dim.TP) == {CollKind.ALLREDUCE, CollKind.BROADCAST}
     layer = lambda run: run.flows.rows["bytes"][run.ops.rows["layer"][run.flows.rows["op_id"]] >= 0].sum()
-    assert layer(plain) == layer(sp)
+    assert layer(sp) * 8 == layer(plain) * 10
     ops = sp.ops.rows[(sp.ops.rows["dim"] == Dim.SP) & (sp.ops.rows["layer"] == 0)]
-    assert (ops["kind"] == CollKind.ALLGATHER).sum() == 4 * 2    # 4 AG + 4 RS per layer per micro-batch
-    assert (ops["kind"] == CollKind.REDUCESCATTER).sum() == 4 * 2
+    for phase, ag, rs in ((Phase.FWD, 2, 2), (Phase.BWD, 4, 2)):        # 2 micro-batches
+        at = ops[ops["phase"] == phase]
+        assert (at["kind"] == CollKind.ALLGATHER).sum() == ag * 2
+        assert (at["kind"] == CollKind.REDUCESCATTER).sum() == rs * 2
 
 
 def test_cp_ring_steps_and_gqa():
@@ -133,7 +138,7 @@ def test_zero3_gathers_parameters_twice_per_microbatch():
     ops = run_pipeline(j).ops.rows
     ag = ops[(ops["kind"] == CollKind.ALLGATHER) & (ops["dim"] == Dim.DP)]
     rs = ops[(ops["kind"] == CollKind.REDUCESCATTER) & (ops["dim"] == Dim.DP)]
-    assert ag["bytes"].sum() == 2 * rs["bytes"].sum()           # forward + backward gathers, bf16 grads
+    assert ag["bytes"].sum() * 4 == 2 * 2 * rs["bytes"].sum()   # fwd + bwd gathers of bf16, fp32 grads
     for mbi in range(3):
         assert (ag["microbatch"] == mbi).sum() == 2 * (4 + 2)   # 4 layers + embedding + head, twice
 

@@ -213,7 +213,9 @@ def test_epoch_bytes_are_iterations_times_the_workloads_per_iteration_bytes(pres
 def test_per_iteration_bytes_do_not_depend_on_job_iterations():
     one = iteration_traffic(load_job())
     three = iteration_traffic(load_job(sets=["iterations=3"]))
-    assert three.nic_tx_bytes == one.nic_tx_bytes and three.scheduled_ns >= one.scheduled_ns
+    # bytes exactly; time about the same (the next iteration may start while the last stage still
+    # all-reduces the loss, so three average a little less than one)
+    assert three.nic_tx_bytes == one.nic_tx_bytes and abs(three.scheduled_ns - one.scheduled_ns) <= 0.02 * one.scheduled_ns
 
 
 def test_cli_epoch_matches_tracegen_plan():
@@ -249,7 +251,12 @@ def test_five_stages_closed_forms_and_tracegen_agree_where_tracegen_can_run():
     assert fs.s_act_bytes == 32 * 1024 * 768 * 2 == 50_331_648           # FORMULAS.md's example
     s = {x.name: x for x in fs.strategies}
     dp = s["DP-8"]
-    assert dp.gpu_bytes == round(2 * 7 / 8 * fs.params * 2) == dp.tracegen_bytes
+    assert dp.gpu_bytes == round(2 * 7 / 8 * fs.params * 2)
+    # tracegen pads the vocabulary to a multiple of 128 as Megatron does (50,257 -> 50,304 rows)
+    # and reduces the gradients of the padded table too
+    padded = fs.params + (fs.model.padded_vocab(1) - fs.model.vocab) * fs.model.hidden
+    # and sends the loss and grad-norm AllReduces too (a few bytes)
+    assert 0 <= dp.tracegen_bytes - round(2 * 7 / 8 * padded * 2) <= 64
     assert s["TP-8"].tp_bytes == 12 * 8 * 4 * round(2 * 7 / 8 * 50_331_648)   # 4 AllReduce/layer/mb
     assert s["PP-8"].pp_bytes == 2 * 8 * 50_331_648                     # inner stage, both ways
     assert s["TP-8"].tracegen_bytes is None and "heads=12" in s["TP-8"].tracegen_note

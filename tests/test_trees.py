@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracegen.collectives.tree import (btree_parent, channel_tree, dtree_parent,
+from tracegen.collectives.tree import (btree_parent, channel_head, channel_tree, dtree_parent,
                                        position_parents)
 
 
@@ -116,7 +116,7 @@ def test_position_trees_chain_inside_nodes_and_stay_on_rail(N, L, channels):
     trees = (btree_parent(N), dtree_parent(N))
     for c in range(channels):
         t = channel_tree(channels)[c]
-        h = c % L
+        h = (c % -(-channels // 2)) % L                # channel c and c + ceil(C/2) share a head
         assert t == (0 if channels == 1 else int(c >= -(-channels // 2)))
         for p in range(N * L):
             k, j = divmod(p, L)
@@ -127,3 +127,32 @@ def test_position_trees_chain_inside_nodes_and_stay_on_rail(N, L, channels):
                 assert q == -1
             else:                                      # head: parent node's head, same rail
                 assert q == trees[t][k] * L + h and q % L == p % L
+
+
+@pytest.mark.parametrize("channels,L", [(16, 8), (8, 8), (4, 2), (3, 4)])
+def test_every_nic_runs_both_trees(channels, L):
+    """NCCL duplicates channel c into c + nChannels (same chain, same NIC) and gives the copy the
+    second tree: channel c and c + ceil(C/2) have the same head and different trees."""
+    half = -(-channels // 2)
+    heads, trees = channel_head(channels, L), channel_tree(channels)
+    for c in range(channels - half):
+        assert heads[c] == heads[c + half] and (trees[c], trees[c + half]) == (0, 1)
+    assert len(set(heads.tolist())) == min(half, L)
+
+
+def test_tree_pipeline_window_keeps_deps_on_deliveries():
+    """The flow-control credit (WINDOW chunks) is a dependency on a transfer that reached the
+    sender: every dep still delivers to the sender, and an up-send of chunk k waits for chunk
+    k - WINDOW's result coming down to the same member."""
+    from tracegen.collectives.tree import WINDOW, allreduce
+    t = allreduce(4, 2, (WINDOW + 3) * 2 * 64, 4, 2, 256)      # WINDOW + 3 loops of 2 chunks
+    rows = np.repeat(np.arange(len(t)), np.diff(t.deps.ptr))
+    assert (t.dst[t.deps.values] == t.src[rows]).all()
+    up = t.reduce
+    loop = t.chunk // 2
+    late = up & (loop >= WINDOW)
+    for r in np.flatnonzero(late)[:50]:
+        deps = t.deps[r]
+        back = [d for d in deps if not t.reduce[d]]               # a broadcast (down) delivery
+        assert len(back) == 1 and loop[back[0]] == loop[r] - WINDOW and t.dst[back[0]] == t.src[r]
+    assert all(not any(not t.reduce[d] for d in t.deps[r]) for r in np.flatnonzero(up & (loop < WINDOW)))

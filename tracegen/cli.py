@@ -104,6 +104,8 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
         counts = {}
         with _progress(quiet) as bar:
             _write_atomically(target, lambda tmp: counts.update(write_bundle(run, tmp, progress=bar)))
+        for note in run.report.notes:
+            click.echo(f"warning: {note}", err=True)
         if not quiet:
             what = ", ".join(f"{v} {k}" for k, v in counts.items())
             click.echo(f"wrote {target}/ ({what}; iteration {run.report.iteration_ns / 1e6:.3f} ms scheduled)")
@@ -126,13 +128,21 @@ def _pcap_options(out, max_bytes=None, **options):
 @_job_options
 @click.option("--corpus", metavar="PATH", help="Also size one epoch of this corpus (file, folder, or dante-it/dante-en).")
 @click.option("--tokenizer", default="cl100k_base", show_default=True, help="Tokenizer for --corpus.")
-def plan(job_file, preset, sets, detail, corpus, tokenizer):
+@click.option("--json", "as_json", is_flag=True, help="The plan as JSON on stdout (keys in the README).")
+def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json):
     """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
     try:
         job = _load(job_file, preset, sets, detail)
-        with _stages(False) as stage:
+        with _stages(as_json) as stage:
             run = with_pcap_estimate(run_pipeline(job, stage))
+        if as_json:
+            import json
+            from .report import plan_json
+            click.echo(json.dumps(plan_json(run), indent=1))
+            return
         _print_plan(run)
+        for note in run.report.notes:
+            click.echo(f"warning: {note}", err=True)
         if corpus:
             from .corpus.traffic import corpus_plan_lines
             for line in corpus_plan_lines(job, corpus, tokenizer, report=run.report):
@@ -317,6 +327,7 @@ def ns3_compare(trace_dir, fct_path, sport, png_path):
 
 from .tokens_cli import tokens as _tokens  # noqa: E402
 main.add_command(_tokens)
+from .nccl_tests import collective as _collective; main.add_command(_collective)  # noqa: E402,E702
 
 
 if __name__ == "__main__":

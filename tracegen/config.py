@@ -23,6 +23,9 @@ from .errors import ConfigError
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 # Dense peak (TFLOP/s) at the precision training runs in; MFU is the fraction achieved.
+# Memory per GPU (bytes) a plan is held against: H100/A100 SXM 80 GB, H200 141 GB, B200 180 GB.
+GPU_MEMORY_BYTES = {"a100": 80 * 10**9, "h100": 80 * 10**9, "h200": 141 * 10**9, "b200": 180 * 10**9}
+
 GPU_PEAK_TFLOPS = {
     "a100": {"fp32": 19.5, "bf16": 312.0, "fp16": 312.0, "fp8": 312.0},
     "h100": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
@@ -60,10 +63,25 @@ class Model:
     kv_lora_rank: int = 0
     rope_head_dim: int = 0             # decoupled RoPE key width per head
     v_head_dim: int = 0                # 0: head_dim
+    # Megatron's sizing rules: position table rows (`--max-position-embeddings`, >= seq_len) and the
+    # vocabulary padded to a multiple of make_vocab_size_divisible_by x tp (`_vocab_size_with_padding`)
+    max_position_embeddings: int = 0  # 0: seq_len
+    make_vocab_size_divisible_by: int = 128
+    flash_attention: bool = True       # no s x s attention scores kept for backward (memory model)
 
     @property
     def bytes_per_elem(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def positions(self) -> int:
+        """Rows of the learned position table (0 without one)."""
+        return (self.max_position_embeddings or self.seq_len) if self.position_embeddings else 0
+
+    def padded_vocab(self, tp: int = 1) -> int:
+        """Megatron's `_vocab_size_with_padding`: V rounded up to a multiple of 128·tp."""
+        multiple = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab // multiple) * multiple
 
     @property
     def ffn(self) -> int:
@@ -107,10 +125,11 @@ class Parallelism:
     micro_batch: int = 1         # b
     global_batch: int = 8        # sequences per iteration over all DP replicas
     dp_bucket_bytes: int = 25 * 1000 * 1000   # DDP / Megatron gradient bucket (25 MB default)
-    grad_dtype: str = ""         # "" = model dtype; "fp32" for fp32 gradient reduction
+    grad_dtype: str = ""         # "": Megatron's rule (fp32 for bf16 models, else the model dtype)
     sp: bool = False             # Megatron sequence parallelism: TP AllReduce -> AllGather + ReduceScatter
     cp: int = 1                  # context parallelism (ring attention over sequence chunks)
-    ep: int = 1                  # expert parallelism, carved out of dp
+    ep: int = 1                  # expert parallelism (Megatron-core's expert grid: etp-ep-edp-pp)
+    expert_tp: int = 0           # expert tensor parallelism (--expert-tensor-parallel-size); 0: = tp
     zero: int = 0                # ZeRO stage 0..3 (3 = FSDP)
     vpp: int = 1                 # virtual pipeline stages per rank (interleaved 1F1B)
     pp_scatter_gather: bool = False   # send 1/t of each activation, AllGather it over TP after
@@ -125,6 +144,24 @@ class Parallelism:
     def microbatches(self) -> int:
         """m: micro-batches per iteration per pipeline."""
         return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def etp(self) -> int:
+        """Expert tensor-parallel size (Megatron-core's default: the attention TP size)."""
+        return self.expert_tp or self.tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: ranks of a stage / (etp·ep) (`initialize_model_parallel`)."""
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
+
+
+def grad_elem_bytes(model: "Model", par: Parallelism) -> int:
+    """Bytes per gradient element DP reduces. Megatron (arguments.py, bf16): gradients are
+    accumulated and all-reduced in fp32 unless --grad-reduce-in-bf16; fp16/fp32 keep their dtype."""
+    if par.grad_dtype:
+        return DTYPE_BYTES[par.grad_dtype]
+    return 4 if model.dtype == "bf16" else DTYPE_BYTES[model.dtype]
 
 
 @dataclass(frozen=True)
@@ -289,12 +326,14 @@ ALIASES = {
                     "global_batch_size": "global_batch", "sequence_parallel": "sp",
                     "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
                     "virtual_pipeline_model_parallel_size": "vpp",
-                    "recompute_granularity": "recompute", "zero_stage": "zero"},
+                    "recompute_granularity": "recompute", "zero_stage": "zero",
+                    "expert_tensor_parallel_size": "expert_tp"},
     "model": {"num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
               "num_query_groups": "kv_heads", "ffn_hidden_size": "ffn_hidden",
               "seq_length": "seq_len", "padded_vocab_size": "vocab", "vocab_size": "vocab",
               "num_experts": "experts", "moe_router_topk": "top_k",
-              "moe_ffn_hidden_size": "moe_ffn_hidden", "kv_channels": "head_dim"},
+              "moe_ffn_hidden_size": "moe_ffn_hidden", "kv_channels": "head_dim",
+              "use_flash_attn": "flash_attention"},
 }
 
 
@@ -317,7 +356,7 @@ _POSITIVE = {
     "model.layers", "model.hidden", "model.heads", "model.vocab", "model.seq_len",
     "parallelism.dp", "parallelism.tp", "parallelism.pp", "parallelism.micro_batch",
     "parallelism.global_batch", "parallelism.dp_bucket_bytes", "parallelism.cp", "parallelism.ep",
-    "parallelism.vpp", "model.top_k",
+    "parallelism.vpp", "model.top_k", "model.make_vocab_size_divisible_by",
     "cluster.gpus_per_node", "cluster.nic_gbps", "cluster.nvlink_gbps", "fabric.nodes_per_leaf",
     "fabric.spines", "fabric.planes",
     "nccl.channels", "nccl.ring_msg_bytes", "nccl.ring_chunk_bytes", "nccl.p2p_chunk_bytes",
@@ -690,6 +729,9 @@ def _check_model(m: Model) -> None:
         raise ConfigError(f"model.heads={m.heads} does not divide model.hidden={m.hidden}")
     if m.kv_heads and (m.kv_heads > m.heads or m.heads % m.kv_heads):
         raise ConfigError(f"model.kv_heads={m.kv_heads} does not divide model.heads={m.heads}")
+    if m.position_embeddings and m.max_position_embeddings and m.max_position_embeddings < m.seq_len:
+        raise ConfigError(f"model.max_position_embeddings={m.max_position_embeddings} is below "
+                          f"model.seq_len={m.seq_len}; raise it (or 0 for seq_len)")
 
 
 def _check_moe(m: Model) -> None:
@@ -712,14 +754,24 @@ def _check_parallel_features(m: Model, p: Parallelism) -> None:
                           "(load-balanced context parallelism gives each rank two chunks)")
     if p.ep > 1 and not m.experts:
         raise ConfigError(f"parallelism.ep={p.ep} needs a mixture-of-experts model (model.experts > 0)")
+    if p.expert_tp and not m.experts:
+        raise ConfigError(f"parallelism.expert_tp={p.expert_tp} needs a mixture-of-experts model "
+                          "(model.experts > 0); leave it 0")
     if m.experts and m.experts % p.ep:
         raise ConfigError(f"parallelism.ep={p.ep} does not divide model.experts={m.experts}")
-    if p.dp % p.ep:
-        raise ConfigError(f"parallelism.ep={p.ep} does not divide parallelism.dp={p.dp} "
-                          "(expert parallelism is carved out of data parallelism)")
-    if m.experts and p.ep > 1 and p.tp > 1 and not p.sp:
-        raise ConfigError("mixture-of-experts with tp > 1 and ep > 1 needs parallelism.sp=true "
-                          "(Megatron requires sequence parallelism there)")
+    stage = p.tp * p.cp * p.dp
+    if m.experts and stage % (p.etp * p.ep):
+        raise ConfigError(f"parallelism.expert_tp·ep = {p.etp}·{p.ep} does not divide the "
+                          f"{stage} ranks of a pipeline stage (tp·cp·dp); change ep or expert_tp")
+    if m.experts and m.moe_ffn % p.etp:
+        raise ConfigError(f"parallelism.expert_tp={p.etp} does not divide the expert width "
+                          f"{m.moe_ffn} (model.moe_ffn_hidden)")
+    if m.experts and m.shared_experts and m.moe_ffn % p.tp:
+        raise ConfigError(f"parallelism.tp={p.tp} does not divide the shared-expert width "
+                          f"{m.moe_ffn} (model.moe_ffn_hidden)")
+    if m.experts and p.tp > 1 and not p.sp:
+        raise ConfigError("mixture-of-experts with tp > 1 needs parallelism.sp=true (Megatron-core's "
+                          "token dispatcher takes sequence-parallel token shards); set sp: true")
     if p.vpp > 1:
         if p.pp == 1:
             raise ConfigError(f"parallelism.vpp={p.vpp} needs parallelism.pp > 1")

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import DTYPE_BYTES, Job
-from .tables import Dim, Flows, LinkKind
+from .config import Job, grad_elem_bytes
+from .tables import CollKind, Dim, Flows, LinkKind
 from .topology import Fabric
 from .workload import params
 from .workload.memory import MemoryEstimate, memory_estimate
@@ -91,9 +91,11 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
     tx = np.bincount(r["src_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     rx = np.bincount(r["dst_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     B = m.bytes_per_elem
-    g = DTYPE_BYTES[par.grad_dtype] if par.grad_dtype else B
-    worst = max(sum(vars(rank_params(job, st)).values()) for st in range(par.pp))
+    g = grad_elem_bytes(m, par)
+    worst = max(rank_params(job, st).dense + rank_params(job, st).expert for st in range(par.pp))
     end = flows.op_end_ns
+    memory = memory_estimate(job)
+    warning = memory.warning(job)
     return Report(
         job=job, params=params.param_count(m),
         s_act_bytes=par.micro_batch * m.seq_len * m.hidden * B,
@@ -102,8 +104,8 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
         rank_net_bytes=per_rank(net), rank_nvlink_bytes=per_rank(~net),
         iteration_ns=int(end.max()) if end is not None and len(end) else
         (int(r["end_ns"].max()) if len(r) else 0),
-        transfers=int(n_tr.sum()), net_transfers=int(n_tr[net].sum()), memory=memory_estimate(job),
-        **_link_loads(fabric, flows))
+        transfers=int(n_tr.sum()), net_transfers=int(n_tr[net].sum()), memory=memory,
+        notes=[warning] if warning else [], **_link_loads(fabric, flows))
 
 
 # Tiers of link directions, as shown in plan and summary.md.
@@ -148,13 +150,16 @@ def link_table(rep: Report, top: int = 3) -> tuple[str, list[str], list[list[str
 
 DIM_FORMULAS = {
     Dim.DP: "2(n−1)/n·S_grad, n = dp·cp (ZeRO-1/2: RS + AG; ZeRO-3: 3·(n−1)/n·Ψ per micro-batch)",
-    Dim.TP: "per layer per micro-batch 4 AllReduce of S_act: 8·b·s·h·(t−1)/t·B (+embedding, head, CE)",
-    Dim.SP: "per layer per micro-batch 4 AllGather + 4 ReduceScatter of S_act: same bytes as TP",
+    Dim.TP: "per layer per micro-batch 4 AllReduce of S_act: 8·b·s·h·(t−1)/t·B (+embedding, head, CE, "
+            "batch broadcast, model-parallel flags)",
+    Dim.SP: "per layer per micro-batch 6 AllGather + 4 ReduceScatter of S_act: 10·(t−1)/t·S_act "
+            "(+embedding, LM head; LayerNorm grads AllReduce once per iteration)",
     Dim.PP: "b·s·h·B forward + backward per micro-batch per chunk (÷t with SP / scatter-gather)",
     Dim.CP: "(c−1) steps × 2·b·(s/c)·h_kv·B/t per attention layer forward, ×2 backward",
-    Dim.EP: "4 AllToAll per MoE layer per micro-batch of tokens·top_k·cf·h·B, (e−1)/e leaves the rank",
+    Dim.EP: "4 AllToAll per MoE layer per micro-batch of tokens·top_k·cf·h·B, (e−1)/e leaves the rank; "
+            "with expert TP 2 AllGather + 2 ReduceScatter of etp× that over the expert-TP group",
     Dim.EDP: "routed-expert gradients over the expert-data-parallel group, as DP",
-    Dim.EMB: "word-embedding gradient AllReduce between first and last stage: V·h/t·B",
+    Dim.EMB: "word-embedding gradient AllReduce between first and last stage: V_pad·h/t·B_grad",
     Dim.NONE: "—",
 }
 
@@ -198,7 +203,10 @@ def report_tables(rep: Report, exact: bool = True) -> list[tuple[str, list[str],
         ["S_grad per rank (busiest stage)", _fmt(rep.s_grad_rank_bytes)],
         ["iterations", str(j.iterations)],
         *([["memory per GPU: model states (ZeRO-%d)" % par.zero, _fmt(int(rep.memory.model_states_bytes))],
-           ["memory per GPU: activations (first stage)", _fmt(int(rep.memory.activations_bytes))]]
+           ["memory per GPU: activations (first stage)", _fmt(int(rep.memory.activations_bytes))],
+           ["memory per GPU: total / GPU", f"{rep.memory.total_bytes / 1e9:,.1f} GB / "
+                                          f"{rep.memory.gpu_bytes / 1e9:,.0f} GB"
+                                          + ("" if rep.memory.fits else " — does not fit")]]
           if rep.memory else []),
         ["scheduled time (all iterations)", f"{rep.iteration_ns / 1e6:,.3f} ms ({rep.iteration_ns:,} ns)"],
         ["transfers (on the fabric)", f"{rep.transfers:,} ({rep.net_transfers:,})"],
@@ -263,3 +271,74 @@ def render_markdown(rep: Report, nic_names: list[str] | None = None, fabric=None
         out += ["| " + " | ".join(r) + " |" for r in rows]
         out.append("")
     return "\n".join(out)
+
+
+# ---- tracegen plan --json ------------------------------------------------------------------------
+
+PLAN_JSON_SCHEMA = "tracegen.plan/1"
+PHASE_NAMES = {0: "fwd", 1: "bwd", 2: "opt"}
+
+
+def op_table(ops, world: int) -> list[dict]:
+    """Per (dim, collective, phase): how many ops a rank takes part in and their logical bytes (the
+    buffer size the caller passes; both ends of a send/recv), for the busiest rank and for rank 0."""
+    rows = ops.rows
+    lens = ops.groups.lengths()
+    member = ops.groups.values
+    op_of = np.repeat(np.arange(len(rows)), lens)
+    keys = (rows["dim"].astype(np.int64) * 16 + rows["kind"]) * 4 + rows["phase"]
+    out = []
+    for key in np.unique(keys):
+        dim, rest = divmod(int(key), 64)
+        kind, phase = divmod(rest, 4)
+        if Dim(dim) == Dim.NONE:
+            continue
+        sel = keys[op_of] == key
+        count = np.bincount(member[sel], minlength=world)
+        nbytes = np.bincount(member[sel], weights=rows["bytes"][op_of[sel]], minlength=world)
+        busiest = int(np.argmax(nbytes))
+        out.append({"dim": Dim(dim).name, "collective": CollKind(kind).label,
+                    "phase": PHASE_NAMES[phase],
+                    "busiest_rank": {"rank": busiest, "count": int(count[busiest]),
+                                     "bytes": int(nbytes[busiest])},
+                    "rank0": {"count": int(count[0]), "bytes": int(nbytes[0])}})
+    return out
+
+
+def plan_json(run) -> dict:
+    """The plan as a document with stable keys (README "tracegen plan --json"); `run` is a Run."""
+    rep, job, fabric = run.report, run.job, run.fabric
+    m, par = job.model, job.parallelism
+    r = run.flows.rows
+    net = r["link"] == LinkKind.NET
+    dim_of = run.ops.rows["dim"][r["op_id"]]
+    dims = []
+    for d in rep.dims:
+        sel = dim_of == Dim[d.dim]
+        dims.append({"dim": d.dim, "ops": d.ops, "transfers": d.transfers,
+                     "net_bytes": d.net_bytes, "net_wire_bytes": int(r["wire_bytes"][sel & net].sum()),
+                     "nvlink_bytes": d.nvlink_bytes, "net_messages": d.net_messages,
+                     "busiest_rank_sent_bytes": d.max_rank_sent_bytes,
+                     "closed_form_bytes": d.formula_rank_bytes})
+    mem = rep.memory
+    return {
+        "schema": PLAN_JSON_SCHEMA,
+        "job": {"name": job.name, "world": job.world, "nodes": job.nodes, "gpu": job.cluster.gpu,
+                "model": m.name, "parameters": rep.params, "padded_vocab": m.padded_vocab(par.tp),
+                "dtype": m.dtype, "grad_bytes": grad_elem_bytes(m, par),
+                "tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "ep": par.ep,
+                "expert_tp": par.etp, "vpp": par.vpp, "sp": par.sp, "zero": par.zero,
+                "recompute": par.recompute, "micro_batch": par.micro_batch,
+                "global_batch": par.global_batch, "microbatches": par.microbatches,
+                "iterations": job.iterations},
+        "iteration_ns": rep.iteration_ns,
+        "memory": None if mem is None else {
+            "model_states_bytes": int(mem.model_states_bytes),
+            "activations_bytes": int(mem.activations_bytes),
+            "total_bytes": int(mem.total_bytes), "gpu_bytes": mem.gpu_bytes, "fits": mem.fits},
+        "warnings": list(rep.notes),
+        "ops": op_table(run.ops, fabric.world),
+        "dims": dims,
+        "transfers": rep.transfers, "net_transfers": rep.net_transfers,
+        "pcap": {"packets": rep.pcap_packets, "bytes": rep.pcap_bytes},
+    }

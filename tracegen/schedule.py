@@ -17,7 +17,7 @@ from . import fluid
 from .collectives.edges import net_wire_bytes, packet_overhead_bytes
 from .config import Job
 from .connections import Connections, build_connections, communicator
-from .tables import FLOW_DTYPE, CommOps, Flows, LinkKind, Transfers
+from .tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged, Transfers
 from .topology import Fabric
 
 JIT_MIN_TRANSFERS = 20_000        # smaller jobs run the engine as Python (no compile wait)
@@ -38,6 +38,71 @@ def link_capacity(fabric: Fabric) -> np.ndarray:
 def nvlink_ports(fabric: Fabric, src_rank, dst_rank) -> tuple[np.ndarray, np.ndarray]:
     base = fabric.n_link_dirs
     return base + 2 * np.asarray(src_rank, np.int64), base + 2 * np.asarray(dst_rank, np.int64) + 1
+
+
+def stream_ordered(ops: CommOps) -> CommOps:
+    """The op table with NCCL's stream order made explicit: collectives on one communicator (a
+    group of ranks of one dimension) run one after another in issue order, so each waits for the
+    previous one on the same communicator. Issue order is a topological order of the op graph
+    (ties by op id), so the added dependencies never close a cycle."""
+    n = len(ops)
+    rows = ops.rows
+    data = (rows["kind"] != CollKind.MARKER) & (ops.groups.lengths() >= 2)
+    if not data.any():
+        return ops
+    order = _topo_order(ops.deps.ptr, ops.deps.values, n)
+    if order is None:
+        return ops                       # a cycle: the engine reports it
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)
+    comm = communicator(rows["dim"])
+    gid = {}
+    key = np.full(n, -1, np.int64)
+    ptr, vals = ops.groups.ptr, ops.groups.values
+    for i in np.flatnonzero(data).tolist():
+        key[i] = gid.setdefault((int(comm[i]), vals[ptr[i]:ptr[i + 1]].tobytes()), len(gid))
+    idx = np.flatnonzero(data)
+    idx = idx[np.lexsort((rank[idx], key[idx]))]
+    same = key[idx[1:]] == key[idx[:-1]]
+    after, before = idx[1:][same], idx[:-1][same]
+    extra_ptr = np.zeros(n + 1, np.int64)
+    np.add.at(extra_ptr, after + 1, 1)
+    lens = ops.deps.lengths() + np.diff(np.cumsum(extra_ptr))
+    new_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=new_ptr[1:])
+    vals_out = np.empty(int(new_ptr[-1]), np.int64)
+    old_len = ops.deps.lengths()
+    # old deps first, then the stream predecessor
+    pos = np.repeat(new_ptr[:-1], old_len) + (np.arange(len(ops.deps.values)) - np.repeat(ops.deps.ptr[:-1], old_len))
+    vals_out[pos] = ops.deps.values
+    vals_out[new_ptr[after] + old_len[after]] = before
+    return CommOps(rows, ops.groups, Ragged(new_ptr, vals_out))
+
+
+def _topo_order(ptr, vals, n):
+    """Kahn's algorithm, smallest id first among the ready; None on a cycle."""
+    import heapq
+    indeg = np.diff(ptr).astype(np.int64)
+    rev_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(vals, minlength=n), out=rev_ptr[1:])
+    src = np.repeat(np.arange(n), np.diff(ptr))
+    rev = src[np.argsort(vals, kind="stable")]
+    ready = np.flatnonzero(indeg == 0).tolist()
+    heapq.heapify(ready)
+    out = np.empty(n, np.int64)
+    k = 0
+    indeg = indeg.tolist()
+    rev_ptr, rev = rev_ptr.tolist(), rev.tolist()
+    while ready:
+        o = heapq.heappop(ready)
+        out[k] = o
+        k += 1
+        for j in range(rev_ptr[o], rev_ptr[o + 1]):
+            d = rev[j]
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                heapq.heappush(ready, d)
+    return out if k == n else None
 
 
 def transfer_connections(ops: CommOps, rows: np.ndarray, fabric: Fabric, qps: int) -> tuple[Connections, np.ndarray]:
@@ -119,7 +184,7 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
     lat[net] = net_latency_ns(conns, row_conn[net], on_wire[net], out.pmtu, out.vlan, out.ip_version)
     ptr, lk, w = item_links(fabric, conns, row_conn, src, dst)
     start, finish, end, op_start, op_end = fluid.run(
-        ops.rows["gap_ns"], ops.deps, rows["op_id"], tr.deps, on_wire.astype(np.float64), lat,
+        ops.rows["gap_ns"], stream_ordered(ops).deps, rows["op_id"], tr.deps, on_wire.astype(np.float64), lat,
         ptr, lk, w, link_capacity(fabric), jit=n >= JIT_MIN_TRANSFERS, queue=send_queues(ops, rows, row_conn))
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     for name in rows.dtype.names:

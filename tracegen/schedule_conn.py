@@ -210,8 +210,9 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
     # waits in the send queue of its first edge's connection.
     it_queue = np.full(len(it_op), -1, np.int64)
     it_queue[item[::-1]] = row_q[::-1]
+    from .schedule import stream_ordered
     start, finish, end, op_start, op_end = fluid.run(
-        ops.rows["gap_ns"], ops.deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
+        ops.rows["gap_ns"], stream_ordered(ops).deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
         link_capacity(fabric), jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue)
     r_start, r_end, r_fin = start[item], end[item], finish[item]
     flows = np.zeros(n, dtype=FLOW_DTYPE)

@@ -29,7 +29,8 @@ class ComputeModel:
     attn_linear_ns: int     # QKV and output projections
     attn_core_ns: int       # scores and weighted values (what selective recompute redoes)
     mlp_ns: int             # dense MLP
-    moe_ns: int             # router + routed experts + shared experts
+    moe_ns: int             # router + routed experts
+    shared_ns: int          # shared experts (DeepSeek): a TP-split dense MLP
     logits_ns: int
     flops_per_ns: float
 
@@ -42,22 +43,23 @@ class ComputeModel:
 
         def ns(flops: float) -> int:
             return max(1, round(flops / per_ns))
-        moe = 0.0
+        moe = shared = 0.0
         if m.experts:
             rows = moe_rows(job)
             local = par.micro_batch * m.seq_len / (c * t)
-            moe = (2 * local * m.hidden * m.experts + 2 * rows * mlp_weights(m, m.moe_ffn)
-                   + 2 * local * m.shared_experts * mlp_weights(m, m.moe_ffn))
+            moe = 2 * local * m.hidden * m.experts + 2 * rows * mlp_weights(m, m.moe_ffn)
+            shared = 2 * tokens * m.shared_experts * mlp_weights(m, m.moe_ffn) / t   # TP-split MLP
         return ComputeModel(
             attn_linear_ns=ns(2 * tokens * attention_weights(m) / t),
             attn_core_ns=ns(4 * tokens * m.seq_len * m.heads * m.dhead / t),
             mlp_ns=ns(2 * tokens * mlp_weights(m, m.ffn) / t),
             moe_ns=ns(moe) if m.experts else 0,
-            logits_ns=ns(2 * tokens * m.hidden * m.vocab / t),
+            shared_ns=ns(shared) if m.shared_experts else 0,
+            logits_ns=ns(2 * tokens * m.hidden * m.padded_vocab(t) / t),
             flops_per_ns=per_ns)
 
     def attention_ns(self) -> int:
         return self.attn_linear_ns + self.attn_core_ns
 
     def layer_fwd_ns(self, moe: bool) -> int:
-        return self.attention_ns() + (self.moe_ns if moe else self.mlp_ns)
+        return self.attention_ns() + (self.moe_ns + self.shared_ns if moe else self.mlp_ns)

@@ -1,12 +1,17 @@
-"""Megatron rank order and process groups: tensor-parallel index fastest, then context, data, pipeline.
+"""Megatron rank order and process groups (`parallel_state.initialize_model_parallel`).
+
+Dense grid, order tp-cp-dp-pp (tensor-parallel index fastest):
 
   rank(t, c, d, p) = t + tp·(c + cp·(d + dp·p))
 
-Expert parallelism is carved out of data parallelism: the EP group of (t, c, d, p) is the ep
-consecutive data-parallel indices of d's block. Experts are not tensor-split (expert TP = 1, as in
-Megatron-core's MoE with `expert_tensor_parallel_size=1`): for expert weights the TP and CP ranks
-act as data-parallel replicas, so the expert-data-parallel group of (t, c, d, p) is every
-(t', c', d', p) whose d' sits at the same place of its EP block.
+Expert grid (Megatron-core's second `RankGenerator`, order tp-ep-dp-pp with cp folded away): the
+tp·cp·dp ranks of a pipeline stage, numbered q = t + tp·(c + cp·d), are re-cut as
+
+  q = et + etp·(e + ep·k)      et: expert-TP index, e: expert-parallel index, k: expert-DP index
+
+so with expert_tp = 1 the EP group of rank 0 is {0..ep-1} (NVLink inside a node) and its
+expert-DP group {0, ep, 2·ep, ..}; with expert_tp = tp the expert-TP group is the TP group.
+Groups are lists of global ranks in ascending order (NCCL ring order follows rank order).
 """
 from __future__ import annotations
 
@@ -22,10 +27,23 @@ class Layout:
     pp: int
     cp: int = 1
     ep: int = 1
+    etp: int = 0    # 0: = tp
 
     @staticmethod
     def of(par: Parallelism) -> "Layout":
-        return Layout(par.tp, par.dp, par.pp, par.cp, par.ep)
+        return Layout(par.tp, par.dp, par.pp, par.cp, par.ep, par.etp)
+
+    @property
+    def stage_ranks(self) -> int:
+        return self.tp * self.cp * self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def edp(self) -> int:
+        return self.stage_ranks // (self.expert_tp * self.ep)
 
     def rank(self, t: int, d: int, p: int, c: int = 0) -> int:
         return t + self.tp * (c + self.cp * (d + self.dp * p))
@@ -46,11 +64,24 @@ class Layout:
         """Dense gradients are reduced over data- and context-parallel ranks (they share weights)."""
         return sorted(self.rank(t, d, p, c) for d in range(self.dp) for c in range(self.cp))
 
-    def ep_group(self, t: int, d: int, p: int, c: int = 0) -> list[int]:
-        base = d - d % self.ep
-        return [self.rank(t, base + e, p, c) for e in range(self.ep)]
+    # ---- expert grid ------------------------------------------------------------------------
+    def expert_coords(self, rank: int) -> tuple[int, int, int, int]:
+        """rank -> (expert-TP index, EP index, expert-DP index, pp stage)."""
+        p, q = divmod(rank, self.stage_ranks)
+        et, rest = q % self.expert_tp, q // self.expert_tp
+        return et, rest % self.ep, rest // self.ep, p
 
-    def edp_group(self, d: int, p: int) -> list[int]:
-        e = d % self.ep
-        return sorted(self.rank(t, k + e, p, c) for t in range(self.tp) for c in range(self.cp)
-                      for k in range(0, self.dp, self.ep))
+    def expert_rank(self, et: int, e: int, k: int, p: int) -> int:
+        return et + self.expert_tp * (e + self.ep * k) + self.stage_ranks * p
+
+    def ep_group(self, rank: int) -> list[int]:
+        et, _, k, p = self.expert_coords(rank)
+        return [self.expert_rank(et, e, k, p) for e in range(self.ep)]
+
+    def etp_group(self, rank: int) -> list[int]:
+        _, e, k, p = self.expert_coords(rank)
+        return [self.expert_rank(et, e, k, p) for et in range(self.expert_tp)]
+
+    def edp_group(self, rank: int) -> list[int]:
+        et, e, _, p = self.expert_coords(rank)
+        return [self.expert_rank(et, e, k, p) for k in range(self.edp)]
