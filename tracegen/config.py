@@ -219,6 +219,10 @@ class Output:
     merge: bool = False          # one merged file for the selected NICs instead of one per NIC
     switch: str = ""             # "leaf3" / "spine0": one file per port of that switch instead
     lab: str = ""                # lab plan YAML (emit/lab.py): one replayable pcap per tester port
+    # tables and pictures (emit/flows.py, emit/tables_out.py, emit/perfetto.py, emit/plots.py)
+    tables: str = "csv"          # flow + op tables: "csv", "parquet" (needs pyarrow) or "csv,parquet"
+    perfetto: bool = True        # perfetto.json: the schedule as a Chrome trace (ui.perfetto.dev)
+    pictures: bool = True        # gantt.png, traffic_matrix.png, timeline.png
 
 
 @dataclass(frozen=True)
@@ -644,7 +648,29 @@ def validate(job: Job) -> Job:
     _check_world(job.parallelism, job.cluster)
     _check_network(job.network)
     _check_nics(job.cluster)
+    _check_tables(job.output)
     return job
+
+
+TABLE_FORMATS = ("csv", "parquet")
+
+
+def table_formats(out: Output) -> list[str]:
+    """output.tables as a list, in TABLE_FORMATS order."""
+    given = {x.strip().lower() for x in out.tables.split(",") if x.strip()}
+    return [f for f in TABLE_FORMATS if f in given]
+
+
+def _check_tables(out: Output) -> None:
+    given = [x.strip().lower() for x in out.tables.split(",") if x.strip()]
+    bad = [x for x in given if x not in TABLE_FORMATS]
+    if bad or not given:
+        raise ConfigError(f"output.tables={out.tables!r}: use csv, parquet or csv,parquet")
+    if "parquet" in given:
+        import importlib.util
+        if importlib.util.find_spec("pyarrow") is None:
+            raise ConfigError("output.tables=parquet needs pyarrow, which is not installed: "
+                              "pip install 'tracegen[parquet]', or set output.tables=csv")
 
 
 def _check_model(m: Model) -> None:
