@@ -173,9 +173,9 @@ def report_tables(rep: Report, exact: bool = True, nic_names: list[str] | None =
          "sending most in that dimension sent, beside the closed form for it)",
          ["dim", "ops", "transfers", "net msgs", "network", "NVLink", "busiest rank", "closed form"], dim_rows),
         ("Closed forms (tracegen/workload/volumes.py)", ["dim", "formula"], formula_rows),
-        (f"Payload bytes per NIC on the fabric ({n_nics} NICs)", ["NICs", "tx bytes", "rx bytes"],
+        (f"Payload bytes per NIC ({n_nics} NICs)", ["NICs", "tx bytes", "rx bytes"],
          nic_summary_rows(rep)),
-        ("Busiest NICs (by tx + rx bytes)", ["NIC", "tx bytes", "rx bytes"], busiest_nic_rows(rep, nic_names)),
+        (f"Busiest {min(TOP_NICS, n_nics)} NICs (tx + rx)", ["NIC", "tx bytes", "rx bytes"], busiest_nic_rows(rep, nic_names)),
     ]
     if exact:
         nic_rows = [[nic_names[i] if nic_names else str(i), f"{rep.nic_tx_bytes[i]:,}", f"{rep.nic_rx_bytes[i]:,}"]
