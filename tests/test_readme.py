@@ -85,6 +85,7 @@ def test_every_readme_command_that_writes_under_traces_runs(tmp_path):
         assert res.returncode == 0, f"tracegen {shlex.join(argv)}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
         ran.append(argv)
     assert (tmp_path / "traces" / "default" / "perfetto.json").is_file()
+    assert (tmp_path / "traces" / "tables" / "flows.parquet").is_file()
     assert (tmp_path / "traces" / "gpt3-8-layers" / "gantt.png").is_file()
     # the table snippet (pandas, polars, duckdb) on what the commands above wrote
     code = next(b for i, b in fenced_blocks(README) if i == "python")
