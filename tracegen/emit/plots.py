@@ -24,7 +24,7 @@ from ..tables import CollKind, Dim, LinkKind, Ragged
 
 # Strong, distinct colours per parallelism dimension (Tableau 10, reordered so the busy ones differ).
 DIM_COLOURS = {Dim.DP: "#1f77b4", Dim.TP: "#ff7f0e", Dim.PP: "#2ca02c", Dim.SP: "#d62728",
-               Dim.CP: "#9467bd", Dim.EP: "#8c564b", Dim.EDP: "#17becf", Dim.EMB: "#e377c2"}
+               Dim.CP: "#9467bd", Dim.EP: "#bcbd22", Dim.EDP: "#17becf", Dim.EMB: "#e377c2"}
 COMPUTE_COLOUR = "#7f7f7f"
 MAX_RANKS = 64          # lanes in the per-rank pictures (the first ranks)
 MAX_MATRIX = 128        # NIC-to-NIC matrix: up to this many rows (more NICs are binned)
@@ -171,6 +171,15 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _legend_below(fig, handles, ncol: int):
+    """A legend in a strip of its own under the axes (never over the x label)."""
+    rows = -(-len(handles) // ncol)
+    strip = (0.15 + 0.25 * rows) / fig.get_figheight()
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, strip, 1, 1))
+    return fig
+
+
 def _human_bytes(n: float) -> str:
     for unit, k in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= k:
@@ -241,10 +250,7 @@ def gantt(view: TraceView, path: Path, iteration: int = 0) -> Path:
     more = f", first {lanes} of {view.world} ranks" if view.world > lanes else ""
     ax.set_title(f"{view.title}: per-rank Gantt, iteration {iteration}{more}")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.12 if lanes <= 8 else -0.05),
-              ncol=len(legend), fontsize=9, frameon=False)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _save(_legend_below(fig, legend, ncol=len(legend)), path)
 
 
 # --- NIC-to-NIC traffic matrix -----------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..tables import Dim, Flows, LinkKind
-from .plots import DIM_COLOURS, TraceView, _plt, _save, _time_unit
+from .plots import DIM_COLOURS, TraceView, _legend_below, _plt, _save, _time_unit
 
 COLUMNS = 1600
 MAX_LANES = 64
@@ -63,8 +63,7 @@ def draw_timeline(view: TraceView, path: Path, title: str = "") -> Path:
     more = f" (first {lanes} of {view.world} ranks)" if view.world > lanes else ""
     ax.set_title((title or f"{view.title}: transfers per rank, one iteration") + more)
     if legend:
-        ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.25 if lanes <= 8 else -0.08),
-                  ncol=6, fontsize=8, frameon=False)
+        return _save(_legend_below(fig, legend, ncol=min(len(legend), 6)), path)
     fig.tight_layout()
     return _save(fig, path)
 
