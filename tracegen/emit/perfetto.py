@@ -27,7 +27,7 @@ import numpy as np
 
 from ..tables import CollKind, Dim, Flows, LinkKind
 
-MAX_NIC_SLICES = 2_000_000
+MAX_NIC_SLICES = 1_000_000     # ~300 MB of JSON: what a browser tab opens comfortably
 MAX_ARROWS = 200_000
 LANE_STRIDE = 1000          # tid = pid * LANE_STRIDE + lane: thread ids unique over the whole trace
 
