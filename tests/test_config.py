@@ -418,7 +418,28 @@ def test_global_batch_multiple_of_micro_batch_times_dp():
 
 def test_world_size_vs_given_nodes():
     msg = cross(cluster={"nodes": 3})
-    assert "cluster.nodes=3" in msg and "dp·tp·pp" in msg and "set cluster.nodes=4" in msg
+    assert "cluster.nodes=3" in msg and "dp·tp·pp" in msg and "grow the cluster (cluster.nodes=4)" in msg
+    assert "or lower a degree to fit 6 GPUs" in msg
+
+
+def test_too_few_gpus_suggests_both_fixes():
+    msg = cross({"layers": 4}, {"tp": 2, "dp": 2, "pp": 2}, {"nodes": 2})
+    assert msg.endswith("— grow the cluster (cluster.nodes=4) or lower a degree to fit 4 GPUs "
+                        "(parallelism.pp=1 or parallelism.dp=1)")
+
+
+def test_unset_degrees_are_one_unless_a_preset_sets_them(tmp_path):
+    job = job_from_dict({"model": "llama3-8b", "parallelism": {"tp": 8, "dp": 2}, "cluster": "dgx-h100"})
+    assert (job.parallelism.dp, job.parallelism.tp, job.parallelism.pp, job.nodes) == (2, 8, 1, 2)
+    job = load_job(write(tmp_path, "model: gpt2-small\nparallelism: {tensor_model_parallel_size: 4}\n"
+                                   "cluster: {gpus_per_node: 8}\n"))
+    assert (job.parallelism.dp, job.parallelism.tp, job.parallelism.pp) == (2, 4, 1)
+    # a preset's degrees stay; the built-in defaults stay when no degree is named
+    job = load_job(write(tmp_path, "preset: gpt3-175b\nparallelism: {tp: 4}\ncluster: {nodes: 8}\n"))
+    assert (job.parallelism.dp, job.parallelism.tp, job.parallelism.pp) == (2, 4, 8)
+    assert job_from_dict({"parallelism": {"global_batch": 16}}).parallelism.pp == 2
+    # --set on the built-in default job keeps its degrees (it is the `default` preset)
+    assert load_job(sets=["parallelism.tp=1", "cluster.gpus_per_node=1"]).parallelism.pp == 2
 
 
 def test_gpus_not_filling_nodes():
@@ -427,7 +448,7 @@ def test_gpus_not_filling_nodes():
 
 
 def test_world_size_fits():
-    job = job_from_dict({"parallelism": {"dp": 4, "global_batch": 8}, "cluster": {"nodes": 8}})
+    job = job_from_dict({"parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 8}, "cluster": {"nodes": 8}})
     assert job.nodes == 8 and job.world == 16
 
 
@@ -472,8 +493,8 @@ def test_sets_keep_strings_raw(tmp_path):
 
 
 def test_set_on_file(tmp_path):
-    job = load_job(write(tmp_path, "parallelism: {dp: 2}\n"), sets=["parallelism.dp=1", "cluster.gpus_per_node=4"])
-    assert job.world == 4 and job.nodes == 1
+    job = load_job(write(tmp_path, "parallelism: {dp: 2, tp: 2}\n"), sets=["parallelism.dp=4", "cluster.gpus_per_node=4"])
+    assert job.world == 8 and job.nodes == 2 and job.parallelism.pp == 1
 
 
 @pytest.mark.parametrize("item,expect", [

@@ -20,23 +20,27 @@ def nic_table(text_rows) -> dict[str, tuple[int, int]]:
     return {r[0]: (int(r[1].replace(",", "")), int(r[2].replace(",", ""))) for r in text_rows}
 
 
-def markdown_nic_table(md: str) -> dict[str, tuple[int, int]]:
-    lines = md.split("## Payload bytes per NIC", 1)[1].splitlines()
+def markdown_table(md: str, heading: str) -> list[list[str]]:
+    """Rows of the first Markdown table under a '## heading...' line."""
+    lines = md.split("## " + heading, 1)[1].split("\n## ", 1)[0].splitlines()
     rows = [ln.strip("|").split("|") for ln in lines if ln.startswith("| ") and "tx bytes" not in ln]
-    rows = [[c.strip() for c in r] for r in rows]
-    return nic_table(rows[:next((i for i, r in enumerate(rows) if r[0] == "all"), len(rows)) + 1])
+    return [[c.strip() for c in r] for r in rows]
 
 
 def check_tables(rep, fabric, want_tx, want_rx):
     assert list(rep.nic_tx_bytes) == list(want_tx)
     assert list(rep.nic_rx_bytes) == list(want_rx)
     names = [fabric.nic_name(i) for i in range(fabric.n_nics)]
-    md = markdown_nic_table(render_markdown(rep, names, fabric))
-    term = nic_table(next(rows for title, _, rows in report_tables(rep, exact=True) if title.startswith("Payload")))
+    md = render_markdown(rep, names, fabric)
+    each = nic_table(markdown_table(md, "Payload bytes of each NIC"))
+    summary = nic_table(markdown_table(md, "Payload bytes per NIC"))
+    term = next(rows for title, _, rows in report_tables(rep, exact=True) if title.startswith("Payload bytes of each"))
+    term = nic_table(term)
     for i, name in enumerate(names):
-        assert md[name] == (want_tx[i], want_rx[i])
+        assert each[name] == (want_tx[i], want_rx[i])
         assert term[str(i)] == (want_tx[i], want_rx[i])
-    assert md["all"] == term["all"] == (sum(want_tx), sum(want_rx))
+    assert summary["all (sum)"] == (sum(want_tx), sum(want_rx))
+    assert summary["max"] == (max(want_tx), max(want_rx)) and summary["min"] == (min(want_tx), min(want_rx))
 
 
 @pytest.mark.parametrize("channels", [1, 2])

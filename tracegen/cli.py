@@ -215,18 +215,27 @@ class _progress:
 
 
 def _print_plan(run) -> None:
+    """The plan's tables, made to fit 100 columns: numbers right-aligned and never wrapped, the
+    per-NIC bytes summarised (sum / min / median / max and the busiest NICs)."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
     console = Console()
-    for title, header, rows in report_tables(run.report, exact=False):
-        if title.startswith("Payload") and len(rows) > 33:
-            rows = rows[:16] + [["…"] * len(header)] + rows[-17:]
-        table = Table(title=title, title_justify="left")
-        for h in header:
-            table.add_column(h)
+    names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
+    for title, header, rows in report_tables(run.report, exact=False, nic_names=names):
+        table = Table(title=title, title_justify="left", box=box.SQUARE)
+        for k, h in enumerate(header):
+            numeric = k > 0 and all(_numeric(r[k]) for r in rows)
+            table.add_column(h, justify="right" if numeric else "left", no_wrap=numeric or k == 0,
+                             overflow="fold")
         for r in rows:
             table.add_row(*r)
         console.print(table)
+
+
+def _numeric(cell: str) -> bool:
+    head = cell.split(" ")[0].replace(",", "").replace(".", "")
+    return head.isdigit() or cell == "—"
 
 
 def _write_atomically(target: Path, write) -> None:
@@ -328,6 +337,8 @@ def ns3_compare(trace_dir, fct_path, sport, png_path):
 from .tokens_cli import tokens as _tokens  # noqa: E402
 main.add_command(_tokens)
 from .nccl_tests import collective as _collective; main.add_command(_collective)  # noqa: E402,E702
+from .report_cli import report as _report  # noqa: E402
+main.add_command(_report)
 
 
 if __name__ == "__main__":

@@ -283,6 +283,10 @@ class Output:
     merge: bool = False          # one merged file for the selected NICs instead of one per NIC
     switch: str = ""             # "leaf3" / "spine0": one file per port of that switch instead
     lab: str = ""                # lab plan YAML (emit/lab.py): one replayable pcap per tester port
+    # tables and pictures (emit/flows.py, emit/tables_out.py, emit/perfetto.py, emit/plots.py)
+    tables: str = "csv"          # flow + op tables: "csv", "parquet" (needs pyarrow) or "csv,parquet"
+    perfetto: bool = True        # perfetto.json: the schedule as a Chrome trace (ui.perfetto.dev)
+    pictures: bool = True        # gantt.png, traffic_matrix.png, timeline.png
 
 
 @dataclass(frozen=True)
@@ -672,7 +676,7 @@ def load_job(path: str | Path | None = None, preset: str | None = None,
     if path is not None:
         raw = _read_yaml(path)
         try:
-            doc = _merge_job({}, raw)
+            doc = _unset_degrees_are_one(_merge_job({}, raw), raw)
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from None
         if "name" not in raw:   # the file's stem, made safe as a directory name
@@ -686,10 +690,30 @@ def load_job(path: str | Path | None = None, preset: str | None = None,
 
 def job_from_dict(d: dict, name: str = "job") -> Job:
     """A job from a mapping shaped like a job file; `name` unless the mapping has one."""
-    doc = _merge_job({}, d)
+    doc = _unset_degrees_are_one(_merge_job({}, d), d)
     if "name" not in d:
         doc["name"] = name
     return _build(doc, name)
+
+
+DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp")
+_ONE_WHEN_UNSET = ("pp", "cp", "ep", "vpp")
+
+
+def _unset_degrees_are_one(doc: dict, raw: dict) -> dict:
+    """A job that names some parallel degrees gets 1 for the pp, cp, ep, vpp it leaves out, unless
+    a preset it names sets them: `{tp: 8, dp: 2}` means pp=1, not the built-in default job's pp=2.
+    dp and tp keep the built-in 2 when left out; a job that names no degree keeps every built-in
+    default (the default job: dp=tp=pp=2)."""
+    par = raw.get("parallelism") if isinstance(raw, dict) else None
+    if not isinstance(par, dict):
+        return doc
+    aliases = ALIASES["parallelism"]
+    if not any(aliases.get(k, k) in DEGREES for k in par):
+        return doc
+    doc = dict(doc)
+    doc["parallelism"] = {**{d: 1 for d in _ONE_WHEN_UNSET}, **doc.get("parallelism", {})}
+    return doc
 
 
 def job_to_dict(job: Job) -> dict:
@@ -721,7 +745,29 @@ def validate(job: Job) -> Job:
     _check_world(job.parallelism, job.cluster)
     _check_network(job.network)
     _check_nics(job.cluster)
+    _check_tables(job.output)
     return job
+
+
+TABLE_FORMATS = ("csv", "parquet")
+
+
+def table_formats(out: Output) -> list[str]:
+    """output.tables as a list, in TABLE_FORMATS order."""
+    given = {x.strip().lower() for x in out.tables.split(",") if x.strip()}
+    return [f for f in TABLE_FORMATS if f in given]
+
+
+def _check_tables(out: Output) -> None:
+    given = [x.strip().lower() for x in out.tables.split(",") if x.strip()]
+    bad = [x for x in given if x not in TABLE_FORMATS]
+    if bad or not given:
+        raise ConfigError(f"output.tables={out.tables!r}: use csv, parquet or csv,parquet")
+    if "parquet" in given:
+        import importlib.util
+        if importlib.util.find_spec("pyarrow") is None:
+            raise ConfigError("output.tables=parquet needs pyarrow, which is not installed: "
+                              "pip install 'tracegen[parquet]', or set output.tables=csv")
 
 
 def _check_model(m: Model) -> None:
@@ -806,13 +852,30 @@ def _check_world(p: Parallelism, c: Cluster) -> None:
     sizes = (f"dp·tp·pp·cp = {p.dp}·{p.tp}·{p.pp}·{p.cp} = {world}" if p.cp > 1
              else f"dp·tp·pp = {p.dp}·{p.tp}·{p.pp} = {world}")
     if c.nodes and c.nodes * gpn != world:
-        fix = f"set cluster.nodes={world // gpn}" if world % gpn == 0 else "change parallelism"
+        have = c.nodes * gpn
+        grow, lower = ("grow", "lower") if have < world else ("shrink", "raise")
+        cluster_fix = (f"{grow} the cluster (cluster.nodes={world // gpn})" if world % gpn == 0
+                       else f"{grow} the cluster to {world} GPUs (cluster.nodes × cluster.gpus_per_node)")
+        degrees = " or ".join(f"parallelism.{k}={v}" for k, v in _degree_fixes(p, have))
+        degree_fix = f"{lower} a degree to fit {have} GPUs" + (f" ({degrees})" if degrees else "")
         raise ConfigError(f"cluster.nodes={c.nodes} × cluster.gpus_per_node={gpn} = "
-                          f"{c.nodes * gpn} GPUs but parallelism {sizes} — {fix}")
+                          f"{have} GPUs but parallelism {sizes} — {cluster_fix} or {degree_fix}")
     if not c.nodes and world % gpn:
         raise ConfigError(f"parallelism {sizes} GPUs not filling nodes of "
                           f"cluster.gpus_per_node={gpn} — make it a multiple of {gpn} "
                           f"or set cluster.gpus_per_node to a divisor of {world}")
+
+
+def _degree_fixes(p: Parallelism, gpus: int) -> list[tuple[str, int]]:
+    """Single-degree changes that make dp·tp·pp·cp equal `gpus` (pp first: the usual slip is the
+    default pp=2 left in)."""
+    out = []
+    for k in ("pp", "dp", "tp", "cp"):
+        v = getattr(p, k)
+        rest = p.world // v
+        if gpus % rest == 0 and gpus // rest != v:
+            out.append((k, gpus // rest))
+    return out[:2]
 
 
 def _check_nics(c: Cluster) -> None:

@@ -10,7 +10,8 @@ they are L3 routers, so a host sees frames to and from its leaf's router MAC.
 Address plan (documented for labs):
   NIC MAC     02:00:<rail>:<node hi>:<node lo>:01      (locally administered)
   NIC IPv4    10.<rail>.<node // 200>.<node % 200 + 1>
-  router MAC  02:0<tier>:<plane>:00:<index hi>:<index lo>  (tier 1 leaf, 2 spine, 3 core)
+  router MAC  02:<4c leaf | 53 spine | 43 core>:<plane>:00:<index hi>:<index lo>  ("L", "S", "C":
+              locally administered, unnamed in Wireshark's vendor lists; 02:01-02:20 are MS-NLB's)
 Node ids in the simulators' numbering: NICs 0..n_nics-1, then switches (plane by plane: leaves,
 spines, cores). Links: every NIC port first (plane by plane, NIC order), then switch links.
 """
@@ -162,10 +163,13 @@ def tier_label(tier: int) -> str:
     return ["NIC-leaf", "leaf-spine", "spine-core"][tier]
 
 
+ROUTER_MAC_BYTE = {LEAF: 0x4C, SPINE: 0x53, CORE: 0x43}
+
+
 def _router_macs(tier: np.ndarray, plane: np.ndarray, index: np.ndarray) -> np.ndarray:
     mac = np.zeros((len(tier), 6), dtype=np.uint8)
     mac[:, 0] = 0x02
-    mac[:, 1] = tier
+    mac[:, 1] = np.vectorize(ROUTER_MAC_BYTE.get)(tier) if len(tier) else 0
     mac[:, 2] = plane
     mac[:, 4] = index >> 8
     mac[:, 5] = index & 0xFF

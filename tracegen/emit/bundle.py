@@ -1,4 +1,5 @@
-"""A whole trace set in one folder: pcap/, flows.csv, ns3/, summary.md."""
+"""A whole trace set in one folder: pcap/, flows.csv (or .parquet), ops.*, perfetto.json, ns3/,
+pictures, summary.md / summary.json / job.yaml."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -6,8 +7,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..pipeline import Run
-from ..report import render_markdown
-from .flows import write_flows_csv
+from ..config import table_formats
+from .flows import write_flows_csv, write_ops_csv
 
 
 def with_pcap_estimate(run: Run) -> Run:
@@ -21,8 +22,22 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
     """Write every output of `run` into `dest` (an empty folder); returns counts for the user."""
     counts = {}
     out = run.job.output
-    write_flows_csv(run.flows, dest / "flows.csv")
+    formats = table_formats(out)
+    if "csv" in formats:
+        write_flows_csv(run.flows, dest / "flows.csv")
+        write_ops_csv(run.flows, dest / "ops.csv")
+    if "parquet" in formats:
+        from .tables_out import write_flows_parquet, write_ops_parquet
+        write_flows_parquet(run.flows, dest / "flows.parquet", run.job.name)
+        write_ops_parquet(run.flows, dest / "ops.parquet", run.job.name)
     counts["flows"] = len(run.flows)
+    extra = {}
+    if out.perfetto:
+        from .perfetto import write_perfetto
+        from .select import parse
+        sel = parse(out, run.fabric)
+        extra["perfetto"] = write_perfetto(run.flows, run.fabric, dest / "perfetto.json", title=run.job.name,
+                                           nic_mask=sel.nic_mask if (out.nics or out.ranks) else None)
     if out.pcap:
         from .pcap import write_pcaps
         (dest / "pcap").mkdir()
@@ -32,9 +47,9 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
         from .ns3 import write_ns3
         (dest / "ns3").mkdir()
         write_ns3(run.flows, run.fabric, run.job, dest / "ns3")
-    from .timeline import write_timeline
-    write_timeline(run.flows, run.fabric.world, dest / "timeline.png",
-                   title=f"{run.job.name}: transfers per rank, one iteration")
-    names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
-    (dest / "summary.md").write_text(render_markdown(run.report, names, run.fabric))
+    if out.pictures:
+        from .plots import TraceView, draw_all
+        draw_all(TraceView.from_run(run), dest)
+    from .summary_out import write_summaries
+    write_summaries(run, dest, files=sorted(p.name for p in dest.iterdir()), extra=extra)
     return counts

@@ -354,10 +354,10 @@ def _slices(p: _Plan, fabric: Fabric, it: _Items, scratch: _Scratch):
 
 
 def spine_mac(spine) -> np.ndarray:
-    """Spine router MACs (the fabric has none): 02:02:00:00:<spine hi>:<spine lo>."""
+    """Spine router MACs: 02:53:00:00:<spine hi>:<spine lo> (as topology.py's router MACs)."""
     s = np.asarray(spine, dtype=np.int64)
     mac = np.zeros(s.shape + (6,), np.uint8)
-    mac[..., 0], mac[..., 1], mac[..., 4], mac[..., 5] = 0x02, 0x02, s >> 8, s & 0xFF
+    mac[..., 0], mac[..., 1], mac[..., 4], mac[..., 5] = 0x02, 0x53, s >> 8, s & 0xFF
     return mac
 
 

@@ -1,9 +1,10 @@
 """Flow table -> timeline.png: when each rank sends, coloured by parallelism dimension.
 
-One lane per rank (the first 64); network transfers in full colour, NVLink in a pale shade. The
-picture is rasterized with numpy (occupancy per pixel column via difference arrays), so a
-million transfers draw as fast as a hundred: the pipeline bubble, the TP bursts and the DP
-buckets overlapping backward are visible at a glance.
+One row per rank (the first 64), split in two: the upper half is what the rank sends on the
+fabric (full colour), the lower half what it sends over NVLink (the same hue, dark), so both stay
+visible when they overlap. The picture is rasterized with numpy (occupancy per pixel column via
+difference arrays), so a million transfers draw as fast as a hundred: the pipeline bubble, the TP
+bursts and the DP buckets overlapping backward are visible at a glance.
 """
 from __future__ import annotations
 
@@ -12,16 +13,16 @@ from pathlib import Path
 import numpy as np
 
 from ..tables import Dim, Flows, LinkKind
+from .plots import DIM_COLOURS, TraceView, _legend_below, _plt, _save, _time_unit
 
-DIM_COLOURS = {Dim.DP: "#1f77b4", Dim.TP: "#ff7f0e", Dim.PP: "#2ca02c", Dim.SP: "#d62728",
-               Dim.CP: "#9467bd", Dim.EP: "#8c564b", Dim.EDP: "#17becf", Dim.EMB: "#e377c2"}
 COLUMNS = 1600
 MAX_LANES = 64
+NVLINK_SHADE = 0.55    # NVLink: the dimension's colour darkened to this fraction
 
 
-def _rgb(hex_colour: str, pale: bool) -> np.ndarray:
+def _rgb(hex_colour: str, dark: bool = False) -> np.ndarray:
     rgb = np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.float64) / 255
-    return 1 - (1 - rgb) * 0.35 if pale else rgb
+    return rgb * NVLINK_SHADE if dark else rgb
 
 
 def _occupancy(lane, start_ns, end_ns, lanes: int, ns_per_col: float) -> np.ndarray:
@@ -34,40 +35,48 @@ def _occupancy(lane, start_ns, end_ns, lanes: int, ns_per_col: float) -> np.ndar
     return np.cumsum(diff[:, :COLUMNS], axis=1) > 0
 
 
-def write_timeline(flows: Flows, world: int, path: Path, title: str = "") -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw_timeline(view: TraceView, path: Path, title: str = "") -> Path:
     from matplotlib.patches import Patch
-
-    r = flows.rows
-    dims = flows.ops.rows["dim"][r["op_id"]] if len(r) else np.zeros(0, np.uint8)
-    t_end_ns = max(1, int(r["end_ns"].max())) if len(r) else 1
-    lanes = min(world, MAX_LANES)
+    plt = _plt()
+    t_end_ns = max(1, int(view.end_ns.max())) if len(view.end_ns) else 1
+    lanes = min(view.world, MAX_LANES)
     ns_per_col = t_end_ns / COLUMNS
-    image = np.ones((lanes, COLUMNS, 3))
+    image = np.ones((2 * lanes, COLUMNS, 3))
     legend = []
-    # NVLink first, network on top: a lane sending on the fabric shows the fabric colour
-    for link, pale in ((LinkKind.NVLINK, True), (LinkKind.NET, False)):
+    for link, dark, half in ((LinkKind.NET, False, 0), (LinkKind.NVLINK, True, 1)):
         for dim, colour in DIM_COLOURS.items():
-            sel = (dims == dim) & (r["link"] == link) & (r["src_rank"] < lanes)
+            sel = (view.dim == dim) & (view.link == link) & (view.src_rank < lanes)
             if not sel.any():
                 continue
-            busy = _occupancy(r["src_rank"][sel], r["start_ns"][sel], r["end_ns"][sel], lanes, ns_per_col)
-            image[busy] = _rgb(colour, pale)
-            legend.append(Patch(color=_rgb(colour, pale),
-                                label=f"{dim.name} {'NVLink' if pale else 'network'}"))
-    fig, ax = plt.subplots(figsize=(12, 1.9 + 0.22 * lanes), dpi=110)
-    unit, div = ("ms", 1e6) if t_end_ns >= 10_000_000 else ("µs", 1e3)
-    ax.imshow(image, aspect="auto", interpolation="nearest",
-              extent=(0, t_end_ns / div, lanes - 0.5, -0.5))
+            busy = _occupancy(view.src_rank[sel], view.start_ns[sel], view.end_ns[sel], lanes, ns_per_col)
+            image[half::2][busy] = _rgb(colour, dark)
+            legend.append(Patch(color=_rgb(colour, dark), label=f"{dim.name} {'NVLink' if dark else 'network'}"))
+    fig, ax = plt.subplots(figsize=(12, 1.9 + 0.25 * lanes), dpi=110)
+    unit, div = _time_unit(t_end_ns)
+    ax.imshow(image, aspect="auto", interpolation="nearest", extent=(0, t_end_ns / div, lanes - 0.5, -0.5))
+    for k in range(1, lanes):
+        ax.axhline(k - 0.5, color="#d0d0d0", linewidth=0.4)
+    ax.set_yticks(range(lanes))
+    ax.set_yticklabels([str(r) for r in range(lanes)], fontsize=8 if lanes <= 32 else 6)
     ax.set_xlabel(f"time ({unit})")
-    ax.set_ylabel("sending rank")
-    ax.set_title(title or "transfers per rank")
+    ax.set_ylabel("sending rank\n(upper: network, lower: NVLink)")
+    more = f" (first {lanes} of {view.world} ranks)" if view.world > lanes else ""
+    ax.set_title((title or f"{view.title}: transfers per rank, one iteration") + more)
     if legend:
-        ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.25 if lanes <= 8 else -0.08),
-                  ncol=6, fontsize=8, frameon=False)
+        return _save(_legend_below(fig, legend, ncol=min(len(legend), 6)), path)
     fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+def write_timeline(flows: Flows, world: int, path: Path, title: str = "") -> Path:
+    """timeline.png of a flow table (without a run: NIC facts are not needed here)."""
+    r, ops = flows.rows, flows.ops.rows
+    empty = np.zeros(0, np.int64)
+    from ..tables import Ragged
+    view = TraceView(title="", world=world, nic_names=[], nic_node=empty, nic_rail=empty,
+                     src_rank=r["src_rank"], dst_rank=r["dst_rank"], src_nic=r["src_nic"], dst_nic=r["dst_nic"],
+                     link=r["link"], dim=ops["dim"][r["op_id"]] if len(r) else np.zeros(0, np.uint8),
+                     nbytes=r["bytes"], start_ns=r["start_ns"], end_ns=r["end_ns"], op_kind=ops["kind"],
+                     op_dim=ops["dim"], op_iteration=ops["iteration"], op_gap_ns=ops["gap_ns"],
+                     op_start_ns=empty, op_end_ns=empty, op_group=Ragged.empty(0))
+    return draw_timeline(view, path, title)

@@ -8,7 +8,7 @@ spine chosen by ECMP on the 5-tuple (routing.py, the schedule's routes; CNPs use
   * a port between leaf L and spine S holds the packets going up L -> S (route link 1) and down
     S -> L (route link 2), each stamped when it is put on that link: sent time + link index x
     link latency (switch queueing is not modelled; the NICs' serialization is), with the Ethernet
-    addresses and TTL of that link (spine MACs 02:02:00:00:<hi>:<lo>, see pcap.spine_mac).
+    addresses and TTL of that link (spine MACs 02:53:00:00:<hi>:<lo>, see pcap.spine_mac).
 """
 from __future__ import annotations
 

@@ -1,0 +1,330 @@
+"""Pictures of a trace (matplotlib PNG): what a network engineer looks at first.
+
+Every picture is drawn from a `TraceView`: the columns of the flow and op tables plus the few facts
+about the fabric a picture needs (ranks, NIC names, rails). A view is built from a pipeline run
+(`TraceView.from_run`, while generating) or from a written trace folder (`TraceView.from_dir`:
+flows.parquet or flows.csv, ops.*, summary.json), so `tracegen report DIR` redraws the same PNGs.
+
+PICTURES maps a file name to its drawing function `draw(view, path) -> path`. To add one (the
+fabric work's `link_utilisation.png`: utilisation over time of the busiest links, from the flows'
+`route` column and the link rates in summary.json), add the columns it needs to TraceView
+(`extra` holds any further flow column read from disk) and one entry here.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import OutputError
+from ..tables import CollKind, Dim, LinkKind, Ragged
+
+# Strong, distinct colours per parallelism dimension (Tableau 10, reordered so the busy ones differ).
+DIM_COLOURS = {Dim.DP: "#1f77b4", Dim.TP: "#ff7f0e", Dim.PP: "#2ca02c", Dim.SP: "#d62728",
+               Dim.CP: "#9467bd", Dim.EP: "#bcbd22", Dim.EDP: "#17becf", Dim.EMB: "#e377c2"}
+COMPUTE_COLOUR = "#7f7f7f"
+MAX_RANKS = 64          # lanes in the per-rank pictures (the first ranks)
+MAX_MATRIX = 128        # NIC-to-NIC matrix: up to this many rows (more NICs are binned)
+
+
+@dataclass
+class TraceView:
+    title: str
+    world: int
+    nic_names: list[str]
+    nic_node: np.ndarray
+    nic_rail: np.ndarray
+    # flow table columns (one row per transfer)
+    src_rank: np.ndarray
+    dst_rank: np.ndarray
+    src_nic: np.ndarray
+    dst_nic: np.ndarray
+    link: np.ndarray            # LinkKind codes
+    dim: np.ndarray             # Dim codes (of the transfer's CommOp)
+    nbytes: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    # op table columns (one row per CommOp)
+    op_kind: np.ndarray
+    op_dim: np.ndarray
+    op_iteration: np.ndarray
+    op_gap_ns: np.ndarray
+    op_start_ns: np.ndarray
+    op_end_ns: np.ndarray
+    op_group: Ragged
+    extra: dict = field(default_factory=dict)   # further flow columns by name (e.g. route)
+
+    @property
+    def n_nics(self) -> int:
+        return len(self.nic_names)
+
+    @staticmethod
+    def from_run(run) -> "TraceView":
+        f, fab = run.flows, run.fabric
+        r, ops = f.rows, f.ops.rows
+        none = np.full(len(ops), -1, np.int64)
+        return TraceView(
+            title=run.job.name, world=fab.world,
+            nic_names=[fab.nic_name(i) for i in range(fab.n_nics)],
+            nic_node=np.asarray(fab.nic_node), nic_rail=np.asarray(fab.nic_rail),
+            src_rank=r["src_rank"], dst_rank=r["dst_rank"], src_nic=r["src_nic"], dst_nic=r["dst_nic"],
+            link=r["link"], dim=ops["dim"][r["op_id"]] if len(r) else np.zeros(0, np.uint8),
+            nbytes=r["bytes"], start_ns=r["start_ns"], end_ns=r["end_ns"],
+            op_kind=ops["kind"], op_dim=ops["dim"], op_iteration=ops["iteration"], op_gap_ns=ops["gap_ns"],
+            op_start_ns=f.op_start_ns if f.op_start_ns is not None else none,
+            op_end_ns=f.op_end_ns if f.op_end_ns is not None else none, op_group=f.ops.groups)
+
+    @staticmethod
+    def from_dir(trace_dir: Path) -> "TraceView":
+        trace_dir = Path(trace_dir)
+        meta_path = trace_dir / "summary.json"
+        if not meta_path.is_file():
+            raise OutputError(f"{trace_dir}: no summary.json — give a folder written by `tracegen generate`")
+        meta = json.loads(meta_path.read_text())
+        flows = _read_table(trace_dir, "flows", ["src_rank", "dst_rank", "src_nic", "dst_nic", "link", "dim",
+                                                 "bytes", "start_ns", "end_ns"])
+        ops = _read_table(trace_dir, "ops", ["collective", "dim", "iteration", "gap_ns", "start_ns", "end_ns",
+                                             "group"])
+        code = lambda enum, names: np.array([enum[x].value for x in names] if len(names) else [], np.uint8)
+        coll = {k.label: int(k) for k in CollKind}
+        return TraceView(
+            title=meta["job"]["name"], world=int(meta["world"]), nic_names=list(meta["nic_names"]),
+            nic_node=np.array(meta["nic_node"], np.int64), nic_rail=np.array(meta["nic_rail"], np.int64),
+            src_rank=flows["src_rank"], dst_rank=flows["dst_rank"], src_nic=flows["src_nic"],
+            dst_nic=flows["dst_nic"], link=code(LinkKind, flows["link"]), dim=code(Dim, flows["dim"]),
+            nbytes=flows["bytes"], start_ns=flows["start_ns"], end_ns=flows["end_ns"],
+            op_kind=np.array([coll[x] for x in ops["collective"]], np.uint8), op_dim=code(Dim, ops["dim"]),
+            op_iteration=ops["iteration"], op_gap_ns=ops["gap_ns"], op_start_ns=ops["start_ns"],
+            op_end_ns=ops["end_ns"], op_group=ops["group"])
+
+
+def _read_table(trace_dir: Path, name: str, columns: list[str]) -> dict:
+    """Columns of <name>.parquet (preferred) or <name>.csv: ints as int64 arrays, labels as lists
+    of str, list columns (`group`, `deps`) as Ragged."""
+    pq_path, csv_path = trace_dir / f"{name}.parquet", trace_dir / f"{name}.csv"
+    lists = {"group", "deps", "route"}
+    if pq_path.is_file():
+        from .tables_out import _pa
+        pa, pq = _pa()
+        t = pq.read_table(str(pq_path), columns=columns)
+        out = {}
+        for c in columns:
+            col = t.column(c).combine_chunks()
+            if pa.types.is_dictionary(col.type):
+                out[c] = np.asarray(col.dictionary.to_pylist(), dtype=object)[
+                    col.indices.to_numpy(zero_copy_only=False)].tolist() if len(col) else []
+            elif pa.types.is_list(col.type):
+                ptr = col.offsets.to_numpy().astype(np.int64)
+                out[c] = Ragged(ptr - ptr[0], col.values.to_numpy(zero_copy_only=False).astype(np.int64)
+                                [ptr[0]:ptr[-1]] if len(col.values) else np.zeros(0, np.int64))
+            else:
+                out[c] = col.to_numpy(zero_copy_only=False).astype(np.int64)
+        return out
+    if not csv_path.is_file():
+        raise OutputError(f"{trace_dir}: neither {name}.parquet nor {name}.csv — give a folder written by "
+                          "`tracegen generate`")
+    with open(csv_path) as f:
+        header = f.readline().rstrip("\n").split(",")
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise OutputError(f"{csv_path}: no column {missing[0]!r}")
+        idx = [header.index(c) for c in columns]
+        raw = [line.rstrip("\n").split(",") for line in f]
+    out = {}
+    for c, i in zip(columns, idx):
+        vals = [row[i] for row in raw]
+        if c in lists:
+            out[c] = Ragged.from_lists([[int(x) for x in v.split(";")] if v else [] for v in vals])
+        elif vals and not _is_int(vals[0]):
+            out[c] = vals
+        else:
+            out[c] = np.array(vals, dtype=np.int64) if vals else np.zeros(0, np.int64)
+    return out
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _time_unit(t_end_ns: int) -> tuple[str, float]:
+    if t_end_ns >= 10_000_000:
+        return "ms", 1e6
+    return "µs", 1e3
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, metadata={"Software": None})
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path
+
+
+def _legend_below(fig, handles, ncol: int):
+    """A legend in a strip of its own under the axes (never over the x label)."""
+    rows = -(-len(handles) // ncol)
+    strip = (0.15 + 0.25 * rows) / fig.get_figheight()
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, strip, 1, 1))
+    return fig
+
+
+def _human_bytes(n: float) -> str:
+    for unit, k in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if not len(start):
+        return start, end
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], np.maximum.accumulate(end[o])
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.append(e[idx[1:] - 1], e[-1])
+
+
+# --- Gantt: per rank, compute and collectives of one iteration ------------------------------------
+
+def gantt(view: TraceView, path: Path, iteration: int = 0) -> Path:
+    """Per-rank Gantt of one iteration: compute (grey, upper half of a rank's row) and the
+    collectives the rank takes part in (lower half), coloured by parallelism dimension."""
+    plt = _plt()
+    from matplotlib.patches import Patch
+    lanes = min(view.world, MAX_RANKS)
+    glen = view.op_group.lengths()
+    pair_op = np.repeat(np.arange(len(view.op_kind)), glen)
+    pair_rank = view.op_group.values.astype(np.int64)
+    ok = (view.op_iteration[pair_op] == iteration) & (view.op_start_ns[pair_op] >= 0) & (pair_rank < lanes)
+    pair_op, pair_rank = pair_op[ok], pair_rank[ok]
+    first = np.zeros(len(glen) and len(view.op_group.values), bool)
+    first[view.op_group.ptr[:-1][glen > 0]] = True
+    first = first[ok]
+    kind = view.op_kind[pair_op]
+    start, end = view.op_start_ns[pair_op], view.op_end_ns[pair_op]
+    t0 = max(0, int((start - view.op_gap_ns[pair_op]).min())) if len(start) else 0
+    t1 = int(end.max()) if len(end) else 1
+    unit, div = _time_unit(t1 - t0)
+    fig, ax = plt.subplots(figsize=(13, 2.0 + 0.3 * lanes), dpi=110)
+    legend = [Patch(color=COMPUTE_COLOUR, label="compute")]
+    # compute: the gap before each op's release, on its members (p2p: the sender only)
+    gap_sel = (view.op_gap_ns[pair_op] > 0) & ((kind != CollKind.SENDRECV) | first)
+    for rank in range(lanes):
+        sel = gap_sel & (pair_rank == rank)
+        s, e = _merge(start[sel] - view.op_gap_ns[pair_op[sel]], start[sel])
+        ax.broken_barh(list(zip((s - t0) / div, (e - s) / div)), (rank - 0.42, 0.38), color=COMPUTE_COLOUR,
+                       linewidth=0)
+    # collectives: long background ones (DP, EDP) first, the per-layer ones on top
+    real = kind != CollKind.MARKER
+    order = [Dim.DP, Dim.EDP, Dim.EMB, Dim.PP, Dim.EP, Dim.CP, Dim.SP, Dim.TP]
+    for d in order:
+        sel_d = real & (view.op_dim[pair_op] == d)
+        if not sel_d.any():
+            continue
+        for rank in range(lanes):
+            sel = sel_d & (pair_rank == rank)
+            s, e = _merge(start[sel], np.maximum(end[sel], start[sel] + 1))
+            ax.broken_barh(list(zip((s - t0) / div, (e - s) / div)), (rank + 0.02, 0.40),
+                           color=DIM_COLOURS[d], linewidth=0)
+        legend.append(Patch(color=DIM_COLOURS[d], label=f"{d.name} collective"))
+    ax.set_ylim(lanes - 0.5, -0.5)
+    ax.set_xlim(0, (t1 - t0) / div)
+    ax.set_yticks(range(lanes))
+    ax.set_yticklabels([str(r) for r in range(lanes)], fontsize=8 if lanes <= 32 else 6)
+    ax.set_xlabel(f"time since the iteration's first compute ({unit})")
+    ax.set_ylabel("rank (upper: compute, lower: collectives)")
+    more = f", first {lanes} of {view.world} ranks" if view.world > lanes else ""
+    ax.set_title(f"{view.title}: per-rank Gantt, iteration {iteration}{more}")
+    ax.grid(axis="x", alpha=0.3)
+    return _save(_legend_below(fig, legend, ncol=len(legend)), path)
+
+
+# --- NIC-to-NIC traffic matrix -----------------------------------------------------------------
+
+def traffic_matrix(view: TraceView, path: Path) -> Path:
+    """Payload bytes each NIC sends to each NIC over the fabric (log colour scale), NICs ordered by
+    rail then node, so rail-aligned traffic sits in blocks on the diagonal."""
+    plt = _plt()
+    from matplotlib.colors import LogNorm
+    n = view.n_nics
+    order = np.lexsort((view.nic_node, view.nic_rail))          # rail-major
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    bins = min(n, MAX_MATRIX)
+    bin_of = pos * bins // max(n, 1)
+    net = view.link == LinkKind.NET
+    m = np.zeros((bins, bins))
+    if net.any():
+        np.add.at(m, (bin_of[view.src_nic[net]], bin_of[view.dst_nic[net]]), view.nbytes[net].astype(np.float64))
+    size = min(11, 4 + 0.09 * bins)
+    fig, ax = plt.subplots(figsize=(size + 2.2, size), dpi=110)
+    shown = np.ma.masked_equal(m, 0)
+    vmax = m.max() if m.max() > 0 else 1
+    vmin = max(m[m > 0].min() if (m > 0).any() else 1, vmax / 1e6)
+    im = ax.imshow(shown, cmap="viridis", norm=LogNorm(vmin=vmin, vmax=vmax), interpolation="nearest")
+    ax.set_facecolor("white")
+    cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    cb.set_label("payload bytes sent (log scale)")
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    lo, hi = int(np.ceil(np.log2(vmin * 1.15))), int(np.floor(np.log2(vmax / 1.15)))
+    step = max(1, (hi - lo + 1) // 6)
+    cb.ax.yaxis.set_major_locator(FixedLocator([vmin, *[2.0 ** k for k in range(lo, hi + 1, step)], vmax]))
+    cb.ax.yaxis.set_minor_locator(NullLocator())
+    cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _human_bytes(v)))
+    cb.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    if bins == n and n <= 32:
+        names = [view.nic_names[i] for i in order]
+        ax.set_xticks(range(n))
+        ax.set_xticklabels(names, rotation=90, fontsize=7)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels(names, fontsize=7)
+        if n <= 16:
+            for i in range(n):
+                for j in range(n):
+                    if m[i, j] > 0:
+                        ax.text(j, i, _human_bytes(m[i, j]).replace(" ", "\n"), ha="center", va="center",
+                                fontsize=6, color="white" if m[i, j] < vmax ** 0.5 * vmin ** 0.5 else "black")
+    # rail boundaries
+    rails = view.nic_rail[order]
+    for k in np.flatnonzero(np.diff(rails)) + 1:
+        b = k * bins / n - 0.5
+        ax.axhline(b, color="black", linewidth=0.8)
+        ax.axvline(b, color="black", linewidth=0.8)
+    what = "NIC" if bins == n else f"group of {-(-n // bins)} NICs"
+    ax.set_xlabel(f"destination {what} (rail-major: rail, then node)")
+    ax.set_ylabel(f"source {what}")
+    ax.set_title(f"{view.title}: NIC-to-NIC traffic on the fabric ({n} NICs)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+# --- timeline: when each rank sends (network and NVLink) ---------------------------------------
+
+def timeline(view: TraceView, path: Path) -> Path:
+    from .timeline import draw_timeline
+    return draw_timeline(view, path)
+
+
+PICTURES: dict[str, Callable[[TraceView, Path], Path]] = {
+    "timeline.png": timeline,
+    "gantt.png": gantt,
+    "traffic_matrix.png": traffic_matrix,
+}
+
+
+def draw_all(view: TraceView, dest: Path) -> list[Path]:
+    return [draw(view, Path(dest) / name) for name, draw in PICTURES.items()]
