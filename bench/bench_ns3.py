@@ -48,8 +48,8 @@ def main() -> None:
         write_flows_csv(run.flows, root / "flows.csv")
         gen_s = time.perf_counter() - t
 
-        from tracegen.ns3_scenarios import run_scenario
-        from tracegen.ns3_scenarios.scenario import load_ns3
+        from ns3_scenarios import run_scenario
+        from ns3_scenarios.scenario import load_ns3
         t = time.perf_counter()
         load_ns3()
         import_s = time.perf_counter() - t

@@ -27,7 +27,7 @@ from tracegen.emit.flows import write_flows_csv
 from tracegen.emit.ns3 import write_ns3
 from tracegen.errors import ConfigError
 from tracegen.ns3_compare import join, plot, report_rows
-from tracegen.ns3_scenarios.inputs import load_scenario, replay_plan
+from ns3_scenarios.inputs import load_scenario, replay_plan
 from tracegen.pipeline import run_pipeline
 
 # 32 GPUs on 16 nodes x 2, one leaf per rail holding all 16 nodes: every NIC pair meets in one
@@ -67,7 +67,7 @@ def ns3_import_s():
     if importlib.util.find_spec("ns") is None:
         pytest.skip("pip package ns3 (ns-3 Python bindings) is not installed: "
                     "pip install 'ns3>=3.44'")
-    from tracegen.ns3_scenarios.scenario import load_ns3
+    from ns3_scenarios.scenario import load_ns3
     t = time.perf_counter()
     try:
         load_ns3()
@@ -78,7 +78,7 @@ def ns3_import_s():
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory, ns3_import_s):
-    from tracegen.ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     root = tmp_path_factory.mktemp("nonblocking")
     run = make_trace(root, NONBLOCKING)
     t = time.perf_counter()
@@ -90,7 +90,7 @@ def sim(tmp_path_factory, ns3_import_s):
 
 @pytest.fixture(scope="module")
 def oversub(tmp_path_factory, ns3_import_s):
-    from tracegen.ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     root = tmp_path_factory.mktemp("oversub")
     make_trace(root, OVERSUBSCRIBED)
     # The other replay mode and DCQCN, so both paths run somewhere.
@@ -206,7 +206,7 @@ def test_oversubscribed_fabric_marks_ecn_ce(oversub):
 def test_same_scenario_same_bytes(oversub):
     """RED's marking draws from fixed random streams: a rerun in the same process (automatic
     streams would have moved on) writes identical fct.txt and flows.csv."""
-    from tracegen.ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     sim_dir = oversub.root / "ns3/sim"
     before = {f: (sim_dir / f).read_bytes() for f in ("fct.txt", "flows.csv")}
     run_scenario(oversub.root, gap="analytic", dcqcn=True)
@@ -226,7 +226,7 @@ def chain_oversub(tmp_path_factory, ns3_import_s):
 
 
 def run_chain(root: Path, spec: dict) -> SimpleNamespace:
-    from tracegen.ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     run = make_trace(root, spec)
     summary = run_scenario(root)
     return SimpleNamespace(root=root, run=run, summary=summary, sc=load_scenario(root),
@@ -416,7 +416,7 @@ def test_replay_plan_chains_every_op(tmp_path):
 
 def test_manifest_without_ops_fails_before_importing_ns3(tmp_path):
     """A tracegen-ns3/1 manifest has no op chain: say so at once (no 15 s ns-3 import)."""
-    from tracegen.ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     make_trace(tmp_path, CHAIN)
     path = tmp_path / "ns3" / "manifest.json"
     man = json.loads(path.read_text())

@@ -258,7 +258,7 @@ def ns3_group() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def ns3_run(trace_dir, pcap, gap, dcqcn, quiet):
     """Run TRACE_DIR (a `tracegen generate` folder or its ns3/) in ns-3; writes ns3/sim/."""
-    from .ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     try:
         say = None if quiet else (lambda msg: click.echo(msg, err=True))
         s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pcap=pcap, progress=say)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, OutputError
-from .ns3_scenarios.inputs import Scenario, load_scenario
+from ns3_scenarios.inputs import Scenario, load_scenario
 
 SPORT_KEYS = ("hpcc", "simai")
 

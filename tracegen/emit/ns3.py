@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import resources
 from pathlib import Path
 from string import Template
 
@@ -36,6 +35,7 @@ import numpy as np
 from .. import __version__
 from ..config import Job
 from ..errors import ConfigError, OutputError
+from ..shipped import template_text
 from ..tables import CollKind, Dim, Flows, LinkKind
 from ..topology import Fabric
 
@@ -438,8 +438,7 @@ def _sim_ip_hex(host: int) -> str:
 
 
 def _template(name: str) -> Template:
-    path = resources.files("tracegen").joinpath("templates").joinpath(name)
-    return Template(path.read_text(encoding="utf-8"))
+    return Template(template_text(name))
 
 
 _BATCH = 1 << 16

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from tracegen.errors import ConfigError
 
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(G|M|K)?bps$", re.I)
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)(ns|us|ms|s)$")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, OutputError
+from tracegen.errors import ConfigError, OutputError
 from .inputs import Scenario, load_scenario, replay_plan
 
 

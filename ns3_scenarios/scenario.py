@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from tracegen.errors import ConfigError
 from .inputs import ReplayPlan, Scenario, replay_plan
 
 MTU = 9000
@@ -48,7 +48,7 @@ def load_ns3():
         from ns import ns
         import cppyy
         ns.Time.SetResolution(ns.Time.PS)
-        here = resources.files("tracegen") / "ns3_scenarios"
+        here = resources.files("ns3_scenarios")
         for name in ("ecmp_routing.h", "roce_nic.h"):
             cppyy.cppdef((here / name).read_text(encoding="utf-8"))
         _ns = ns
