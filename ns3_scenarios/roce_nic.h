@@ -1,28 +1,47 @@
 // A RoCE-like NIC for mainline ns-3 (which has no RDMA module), plus the dependency-aware replay
-// that drives it. Loaded at run time with cppyy.cppdef; all per-packet and per-event work stays
-// in C++ (Python only fills the tables before the run and reads the results after it).
+// that drives it. Loaded at run time with cppyy.cppdef after roce_switch.h and capture.h; all
+// per-packet and per-event work stays in C++ (Python only fills the tables before the run and
+// reads the results after it).
 //
 // Replay (an event-driven DAG of CommOps and flow.txt lines; inputs.py derives the tables):
 //   - op o is released at max(simulated completion of its dep ops) + gap(o); an op without deps
 //     at t0 + gap(o) (its analytic release).
-//   - line k starts at max(release(op) + relOff(k), max over predecessor lines j of
+//   - line k is posted at max(release(op) + relOff(k), max over predecessor lines j of
 //     end(j) + edgeGap(j, k)) + extraGap(k); a line whose op has no deps and which has no
-//     transfer deps starts at its flow.txt time instead (fixedStartPs >= 0).
+//     transfer deps is posted at its flow.txt time instead (fixedStartPs >= 0).
 //   - op o completes once released and all its lines have completed, at
 //     max(release + tail(o), max over its lines k of end(k) + post(k)); an op without lines
 //     (NVLink-only, markers) at release + tail(o).
 //
-// Wire format: RoCEv2 on UDP 4791, one RC RDMA WRITE-with-immediate message per flow:
-//   WRITE First 0x06 (BTH+RETH) / Middle 0x07 (BTH) / Last-Imm 0x09 (BTH+ImmDt), or Only-Imm 0x0B,
-//   PSN per QP from 0, A bit on the last packet, payload padded to 4 B (PadCnt), 4 B ICRC (left
-//   zero: nothing in the simulation checks it and tshark does not verify it).
-// The responder answers the last packet with an ACK (0x11 + AETH) and, at most once per
-// `cnpIntervalPs` per QP, CE-marked packets with a CNP (0x81, BECN set, DestQP = requester QP).
-// Data IP ToS 0x6A (DSCP 26, ECT(0)); CNP ToS 0xC2 (DSCP 48).
+// QPs: every line is one RDMA WRITE-with-immediate message posted to its connection's RC QP
+// (`qpOf`); a QP sends its messages in posting order, PSNs run on across messages (24 bits), and
+// its DCQCN rate state lives as long as the QP (the whole run), so a CNP slows the messages that
+// follow. Wire format: RoCEv2 on UDP 4791 (source port = the QP's), WRITE First 0x06
+// (BTH+RETH) / Middle 0x07 / Last-Imm 0x09 (BTH+ImmDt), or Only-Imm 0x0B; A bit on the last
+// packet; payload zero bytes padded to 4 B (PadCnt); 4 B ICRC left zero (nothing here checks
+// it, tshark does not verify it). RETH R_Key = the line index (how the responder tells
+// messages apart). The responder ACKs every message's last packet (0x11 + AETH) and answers
+// CE-marked packets with at most one CNP per QP per `cnpIntervalPs` (0x81, BECN, DestQP = the
+// requester's QP). Data and ACK IP ToS 0x6A (DSCP 26, ECT(0)); CNP ToS 0xC2 (DSCP 48).
 //
-// Pacing: one packet at a time at line rate, round robin over the active QPs (like a NIC's
-// send scheduler); the next packet leaves when the current one and the interframe gap are done,
-// so the host queue stays empty. With DCQCN on, a QP is also held to its own rate.
+// Send scheduler (one packet at a time at line rate; the next leaves when the current one and
+// the interframe gap are done, so the host queue stays empty). Which QP sends next, among those
+// with pending messages that neither DCQCN's rate nor a PFC PAUSE holds back:
+//   arbitration 0, "fifo":   the QP whose head message was posted first (ties: lower line): one
+//                            message after the other per NIC, as tracegen's list schedule
+//                            serialises a NIC's transfers;
+//   arbitration 1, "rr":     packet round robin over the QPs: the active QPs share the NIC
+//                            fairly, as a fluid max-min fair schedule assumes.
+//
+// DCQCN reaction point per QP, as HPCC's rdma-hw.cc (Mellanox variant, CC_MODE 1) runs it:
+// first CNP -> alpha = 1, target = rate; alpha updated every ALPHA_RESUME_INTERVAL
+// (alpha = (1-g) alpha + g if a CNP arrived in the interval, else (1-g) alpha); every
+// RATE_DECREASE_INTERVAL with a CNP in it: target = rate (when recovering or CLAMP_TARGET_RATE),
+// rate = max(MIN_RATE, rate (1 - alpha/2)), and the RP timer restarts; every RP_TIMER: stage <
+// FAST_RECOVERY_TIMES -> rate = (rate + target)/2, stage == F -> target += RATE_AI, stage > F ->
+// target += RATE_HAI (capped at line rate), rate = (rate + target)/2. The periodic timers are
+// evaluated lazily at the instants HPCC's would fire (same arithmetic, no idle events) and stop
+// once the QP is back at line rate.
 #pragma once
 
 #include "ns3/applications-module.h"
@@ -32,6 +51,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <unordered_map>
 #include <vector>
 
@@ -54,16 +74,38 @@ const uint16_t ROCE_PORT = 4791;
 const uint32_t BTH_BYTES = 12, RETH_BYTES = 16, IMM_BYTES = 4, ICRC_BYTES = 4, AETH_BYTES = 4;
 const uint32_t PPP_BYTES = 2, IPV4_BYTES = 20, UDP_BYTES = 8;
 
-// DCQCN reaction point (Zhu et al., SIGCOMM 2015), set from HPCC's config.txt keys.
+// DCQCN reaction point parameters (HPCC's config.txt keys).
 struct Dcqcn
 {
     bool enabled = false;
-    double g = 1.0 / 256;             // EWMA_GAIN
-    int64_t alphaIntervalPs = 1000000; // ALPHA_RESUME_INTERVAL (1 us)
-    int64_t decreaseIntervalPs = 4000000; // RATE_DECREASE_INTERVAL (4 us)
-    int64_t increaseIntervalPs = 300000000; // RP_TIMER (300 us)
+    double g = 1.0 / 256;                   // EWMA_GAIN
+    int64_t alphaIntervalPs = 1000000;      // ALPHA_RESUME_INTERVAL
+    int64_t decreaseIntervalPs = 4000000;   // RATE_DECREASE_INTERVAL
+    int64_t increaseIntervalPs = 300000000; // RP_TIMER
     double aiBps = 0, haiBps = 0, minBps = 100e6;
-    uint32_t fastRecoverySteps = 5;  // FAST_RECOVERY_TIMES
+    uint32_t fastRecoverySteps = 5; // FAST_RECOVERY_TIMES
+    bool clampTarget = false;       // CLAMP_TARGET_RATE
+};
+
+// Per-QP state (index = QP id; both ends of the connection).
+struct QpState
+{
+    std::deque<uint32_t> lines; // posted, not yet fully sent
+    uint32_t pkt = 0;           // next packet of the head line
+    uint32_t psn = 0;           // next PSN to send
+    uint32_t epsn = 0;          // responder: next PSN expected
+    uint32_t rxLine = 0;        // responder: the message being received
+    int64_t lastCnpPs = -1;     // responder: last CNP sent
+    bool active = false;        // in its NIC's active list
+    // DCQCN (requester)
+    double rateBps = 0, targetBps = 0, alpha = 1;
+    bool cut = false;           // a CNP arrived since the first one: state in use
+    bool alphaCnp = false, decreaseCnp = false;
+    int64_t epochPs = 0;        // first CNP: alpha ticks at epoch + k A, decrease at +1 ns + k D
+    int64_t alphaDonePs = 0;    // alpha updates applied up to here
+    uint32_t stage = 0;
+    int64_t nextPs = 0;         // pacing: earliest next packet
+    ns3::EventId decreaseEvt, rpTimer;
 };
 
 // Every flow of the scenario, its dependencies, and what the simulation measured.
@@ -71,8 +113,7 @@ class Replay
 {
   public:
     // ---- inputs (set from Python before Begin)
-    std::vector<uint32_t> src, dst, sqpn, dqpn;
-    std::vector<uint16_t> sport;
+    std::vector<uint32_t> src, dst, qpOf;
     std::vector<uint64_t> bytes;
     std::vector<int64_t> fixedStartPs; // >= 0: start then (no dependencies); -1: after deps
     std::vector<int64_t> extraGapPs;   // wait after the line is ready (gap="analytic")
@@ -82,6 +123,10 @@ class Replay
     std::vector<uint32_t> depsLeft;    // predecessor lines (+1 for the op's release unless fixed)
     std::vector<uint32_t> depPtr, dependents; // CSR: lines waiting for line i
     std::vector<int64_t> edgeGapPs;    // per dependents entry: wait after line i ends
+    // per QP
+    std::vector<uint32_t> qpSrc, qpDst, qpSqpn, qpDqpn;
+    std::vector<uint16_t> qpSport;
+    std::vector<QpState> qps;
     // per op
     std::vector<int64_t> opGapPs, opTailPs;
     std::vector<uint32_t> opDepsLeft, opLinesLeft;
@@ -91,23 +136,24 @@ class Replay
     std::vector<ns3::Ptr<RoceNic>> nics;
     uint32_t pmtu = 4096;
     int64_t cnpIntervalPs = 4000000;
+    uint32_t arbitration = 0; // 0 fifo, 1 rr
     Dcqcn dcqcn;
 
     // ---- outputs
-    std::vector<int64_t> startPs, endPs, readyPs;
+    std::vector<int64_t> startPs, endPs, readyPs, txStartPs;
     std::vector<uint64_t> rxBytes;
     std::vector<uint32_t> rxPkts, cePkts, cnps, cnpsHeeded, psnErrors;
     uint32_t completed = 0;
     std::vector<int64_t> opReleasePs, opEndPs, opReadyPs, opDonePs;
     uint32_t opsCompleted = 0;
+    uint64_t cnpsIgnored = 0, rateCuts = 0;
+    double minRateSeenBps = 0;
 
     void Resize(uint32_t n)
     {
         src.assign(n, 0);
         dst.assign(n, 0);
-        sqpn.assign(n, 0);
-        dqpn.assign(n, 0);
-        sport.assign(n, 0);
+        qpOf.assign(n, 0);
         bytes.assign(n, 0);
         fixedStartPs.assign(n, -1);
         extraGapPs.assign(n, 0);
@@ -119,12 +165,32 @@ class Replay
         startPs.assign(n, -1);
         endPs.assign(n, -1);
         readyPs.assign(n, 0);
+        txStartPs.assign(n, -1);
         rxBytes.assign(n, 0);
         rxPkts.assign(n, 0);
         cePkts.assign(n, 0);
         cnps.assign(n, 0);
         cnpsHeeded.assign(n, 0);
         psnErrors.assign(n, 0);
+    }
+
+    void ResizeQps(uint32_t n)
+    {
+        qpSrc.assign(n, 0);
+        qpDst.assign(n, 0);
+        qpSqpn.assign(n, 0);
+        qpDqpn.assign(n, 0);
+        qpSport.assign(n, 0);
+        qps.assign(n, QpState());
+    }
+
+    void SetQp(uint32_t q, uint32_t s, uint32_t d, uint32_t sq, uint32_t dq, uint16_t sport)
+    {
+        qpSrc[q] = s;
+        qpDst[q] = d;
+        qpSqpn[q] = sq;
+        qpDqpn[q] = dq;
+        qpSport[q] = sport;
     }
 
     void ResizeOps(uint32_t n)
@@ -141,19 +207,13 @@ class Replay
         opDonePs.assign(n, 0);
     }
 
-    void SetFlow(uint32_t f, uint32_t s, uint32_t d, uint64_t b, uint16_t sp, uint32_t sq,
-                 uint32_t dq)
-    {
-        src[f] = s;
-        dst[f] = d;
-        bytes[f] = b;
-        sport[f] = sp;
-        sqpn[f] = sq;
-        dqpn[f] = dq;
-    }
-
     // Bulk fills from numpy int64 buffers (cppyy passes them as pointers).
     static void FillI64(std::vector<int64_t>& v, const int64_t* p, size_t n)
+    {
+        v.assign(p, p + n);
+    }
+
+    static void FillU64(std::vector<uint64_t>& v, const int64_t* p, size_t n)
     {
         v.assign(p, p + n);
     }
@@ -179,7 +239,7 @@ class Replay
 
   public:
 
-    // A flow is one RDMA WRITE message of PMTU-sized packets (k counts from 0 = the PSN).
+    // A flow is one RDMA WRITE message of PMTU-sized packets (k counts from 0).
     uint32_t Packets(uint32_t f) const
     {
         return bytes[f] == 0 ? 1 : uint32_t((bytes[f] + pmtu - 1) / pmtu);
@@ -230,7 +290,7 @@ class Replay
     }
 };
 
-class RoceNic : public ns3::Application
+class RoceNic : public ns3::Application, public PauseTarget
 {
   public:
     static ns3::TypeId GetTypeId()
@@ -250,52 +310,62 @@ class RoceNic : public ns3::Application
         m_ifg = ns3::PicoSeconds(ifgPs);
     }
 
-    // Requester: flow f becomes an active QP of this NIC.
-    void StartFlow(uint32_t f)
+    void SetCapture(HostCapture* cap)
     {
-        TxQp q;
-        q.flow = f;
-        q.rateBps = q.targetBps = m_lineBps;
-        q.lastAlphaPs = q.lastIncreasePs = ns3::Simulator::Now().GetPicoSeconds(); // alpha = 1
-        m_txq[m_replay->sqpn[f]] = m_active.size();
-        m_active.push_back(q);
-        if (!m_sendEvent.IsPending())
+        m_cap = cap;
+    }
+
+    // Requester: line f is posted to its QP's send queue.
+    void Post(uint32_t f)
+    {
+        Replay& R = *m_replay;
+        uint32_t q = R.qpOf[f];
+        QpState& s = R.qps[q];
+        if (s.rateBps == 0)
         {
-            SendNext();
+            s.rateBps = s.targetBps = m_lineBps;
         }
-        else if (ns3::Simulator::Now().GetPicoSeconds() >= m_wireFreePs)
-        { // the wire is idle, we were only waiting for a DCQCN-paced QP: the new one may go now
-            ns3::Simulator::Cancel(m_sendEvent);
-            SendNext();
+        s.lines.push_back(f);
+        if (!s.active)
+        {
+            s.active = true;
+            m_active.push_back(q);
+        }
+        Kick();
+    }
+
+    // PFC PAUSE for the data priority from the switch this NIC hangs off.
+    void OnPause(int64_t durPs) override
+    {
+        int64_t now = ns3::Simulator::Now().GetPicoSeconds();
+        if (m_cap)
+        {
+            m_cap->Pfc(durPs > 0 ? 0xFFFF : 0);
+        }
+        if (durPs > 0)
+        {
+            pausesRx++;
+            if (m_pausedUntilPs <= now)
+            {
+                m_pausedAt = now;
+            }
+            m_pausedUntilPs = now + durPs;
+            ns3::Simulator::Cancel(m_unpause);
+            m_unpause = ns3::Simulator::Schedule(ns3::PicoSeconds(durPs), &RoceNic::Unpause, this);
+        }
+        else if (m_pausedUntilPs > now)
+        {
+            ns3::Simulator::Cancel(m_unpause);
+            Unpause();
         }
     }
 
-    // Responder: expect flow f on our QP dqpn.
-    void ExpectFlow(uint32_t f)
-    {
-        RxQp r;
-        r.flow = f;
-        m_rxq[m_replay->dqpn[f]] = r;
-    }
+    // ---- results
+    uint32_t pausesRx = 0;
+    int64_t pausedPs = 0;
+    uint64_t txBytes = 0, txPkts = 0;
 
   private:
-    struct TxQp
-    {
-        uint32_t flow;
-        uint32_t psn = 0;    // = packets sent
-        int64_t nextPs = 0;  // DCQCN pacing: earliest next packet
-        double rateBps, targetBps, alpha = 1.0;
-        int64_t lastCnpPs = -1, lastCutPs = -1, lastAlphaPs = 0, lastIncreasePs = 0;
-        uint32_t increaseSteps = 0;
-    };
-
-    struct RxQp
-    {
-        uint32_t flow;
-        uint32_t epsn = 0;
-        int64_t lastCnpPs = -1;
-    };
-
     void StartApplication() override
     {
         m_ipv4 = GetNode()->GetObject<ns3::Ipv4L3Protocol>();
@@ -313,6 +383,30 @@ class RoceNic : public ns3::Application
             m_sock->Close();
         }
         ns3::Simulator::Cancel(m_sendEvent);
+    }
+
+    void Unpause()
+    {
+        int64_t now = ns3::Simulator::Now().GetPicoSeconds();
+        pausedPs += now - m_pausedAt;
+        m_pausedUntilPs = now;
+        Kick();
+    }
+
+    // Send now if the wire is idle and no send is pending (a pending one may only be waiting for
+    // a paced QP: the new work may go at once).
+    void Kick()
+    {
+        int64_t now = ns3::Simulator::Now().GetPicoSeconds();
+        if (!m_sendEvent.IsPending())
+        {
+            SendNext();
+        }
+        else if (now >= m_wireFreePs)
+        {
+            ns3::Simulator::Cancel(m_sendEvent);
+            SendNext();
+        }
     }
 
     static void Put24(uint8_t* b, uint32_t v)
@@ -344,25 +438,59 @@ class RoceNic : public ns3::Application
         return ns3::Ipv4Address(0x0B000001u + (host / 256) * 0x10000u + (host % 256) * 0x100u);
     }
 
-    // Round robin: the next active QP (from m_rr on) allowed to send now.
+    // Headers, then the payload as zero bytes (Create<Packet>(n) is a zero area: deterministic).
+    static ns3::Ptr<ns3::Packet> Make(const uint8_t* h, uint32_t len, uint32_t zeros)
+    {
+        ns3::Ptr<ns3::Packet> p = ns3::Create<ns3::Packet>(h, len);
+        if (zeros)
+        {
+            p->AddAtEnd(ns3::Create<ns3::Packet>(zeros));
+        }
+        return p;
+    }
+
+    // The next QP to send a packet (see the header); schedules a retry when all are held back.
     void SendNext()
     {
+        Replay& R = *m_replay;
         int64_t now = ns3::Simulator::Now().GetPicoSeconds();
         size_t n = m_active.size();
-        if (n == 0)
+        if (n == 0 || m_pausedUntilPs > now)
         {
-            return;
+            return; // new work or the end of the pause calls Kick()
         }
         int64_t soonest = INT64_MAX;
+        size_t pick = n;
         for (size_t i = 0; i < n; ++i)
         {
-            size_t j = (m_rr + i) % n;
-            if (m_active[j].nextPs <= now)
+            size_t j = R.arbitration == 1 ? (m_rr + i) % n : i;
+            QpState& s = R.qps[m_active[j]];
+            if (s.nextPs > now)
             {
-                SendPacket(j, now);
-                return;
+                soonest = std::min(soonest, s.nextPs);
+                continue;
             }
-            soonest = std::min(soonest, m_active[j].nextPs);
+            if (R.arbitration == 1)
+            {
+                pick = j;
+                break;
+            }
+            uint32_t f = s.lines.front();
+            if (pick == n)
+            {
+                pick = j;
+                continue;
+            }
+            uint32_t g = R.qps[m_active[pick]].lines.front();
+            if (R.startPs[f] < R.startPs[g] || (R.startPs[f] == R.startPs[g] && f < g))
+            {
+                pick = j;
+            }
+        }
+        if (pick < n)
+        {
+            SendPacket(pick, now);
+            return;
         }
         m_sendEvent =
             ns3::Simulator::Schedule(ns3::PicoSeconds(soonest - now), &RoceNic::SendNext, this);
@@ -371,21 +499,26 @@ class RoceNic : public ns3::Application
     void SendPacket(size_t j, int64_t now)
     {
         Replay& R = *m_replay;
-        TxQp& q = m_active[j];
-        uint32_t f = q.flow, k = q.psn, n = R.Packets(f);
+        uint32_t q = m_active[j];
+        QpState& s = R.qps[q];
+        uint32_t f = s.lines.front(), k = s.pkt, n = R.Packets(f);
         uint32_t pay = R.PayloadOf(f, k), pad = (4 - pay % 4) % 4;
         bool first = k == 0, last = k == n - 1;
+        if (first)
+        {
+            R.txStartPs[f] = now;
+        }
         uint8_t h[BTH_BYTES + RETH_BYTES + IMM_BYTES] = {0};
         h[0] = first ? (last ? OP_WRITE_ONLY_IMM : OP_WRITE_FIRST)
                      : (last ? OP_WRITE_LAST_IMM : OP_WRITE_MIDDLE);
         h[1] = uint8_t(pad << 4);
         h[2] = h[3] = 0xFF; // P_Key
-        Put24(h + 5, R.dqpn[f]);
+        Put24(h + 5, R.qpDqpn[q]);
         h[8] = last ? 0x80 : 0; // A: ask for an ACK on the last packet
-        Put24(h + 9, k & 0xFFFFFF);
+        Put24(h + 9, s.psn & 0xFFFFFF);
         uint32_t len = BTH_BYTES;
         if (first)
-        { // RETH: VA 0, R_Key = flow index, DMA length = message size
+        { // RETH: VA 0, R_Key = line index, DMA length = message size
             uint32_t rkey = f, dma = uint32_t(R.bytes[f]);
             for (int i = 0; i < 4; ++i)
             {
@@ -403,27 +536,29 @@ class RoceNic : public ns3::Application
             }
             len += IMM_BYTES;
         }
-        ns3::Ptr<ns3::Packet> p = ns3::Create<ns3::Packet>(h, len);
-        p->AddPaddingAtEnd(pay + pad + ICRC_BYTES);
+        ns3::Ptr<ns3::Packet> p = Make(h, len, pay + pad + ICRC_BYTES);
         uint32_t size = p->GetSize() + UDP_BYTES + IPV4_BYTES + PPP_BYTES;
-        Emit(p, HostAddress(R.dst[f]), R.sport[f], 0x6A);
+        Emit(p, HostAddress(R.qpDst[q]), R.qpSport[q], 0x6A);
+        txBytes += size;
+        txPkts++;
 
         ns3::Time wire = m_rate.CalculateBytesTxTime(size) + m_ifg;
         m_wireFreePs = now + wire.GetPicoSeconds();
-        if (R.dcqcn.enabled)
+        if (R.dcqcn.enabled && s.rateBps < m_lineBps)
         {
-            Increase(q, now);
-            q.nextPs = now + int64_t(std::ceil(double(size + IfgBytes()) * 8e12 / q.rateBps));
+            s.nextPs = now + int64_t(std::ceil(double(size + IfgBytes()) * 8e12 / s.rateBps));
         }
-        q.psn++;
+        s.psn++;
+        s.pkt++;
         if (last)
         {
-            m_txq.erase(R.sqpn[f]);
+            s.lines.pop_front();
+            s.pkt = 0;
+        }
+        if (s.lines.empty())
+        {
+            s.active = false;
             m_active.erase(m_active.begin() + j);
-            for (size_t i = j; i < m_active.size(); ++i)
-            {
-                m_txq[R.sqpn[m_active[i].flow]] = i;
-            }
             m_rr = m_active.empty() ? 0 : j % m_active.size();
         }
         else
@@ -441,10 +576,11 @@ class RoceNic : public ns3::Application
     void OnRecv(ns3::Ptr<ns3::Socket> sock)
     {
         ns3::Address from;
+        Replay& R = *m_replay;
         while (ns3::Ptr<ns3::Packet> p = sock->RecvFrom(from))
         {
-            uint8_t b[BTH_BYTES];
-            p->CopyData(b, BTH_BYTES);
+            uint8_t b[BTH_BYTES + RETH_BYTES];
+            p->CopyData(b, sizeof b);
             ns3::SocketIpTosTag tos;
             bool ce = p->RemovePacketTag(tos) && (tos.GetTos() & 3) == 3;
             uint8_t op = b[0];
@@ -463,33 +599,39 @@ class RoceNic : public ns3::Application
             {
                 continue;
             }
-            RxQp& r = it->second;
-            Replay& R = *m_replay;
-            uint32_t f = r.flow, psn = Get24(b + 9);
+            uint32_t q = it->second;
+            QpState& s = R.qps[q];
+            uint32_t psn = Get24(b + 9);
+            if (op == OP_WRITE_FIRST || op == OP_WRITE_ONLY_IMM)
+            { // R_Key names the line (message) this and the following packets belong to
+                s.rxLine = (uint32_t(b[BTH_BYTES + 8]) << 24) | (uint32_t(b[BTH_BYTES + 9]) << 16) |
+                           (uint32_t(b[BTH_BYTES + 10]) << 8) | b[BTH_BYTES + 11];
+            }
+            uint32_t f = s.rxLine;
             bool ackReq = b[8] & 0x80; // the A bit: last packet of the message
-            if (psn != r.epsn)
+            if (psn != (s.epsn & 0xFFFFFF))
             {
                 R.psnErrors[f]++;
             }
-            r.epsn = psn + 1;
-            R.rxPkts[f]++;
-            R.rxBytes[f] += R.PayloadOf(f, psn);
+            s.epsn = psn + 1;
+            uint32_t k = R.rxPkts[f]++;
+            R.rxBytes[f] += R.PayloadOf(f, k);
             int64_t now = ns3::Simulator::Now().GetPicoSeconds();
             uint16_t sport = ns3::InetSocketAddress::ConvertFrom(from).GetPort();
             ns3::Ipv4Address peer = ns3::InetSocketAddress::ConvertFrom(from).GetIpv4();
             if (ce)
             {
                 R.cePkts[f]++;
-                if (r.lastCnpPs < 0 || now - r.lastCnpPs >= R.cnpIntervalPs)
+                if (s.lastCnpPs < 0 || now - s.lastCnpPs >= R.cnpIntervalPs)
                 {
-                    r.lastCnpPs = now;
+                    s.lastCnpPs = now;
                     R.cnps[f]++;
-                    SendCnp(peer, R.sqpn[f]);
+                    SendCnp(peer, R.qpSqpn[q]);
                 }
             }
             if (ackReq)
             {
-                SendAck(peer, sport, R.sqpn[f], psn);
+                SendAck(peer, sport, R.qpSqpn[q], psn);
                 if (R.rxBytes[f] == R.bytes[f])
                 {
                     R.Complete(f);
@@ -505,11 +647,9 @@ class RoceNic : public ns3::Application
         h[2] = h[3] = 0xFF;
         Put24(h + 5, rqpn);
         Put24(h + 9, psn);
-        h[12] = 0x1F; // AETH syndrome: ACK, credits invalid; MSN 1 (one message per QP)
-        Put24(h + 13, 1);
-        ns3::Ptr<ns3::Packet> p = ns3::Create<ns3::Packet>(h, sizeof h);
-        p->AddPaddingAtEnd(ICRC_BYTES);
-        Emit(p, peer, sport, 0x6A);
+        h[12] = 0x1F; // AETH syndrome: ACK, credits invalid; MSN: messages acknowledged so far
+        Put24(h + 13, ++m_msn[rqpn]);
+        Emit(Make(h, sizeof h, ICRC_BYTES), peer, sport, 0x6A);
     }
 
     void SendCnp(ns3::Ipv4Address peer, uint32_t rqpn)
@@ -519,90 +659,178 @@ class RoceNic : public ns3::Application
         h[2] = h[3] = 0xFF;
         h[4] = 0x40; // BECN
         Put24(h + 5, rqpn);
-        ns3::Ptr<ns3::Packet> p = ns3::Create<ns3::Packet>(h, sizeof h);
-        p->AddPaddingAtEnd(16 + ICRC_BYTES);
         // Real NICs send CNPs from UDP port 0; ns-3 forbids it, and ECMP here keys on the port:
         // 4791 keeps every CNP of a host pair on one path.
-        Emit(p, peer, ROCE_PORT, 0xC2);
+        Emit(Make(h, sizeof h, 16 + ICRC_BYTES), peer, ROCE_PORT, 0xC2);
     }
 
-    // ---- DCQCN reaction point, evaluated lazily (no per-QP timers).
-    void DecayAlpha(TxQp& q, int64_t now)
+  public:
+    // Responder side: our QPN -> QP id (set before the run).
+    void ExpectQp(uint32_t qpn, uint32_t q)
+    {
+        m_rxq[qpn] = q;
+    }
+
+    // Requester side: our QPN -> QP id.
+    void OwnQp(uint32_t qpn, uint32_t q)
+    {
+        m_txq[qpn] = q;
+    }
+
+  private:
+    // ---- DCQCN reaction point (see the header)
+    // Apply the alpha updates due up to `now` (HPCC fires them every alphaInterval from the
+    // first CNP; the first pending one sees the CNP-arrived flag, later ones only decay).
+    void AlphaUpTo(QpState& s, int64_t now)
     {
         const Dcqcn& D = m_replay->dcqcn;
-        int64_t periods = (now - q.lastAlphaPs) / D.alphaIntervalPs;
-        if (periods > 0)
+        int64_t due = (now - s.epochPs) / D.alphaIntervalPs; // ticks at epoch + k A, k >= 1
+        int64_t done = (s.alphaDonePs - s.epochPs) / D.alphaIntervalPs;
+        if (due <= done)
         {
-            q.alpha *= std::pow(1 - D.g, double(periods));
-            q.lastAlphaPs += periods * D.alphaIntervalPs;
+            return;
         }
+        int64_t ticks = due - done;
+        if (s.alphaCnp)
+        {
+            s.alpha = (1 - D.g) * s.alpha + D.g;
+            s.alphaCnp = false;
+            ticks--;
+        }
+        if (ticks > 0)
+        {
+            s.alpha *= std::pow(1 - D.g, double(ticks));
+        }
+        s.alphaDonePs = s.epochPs + due * D.alphaIntervalPs;
     }
 
     void OnCnp(uint32_t qpn)
     {
         Replay& R = *m_replay;
         auto it = m_txq.find(qpn);
-        if (it == m_txq.end() || !R.dcqcn.enabled)
+        if (it == m_txq.end())
         {
             return;
         }
-        TxQp& q = m_active[it->second];
-        R.cnpsHeeded[q.flow]++;
-        const Dcqcn& D = R.dcqcn;
-        int64_t now = ns3::Simulator::Now().GetPicoSeconds();
-        DecayAlpha(q, now);
-        q.alpha = (1 - D.g) * q.alpha + D.g;
-        q.lastCnpPs = now;
-        if (q.lastCutPs >= 0 && now - q.lastCutPs < D.decreaseIntervalPs)
+        if (!R.dcqcn.enabled)
         {
-            return; // at most one cut per rate-decrease interval
+            R.cnpsIgnored++;
+            return;
         }
-        q.lastCutPs = now;
-        q.targetBps = q.rateBps;
-        q.rateBps = std::max(D.minBps, q.rateBps * (1 - q.alpha / 2));
-        q.increaseSteps = 0;
-        q.lastIncreasePs = now;
+        uint32_t q = it->second;
+        QpState& s = R.qps[q];
+        int64_t now = ns3::Simulator::Now().GetPicoSeconds();
+        if (!s.lines.empty())
+        {
+            R.cnpsHeeded[s.lines.front()]++;
+        }
+        else
+        {
+            R.cnpsIgnored++; // nothing in flight on the QP any more; the rate state still reacts
+        }
+        if (!s.cut)
+        { // first CNP: alpha = 1, target = rate (rate on first CNP = 1.0 x rate)
+            s.cut = true;
+            s.alpha = 1;
+            s.alphaCnp = false;
+            s.epochPs = s.alphaDonePs = now;
+            s.targetBps = s.rateBps;
+        }
+        else
+        {
+            AlphaUpTo(s, now);
+            s.alphaCnp = true;
+        }
+        s.decreaseCnp = true;
+        if (!s.decreaseEvt.IsPending())
+        { // the next rate-decrease tick (epoch + 1 ns + k D) after now
+            int64_t base = s.epochPs + 1000, D = R.dcqcn.decreaseIntervalPs;
+            int64_t k = now < base ? 1 : (now - base) / D + 1;
+            s.decreaseEvt = ns3::Simulator::Schedule(ns3::PicoSeconds(base + k * D - now),
+                                                     &RoceNic::CheckDecrease, this, q);
+        }
     }
 
-    // Rate recovery: every RP_TIMER period without a cut, fast recovery halves the gap to the
-    // target for `fastRecoverySteps` periods, then additive (AI) and hyper (HAI) increase.
-    void Increase(TxQp& q, int64_t now)
+    void CheckDecrease(uint32_t q)
     {
-        const Dcqcn& D = m_replay->dcqcn;
-        DecayAlpha(q, now);
-        while (q.rateBps < m_lineBps && now - q.lastIncreasePs >= D.increaseIntervalPs)
+        Replay& R = *m_replay;
+        QpState& s = R.qps[q];
+        const Dcqcn& D = R.dcqcn;
+        int64_t now = ns3::Simulator::Now().GetPicoSeconds();
+        AlphaUpTo(s, now);
+        if (!s.decreaseCnp)
         {
-            q.lastIncreasePs += D.increaseIntervalPs;
-            q.increaseSteps++;
-            if (q.increaseSteps > D.fastRecoverySteps)
-            {
-                bool hyper = q.increaseSteps > 2 * D.fastRecoverySteps;
-                q.targetBps = std::min(m_lineBps, q.targetBps + (hyper ? D.haiBps : D.aiBps));
-            }
-            q.rateBps = std::min(m_lineBps, (q.rateBps + q.targetBps) / 2);
+            return;
+        }
+        if (D.clampTarget || s.stage != 0)
+        {
+            s.targetBps = s.rateBps;
+        }
+        s.rateBps = std::max(D.minBps, s.rateBps * (1 - s.alpha / 2));
+        R.rateCuts++;
+        R.minRateSeenBps = R.minRateSeenBps == 0 ? s.rateBps : std::min(R.minRateSeenBps, s.rateBps);
+        s.stage = 0;
+        s.decreaseCnp = false;
+        ns3::Simulator::Cancel(s.rpTimer);
+        s.rpTimer = ns3::Simulator::Schedule(ns3::PicoSeconds(D.increaseIntervalPs),
+                                             &RoceNic::RateIncrease, this, q);
+    }
+
+    void RateIncrease(uint32_t q)
+    {
+        Replay& R = *m_replay;
+        QpState& s = R.qps[q];
+        const Dcqcn& D = R.dcqcn;
+        if (s.stage < D.fastRecoverySteps)
+        {
+            s.rateBps = s.rateBps / 2 + s.targetBps / 2;
+        }
+        else
+        {
+            s.targetBps = std::min(m_lineBps, s.targetBps + (s.stage == D.fastRecoverySteps ? D.aiBps : D.haiBps));
+            s.rateBps = s.rateBps / 2 + s.targetBps / 2;
+        }
+        s.stage++;
+        if (s.targetBps >= m_lineBps && m_lineBps - s.rateBps < m_lineBps * 1e-6)
+        {
+            s.rateBps = m_lineBps; // recovered: no further change, so no further timer
+            s.nextPs = 0;
+            return;
+        }
+        s.rpTimer = ns3::Simulator::Schedule(ns3::PicoSeconds(D.increaseIntervalPs),
+                                             &RoceNic::RateIncrease, this, q);
+        if (s.active)
+        {
+            Kick(); // the faster rate may let the QP send earlier than planned
         }
     }
 
     Replay* m_replay = nullptr;
+    HostCapture* m_cap = nullptr;
     ns3::DataRate m_rate;
     double m_lineBps = 0;
     ns3::Time m_ifg;
     ns3::Ptr<ns3::Ipv4L3Protocol> m_ipv4;
     ns3::Ipv4Address m_addr;
     ns3::Ptr<ns3::Socket> m_sock;
-    std::vector<TxQp> m_active;
-    std::unordered_map<uint32_t, size_t> m_txq; // requester QPN -> index in m_active
-    std::unordered_map<uint32_t, RxQp> m_rxq;   // responder QPN -> state
+    std::vector<uint32_t> m_active;                 // QP ids with posted messages
+    std::unordered_map<uint32_t, uint32_t> m_txq;   // our requester QPN -> QP id
+    std::unordered_map<uint32_t, uint32_t> m_rxq;   // our responder QPN -> QP id
+    std::unordered_map<uint32_t, uint32_t> m_msn;   // per requester QPN: messages ACKed
     size_t m_rr = 0;
-    ns3::EventId m_sendEvent;
-    int64_t m_wireFreePs = 0;
+    ns3::EventId m_sendEvent, m_unpause;
+    int64_t m_wireFreePs = 0, m_pausedUntilPs = 0, m_pausedAt = 0;
 };
 
 inline void Replay::Begin()
 {
+    for (uint32_t q = 0; q < qpSrc.size(); ++q)
+    {
+        nics[qpSrc[q]]->OwnQp(qpSqpn[q], q);
+        nics[qpDst[q]]->ExpectQp(qpDqpn[q], q);
+    }
     for (uint32_t f = 0; f < src.size(); ++f)
     {
-        nics[dst[f]]->ExpectFlow(f);
         if (fixedStartPs[f] >= 0)
         {
             ns3::Simulator::Schedule(At(fixedStartPs[f]), &Replay::Start, this, f);
@@ -670,7 +898,7 @@ inline void Replay::OpComplete(uint32_t o)
 inline void Replay::Start(uint32_t f)
 {
     startPs[f] = ns3::Simulator::Now().GetPicoSeconds();
-    nics[src[f]]->StartFlow(f);
+    nics[src[f]]->Post(f);
 }
 
 inline void Replay::Complete(uint32_t f)
@@ -688,6 +916,17 @@ inline void Replay::Complete(uint32_t f)
     opDonePs[o] = std::max(opDonePs[o], now + postPs[f]);
     --opLinesLeft[o];
     CheckOp(o);
+}
+
+} // namespace tracegen
+
+namespace tracegen
+{
+
+inline void SetUpstreamNic(ns3::Ptr<SwitchMmu> mmu, uint32_t iface, ns3::Ptr<RoceNic> nic,
+                           int64_t delayPs, int64_t quantaPs, uint64_t headroom)
+{
+    mmu->SetUpstream(iface, ns3::PeekPointer(nic), delayPs, quantaPs, headroom);
 }
 
 } // namespace tracegen

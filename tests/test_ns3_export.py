@@ -292,7 +292,7 @@ def check_manifest(man, lines, flows):
     """Each manifest record agrees with its flow.txt line, the flow row, and the simulators'
     port counters replayed in file order."""
     rows = flows.rows
-    hpcc_port, simai_port = {}, {}
+    pair_port, host_port = {}, {}
     for k, (m, f) in enumerate(zip(man, lines)):
         assert m["index"] == k
         row = rows[m["transfer_id"]]
@@ -307,10 +307,12 @@ def check_manifest(man, lines, flows):
         assert Decimal(2) + Decimal(m["start_ns"]) / Decimal(10**9) == f[5]
         assert (m["sip"], m["dip"]) == (sim_ip_hex(f[0]), sim_ip_hex(f[1]))
         assert m["deps"] == flows.deps[m["transfer_id"]].tolist()
-        assert m["hpcc_sport"] == hpcc_port.setdefault(f[0], 10000)      # third.cc: per source
-        hpcc_port[f[0]] += 1
-        assert m["simai_sport"] == simai_port.setdefault(f[:2], 10000)   # dev/qp: per pair
-        simai_port[f[:2]] += 1
+        # third.cc:137 (master, since 2020-07) and dev/qp NormalNetwork: portNumber[src][dst]++
+        # from 10000 per host pair; third.cc before 2020-07: per source host
+        assert m["hpcc_sport"] == m["simai_sport"] == pair_port.setdefault(f[:2], 10000)
+        pair_port[f[:2]] += 1
+        assert m["host_sport"] == host_port.setdefault(f[0], 10000)
+        host_port[f[0]] += 1
 
 
 # ------------------------------------------------------------------ tests
@@ -477,9 +479,12 @@ def test_manifest_maps_every_line(tmp_path, flows, fabric, job):
     big = [m for m in man if m["transfer_id"] == 4]
     assert [(m["part"], m["parts"]) for m in big] == [(0, 2), (1, 2)]
     assert s["manifest"]["skipped_zero_byte_transfers"] == [7]
-    # host 0 sends 0->2, 0->4, 0->2: HPCC counts per source host, SimAI per pair
-    host0 = [(m["dst_nic"], m["hpcc_sport"], m["simai_sport"]) for m in man if m["src_nic"] == 0]
-    assert host0 == [(2, 10000, 10000), (4, 10001, 10000), (2, 10002, 10001)]
+    # host 0 sends 0->2, 0->4, 0->2: HPCC (since 2020-07) and SimAI count per pair, HPCC before
+    # per source host
+    host0 = [(m["dst_nic"], m["hpcc_sport"], m["simai_sport"], m["host_sport"])
+             for m in man if m["src_nic"] == 0]
+    assert host0 == [(2, 10000, 10000, 10000), (4, 10000, 10000, 10001),
+                     (2, 10001, 10001, 10002)]
 
 
 def test_flow_txt_sizes_are_wire_bytes(tmp_path, fabric, job):
@@ -522,7 +527,7 @@ def test_manifest_ops_section(tmp_path, fabric, job):
     flows = make_flows(fabric, specs, ops, op_times)
     d, _ = export(tmp_path, flows, fabric, job)
     man = load_all(d)["manifest"]
-    assert man["format"] == "tracegen-ns3/2"
+    assert man["format"] == "tracegen-ns3/3"
     assert [o["op_id"] for o in man["ops"]] == [0, 1, 2, 3]
     assert [(o["kind"], o["dim"]) for o in man["ops"]] == [
         ("AllReduce", "TP"), ("SendRecv", "PP"), ("AllReduce", "DP"), ("Marker", "NONE")]
@@ -530,6 +535,8 @@ def test_manifest_ops_section(tmp_path, fabric, job):
     assert [o["gap_ns"] for o in man["ops"]] == [100, 200, 0, 0]
     assert [(o["op_start_ns"], o["op_end_ns"]) for o in man["ops"]] == list(zip(*op_times))
     assert [o["net"] for o in man["ops"]] == [False, True, True, False]
+    assert [(o["bytes"], o["ranks"]) for o in man["ops"]] == [
+        (int(b), int(n)) for b, n in zip(ops.rows["bytes"], ops.groups.lengths())]
     assert {m["op_id"] for m in man["flows"]} == {1, 2}
     assert [m["deps"] for m in man["flows"] if m["op_id"] == 2] == [[2], [4]]
     # NVLink step and zero-byte NET step of net op 2; op 0's NVLink transfer is not needed

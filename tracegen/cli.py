@@ -250,29 +250,42 @@ def ns3_group() -> None:
 
 @ns3_group.command("run")
 @click.argument("trace_dir", type=click.Path(file_okay=False))
-@click.option("--pcap", is_flag=True, help="Also write one ns-3 pcap per host NIC into ns3/sim/pcap/.")
+@click.option("--pcap", is_flag=True, help="Also write one Ethernet pcap per host NIC into ns3/sim/pcap/ (PFC frames included).")
+@click.option("--max-bytes", default=None, metavar="SIZE",
+              help="Refuse --pcap captures whose estimate exceeds SIZE (e.g. 500MB; 0: no limit; default 2GiB).")
 @click.option("--gap", type=click.Choice(["zero", "analytic"]), default="zero", show_default=True,
               help="Wait between a flow's last dependency and its start: zero (NCCL computes "
                    "nothing between ring steps) or the analytic schedule's start - dep end.")
-@click.option("--dcqcn", is_flag=True, help="Senders react to CNPs (DCQCN rate control).")
+@click.option("--dcqcn/--no-dcqcn", default=None,
+              help="Senders react to CNPs (DCQCN per QP). Default: on when the job's network.cc_mode is dcqcn.")
+@click.option("--pfc/--no-pfc", default=None, help="PFC on the RoCE priority. Default: the job's network.pfc.")
+@click.option("--nic", type=click.Choice(["auto", "fifo", "rr"]), default="auto", show_default=True,
+              help="How a NIC picks the QP to send from: fifo (one message after the other, as a "
+                   "serial schedule), rr (packet round robin: fair share), auto (as the schedule).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def ns3_run(trace_dir, pcap, gap, dcqcn, quiet):
+def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, pfc, nic, quiet):
     """Run TRACE_DIR (a `tracegen generate` folder or its ns3/) in ns-3; writes ns3/sim/."""
     from ns3_scenarios import run_scenario
+    from ns3_scenarios.run import DEFAULT_MAX_PCAP_BYTES
     try:
+        budget = DEFAULT_MAX_PCAP_BYTES if max_bytes is None else parse_bytes(max_bytes)
         say = None if quiet else (lambda msg: click.echo(msg, err=True))
-        s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pcap=pcap, progress=say)
+        s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pfc=pfc, nic=nic, pcap=pcap,
+                         max_bytes=budget, progress=say)
     except (ConfigError, OutputError) as e:
         _fail(str(e))
     if not quiet:
+        k = s["kpis"]["all"]
         click.echo(f"wrote {s['dir']}/: {s['completed']}/{s['flows']} flows, "
                    f"iteration {s['sim_iteration_ns'] / 1e3:,.2f} µs simulated vs "
                    f"{s['analytic_iteration_ns'] / 1e3:,.2f} µs scheduled "
-                   f"(x{s['sim_over_analytic']}), {s['ce_packets']:,} CE-marked packets, "
+                   f"(x{s['sim_over_analytic']}), flow/schedule p50 {s['flow_vs_schedule_p50']:.3f}, "
+                   f"{s['ce_packets']:,} CE-marked packets, {s['pfc']['pause_frames']:,} PFC pauses, "
+                   f"busbw {k['simulated']['busbw_pct'] or 0:.0f}% of line rate, "
                    f"{s['wall_s']:.1f} s wall")
     if s["completed"] < s["flows"]:
         click.echo(f"error: {s['flows'] - s['completed']} flows never completed (see "
-                   f"{s['dir']}/flows.csv, end_ns -1)", err=True)
+                   f"{s['dir']}/flows.csv, end_ns -1; {s['drops']} packets dropped)", err=True)
         sys.exit(1)
 
 
