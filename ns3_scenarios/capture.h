@@ -42,6 +42,7 @@ class HostCapture
         std::memcpy(m_sw, sw, 6);
         uint32_t hdr[6] = {0xa1b23c4d, 0x00040002, 0, 0, 65535, 1}; // ns pcap, v2.4, Ethernet
         Write(hdr, sizeof hdr);
+        m_budget->written += sizeof hdr;
     }
 
     ~HostCapture()

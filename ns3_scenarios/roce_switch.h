@@ -1,6 +1,7 @@
 // A lossless RoCE switch for mainline ns-3: egress queues with a strict-priority CNP lane over the
-// RoCE data lane, ECN marking of data (DCQCN's RED: probability rising to Pmax between Kmin and
-// Kmax bytes of the instantaneous data backlog, every packet above Kmax), and PFC on the data
+// RoCE data lane, ECN marking of data as it leaves (DCQCN's RED on the data backlog it leaves
+// behind: probability rising to Pmax between Kmin and Kmax bytes, every packet above Kmax; at
+// dequeue, as HPCC's switch does, so the mark does not wait out the queue), and PFC on the data
 // priority (3) with a shared buffer, per-ingress-port Xoff/Xon thresholds and PAUSE frames.
 //
 // PFC, as 802.1Qbb and HPCC's SwitchMmu do it:
@@ -111,12 +112,21 @@ class SwitchMmu : public ns3::Object
         return tid;
     }
 
-    // ---- configuration (from Python, before the run)
+    // ---- configuration (from Python, before the run; a method: cppyy's ns3::Ptr proxy does
+    // not forward field assignment)
     bool pfc = true;
     uint64_t bufferBytes = 32u << 20;
     uint64_t xoffBytes = 0;        // 0: dynamic threshold
     uint64_t resumeOffset = 3072;
     uint32_t alphaShift = 3;
+
+    void Configure(bool pfcOn, uint64_t buffer, uint64_t xoff, uint64_t offset)
+    {
+        pfc = pfcOn;
+        bufferBytes = buffer;
+        xoffBytes = xoff;
+        resumeOffset = offset;
+    }
 
     void SetPorts(uint32_t n)
     {
@@ -326,16 +336,6 @@ class RoceQueueDisc : public ns3::QueueDisc, public PauseTarget
             DropBeforeEnqueue(item, "switch buffer full");
             return false;
         }
-        if (!cnp)
-        { // DCQCN's RED on the data backlog the packet joins
-            double q = double(m_dataBytes);
-            bool mark = q > m_kmax ||
-                        (q > m_kmin && m_rng->GetValue() < m_pmax * (q - m_kmin) / (m_kmax - m_kmin));
-            if (mark && Mark(item, "ecn"))
-            {
-                ceMarks++;
-            }
-        }
         bool ok = GetInternalQueue(cnp ? 0 : 1)->Enqueue(item);
         if (!ok)
         {
@@ -365,8 +365,15 @@ class RoceQueueDisc : public ns3::QueueDisc, public PauseTarget
         uint32_t iif = item->GetPacket()->RemovePacketTag(tag) ? tag.Iface() : 0;
         m_mmu->Dequeued(iif, size, !cnp);
         if (!cnp)
-        {
+        { // DCQCN's RED on the data backlog the packet leaves behind
             m_dataBytes -= size;
+            double q = double(m_dataBytes);
+            bool mark = q > m_kmax ||
+                        (q > m_kmin && m_rng->GetValue() < m_pmax * (q - m_kmin) / (m_kmax - m_kmin));
+            if (mark && Mark(item, "ecn"))
+            {
+                ceMarks++;
+            }
         }
         txBytes += size;
         txPkts++;

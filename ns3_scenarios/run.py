@@ -96,7 +96,7 @@ def pcap_estimate(sc: Scenario) -> int:
     per_pkt = PCAP_RECORD_BYTES + ETH_VLAN_BYTES + 20 + 8 + 12 + 4
     data = n * per_pkt + sc.bytes + pad + 16 + 4          # + RETH, ImmDt per message
     ack = PCAP_RECORD_BYTES + ETH_VLAN_BYTES + 20 + 8 + 12 + 4 + 4
-    return int(2 * (data.sum() + ack * len(sc)))
+    return int(2 * (data.sum() + ack * len(sc)) + 24 * sc.topology.n_hosts)
 
 
 def _check_pcap_budget(sc: Scenario, max_bytes: int) -> None:
@@ -192,6 +192,7 @@ def _summary(sc: Scenario, res, **opts) -> dict:
         "pfc": kpi.pfc_totals(ports),
         "drops": int(sum(p["drops"] for p in ports)),
         "max_queue_bytes": int(max((p["max_queue_bytes"] for p in sw_ports), default=0)),
+        "max_ingress_bytes": int(max((p["max_ingress_bytes"] for p in sw_ports), default=0)),
         "max_switch_buffer_bytes": int(max(res.switch_max_buffer_bytes, default=0)),
         "kpis": _kpis(sc, res),
         "pcap_bytes": int(res.pcap_bytes),
@@ -218,45 +219,10 @@ def _kpis(sc: Scenario, res) -> dict:
     sim = kpi.FlowSide(np.where(done, _ns(res.tx_start_ps) - sc.t0_ns, 0),
                        np.where(done, _ns(res.end_ps) - sc.t0_ns, 0))
     ana = kpi.FlowSide(sc.sched_start_ns, sc.sched_end_ns)
+    from tracegen.ns3_compare import kpis_for   # (tracegen.ns3_compare imports this package)
     return kpis_for(sc, ana, sim, sc.op_id, res.ce_pkts, res.rx_pkts, done,
                     link_bytes=_link_bytes_sim(res), link_bytes_ana=_link_bytes_ana(sc, res),
                     ports=res.ports)
-
-
-def kpis_for(sc: Scenario, ana, sim, op, ce, packets, mask, *, link_bytes=None,
-             link_bytes_ana=None, ports=None) -> dict:
-    payload = sc.payload_bytes if sc.payload_bytes is not None else sc.bytes
-    ops = sc.ops or []
-    op_bytes = np.array([int(o.get("bytes", 0)) for o in ops], dtype=np.int64)
-    op_ranks = np.array([int(o.get("ranks", 2)) for o in ops], dtype=np.int64)
-    op_kind = [o["kind"] for o in ops]
-    gbps = float(np.median(sc.topology.bps[sc.topology.a < sc.topology.n_hosts])) / 1e9
-    op = np.asarray(op)
-    ana_ops = kpi.op_kpis(op[mask], payload[mask], kpi.FlowSide(ana.start_ns[mask], ana.end_ns[mask]),
-                          op_bytes, op_ranks, op_kind, gbps)
-    sim_ops = kpi.op_kpis(op[mask], payload[mask], kpi.FlowSide(sim.start_ns[mask], sim.end_ns[mask]),
-                          op_bytes, op_ranks, op_kind, gbps)
-    recs = sc.records
-    group = np.array([f"{r['dim']} {r['kind']}" for r in recs], dtype=object)
-    it = np.array([int(ops[int(o)].get("iteration", 0)) if ops else 0 for o in op.tolist()])
-
-    def g(m):
-        return kpi.group_kpis(m & mask, op, ana, sim, ana_ops, sim_ops, ce, packets)
-
-    out = {"line_gbps": gbps, "all": g(np.ones(len(op), bool)),
-           "iterations": {str(i): g(it == i) for i in sorted(set(it.tolist()))},
-           "collectives": {k: g(group == k) for k in sorted(set(group.tolist()))}}
-    hosts = set(range(sc.topology.n_hosts))
-    switches = set(sc.topology.switches.tolist())
-    leaves = {int(b) if a in hosts else int(a) for a, b in zip(sc.topology.a.tolist(),
-                                                               sc.topology.b.tolist())
-              if (a in hosts) != (b in hosts)}
-    out["ecmp_imbalance"] = {
-        "analytic": kpi.ecmp_imbalance(link_bytes_ana, leaves, switches) if link_bytes_ana else None,
-        "simulated": kpi.ecmp_imbalance(link_bytes, leaves, switches) if link_bytes else None}
-    if ports is not None:
-        out["pfc"] = kpi.pfc_totals(ports)
-    return out
 
 
 def _link_bytes_sim(res) -> dict:
@@ -341,7 +307,7 @@ def _write_ops_csv(path: Path, sc: Scenario, res) -> None:
 
 
 PORT_COLUMNS = ["node", "iface", "peer", "gbps", "tx_bytes", "tx_pkts", "ce_marked",
-                "max_queue_bytes", "drops", "pause_sent", "resume_sent", "pauses_rx", "paused_ns"]
+                "max_queue_bytes", "max_ingress_bytes", "drops", "pause_sent", "resume_sent", "pauses_rx", "paused_ns"]
 
 
 def _write_ports_csv(path: Path, res) -> None:

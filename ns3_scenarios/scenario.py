@@ -202,10 +202,9 @@ def _simulate(sc: Scenario, *, gap, dcqcn, nic, pfc, pcap_dir, pcap_budget, plan
     quanta = int(pfc_cfg.get("pause_quanta", 65535))
     for sw in range(topo.n_hosts, topo.n_nodes):
         mmu = ns.CreateObject[cpp.tracegen.SwitchMmu]()
-        mmu.pfc = pfc_on
-        mmu.bufferBytes = int(pfc_cfg.get("buffer_bytes", 32 << 20))
-        mmu.xoffBytes = int(pfc_cfg.get("xoff_bytes", 0))
-        mmu.resumeOffset = int(pfc_cfg.get("resume_offset_bytes", 3072))
+        mmu.Configure(pfc_on, int(pfc_cfg.get("buffer_bytes", 32 << 20)),
+                      int(pfc_cfg.get("xoff_bytes", 0)),
+                      int(pfc_cfg.get("resume_offset_bytes", 3072)))
         mmu.SetPorts(len(fab.adj[sw]))
         nodes.Get(sw).AggregateObject(mmu)
         mmus[sw] = mmu
@@ -373,7 +372,9 @@ def _pin_paths(sc: Scenario, fab: "_Fabric", routing) -> list[list[int]]:
 def _port_stats(topo, fab: "_Fabric", queue: dict, mmus: dict, nics: list) -> list[dict]:
     """One record per device: what it sent, marked, queued, and the PFC it sent and obeyed.
     pause_sent / resume_sent: frames this node sent out of the port (its ingress there was over
-    Xoff); paused_ns, pauses_rx: how long this port's data priority was stopped by its peer."""
+    Xoff); max_ingress_bytes: the most data bytes that arrived on this port were buffered at once
+    (what PFC bounds); paused_ns, pauses_rx: how long this port's data priority was stopped by its
+    peer."""
     out = []
     for node in range(topo.n_nodes):
         for v, iface, bps, _ in fab.adj[node]:
@@ -381,13 +382,14 @@ def _port_stats(topo, fab: "_Fabric", queue: dict, mmus: dict, nics: list) -> li
             if node < topo.n_hosts:
                 n = nics[node]
                 rec.update(tx_bytes=int(n.txBytes), tx_pkts=int(n.txPkts), ce_marked=0,
-                           max_queue_bytes=0, drops=0, pause_sent=0, resume_sent=0,
+                           max_queue_bytes=0, max_ingress_bytes=0, drops=0, pause_sent=0,
+                           resume_sent=0,
                            pauses_rx=int(n.pausesRx), paused_ns=int(n.pausedPs) // 1000)
             else:
                 q, m = queue[(node, iface)], mmus[node]
                 rec.update(tx_bytes=int(q.txBytes), tx_pkts=int(q.txPkts),
                            ce_marked=int(q.ceMarks), max_queue_bytes=int(q.maxDataBytes),
-                           drops=int(q.drops), pause_sent=int(m.pauseSent[iface]),
+                           max_ingress_bytes=int(m.maxIngress[iface]), drops=int(q.drops), pause_sent=int(m.pauseSent[iface]),
                            resume_sent=int(m.resumeSent[iface]), pauses_rx=int(q.pausesRx),
                            paused_ns=int(q.PausedPsNow()) // 1000)
             out.append(rec)

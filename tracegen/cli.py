@@ -293,15 +293,18 @@ def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, pfc, nic, quiet):
 @click.argument("trace_dir", type=click.Path(file_okay=False))
 @click.option("--fct", "fct_path", type=click.Path(dir_okay=False),
               help="fct file to read (default ns3/sim/fct.txt; HPCC's fct.txt or SimAI's fct_simai.txt work too).")
-@click.option("--sport", type=click.Choice(["auto", "hpcc", "simai"]), default="auto", show_default=True,
-              help="Which source-port numbering the fct file uses.")
+@click.option("--sport", type=click.Choice(["auto", "pair", "host", "hpcc", "simai"]), default="auto",
+              show_default=True,
+              help="The fct file's source-port numbering: pair (HPCC since 2020-07, SimAI, tracegen; "
+                   "hpcc and simai mean pair), host (HPCC before 2020-07); auto refuses an ambiguous join.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False),
-              help="Plot of analytic vs simulated end times (default: compare.png beside the fct file).")
+              help="Plot of analytic vs simulated end times and FCTs (default: compare.png beside the fct file).")
 def ns3_compare(trace_dir, fct_path, sport, png_path):
-    """Join a simulator's fct.txt to the schedule: completion, slowdown, ECN per collective."""
-    from .ns3_compare import REPORT_HEADER, join, plot, report_rows
+    """Join a simulator's fct.txt to the schedule: the AI-fabric benchmark KPIs, analytic vs simulated."""
+    from .ns3_compare import REPORT_HEADER, join, joined_kpis, plot, report_notes, report_rows
     try:
         j = join(trace_dir, fct_path, sport)
+        k = joined_kpis(j)
         png = plot(j, Path(png_path) if png_path else
                    (Path(fct_path).parent if fct_path else j.sc.dir / "sim") / "compare.png")
     except (ConfigError, OutputError) as e:
@@ -309,16 +312,22 @@ def ns3_compare(trace_dir, fct_path, sport, png_path):
     from rich import box
     from rich.console import Console
     from rich.table import Table
-    table = Table(title=f"Analytic schedule (ana) vs {fct_path or 'ns3/sim/fct.txt'} (sports as "
-                        f"{j.sport}): last flow end after t0, sim/ana ratio, slowdown "
-                        "(fct / standalone fct) p50 p99 max, ECN-CE packets",
+    table = Table(title=f"Analytic schedule (ana) vs {fct_path or 'ns3/sim/fct.txt'} (sports "
+                        f"numbered per {j.sport}): JCT = first start to last end, busbw = median "
+                        "over ops as % of NIC line rate, FCT p99, Jain fairness of flow rates, "
+                        "ECN-CE share of data packets",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for h in REPORT_HEADER:
         table.add_column(h, justify="left" if h == "group" else "right", no_wrap=True)
-    for section in report_rows(j):
-        for k, r in enumerate(section):
-            table.add_row(*r, end_section=k == len(section) - 1)
-    Console().print(table)
+    for section in report_rows(j, k):
+        for i, r in enumerate(section):
+            table.add_row(*r, end_section=i == len(section) - 1)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=132)
+    console.print(table)
+    for note in report_notes(j, k):
+        click.echo(note)
     if j.unmatched or j.missing:
         click.echo(f"warning: {j.unmatched} fct rows match no flow; {j.missing} flows have no fct row",
                    err=True)
