@@ -336,6 +336,8 @@ def ns3_compare(trace_dir, fct_path, sport, png_path):
 
 from .tokens_cli import tokens as _tokens  # noqa: E402
 main.add_command(_tokens)
+from .export_cli import export as _export  # noqa: E402
+main.add_command(_export)
 
 
 if __name__ == "__main__":
