@@ -630,3 +630,57 @@ def test_reader_rejects_broken_files(tmp_path, flows, fabric, job):
     too_big = flow_lines[:1] + [f"0 2 3 100 {2**32} 2.000000000"] + flow_lines[2:]
     with pytest.raises(ValueError, match="uint32"):
         read_flows("\n".join(too_big) + "\n", topo)
+
+
+def test_qps_are_the_pcap_writers_connections(tmp_path):
+    """manifest `qps`: one RC QP per NCCL connection with the QPNs and UDP source port the pcap
+    writer gives that connection, so the ns-3 packets hash like the captured ones; every line
+    names its connection's QP."""
+    from tracegen.emit.packets import _build
+    from tracegen.pipeline import run_pipeline
+    from tracegen.config import job_from_dict
+    job = job_from_dict({"parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 16},
+                         "cluster": {"nodes_per_leaf": 2}})
+    run = run_pipeline(job)
+    d, _ = export(tmp_path, run.flows, run.fabric, job)
+    man = load_all(d)["manifest"]
+    plan = _build(run.flows, run.fabric, job.output)
+    pcap_conns = set(zip(plan.c_src.tolist(), plan.c_dst.tolist(), plan.c_qpn_src.tolist(),
+                         plan.c_qpn_dst.tolist(), plan.c_sport.tolist()))
+    qps = man["qps"]
+    assert [q["qp"] for q in qps] == list(range(len(qps)))
+    assert {(q["src"], q["dst"], q["sqpn"], q["dqpn"], q["sport"]) for q in qps} <= pcap_conns
+    rows = run.flows.rows
+    dim_of = {o["op_id"]: o["dim"] for o in man["ops"]}
+    conn = {}
+    for m in man["flows"]:
+        q = qps[m["qp"]]
+        assert (q["src"], q["dst"]) == (m["src_nic"], m["dst_nic"])
+        row = rows[m["transfer_id"]]
+        key = (int(row["src_rank"]), int(row["dst_rank"]),
+               {"SP": "TP"}.get(dim_of[m["op_id"]], dim_of[m["op_id"]]), int(row["channel"]))
+        assert conn.setdefault(key, m["qp"]) == m["qp"]          # one QP per connection
+    assert len(set(conn.values())) == len(conn)
+    assert man["sim"]["nic_sharing"] == "serial"
+    assert man["sim"]["pfc"]["enabled"] is True and man["sim"]["cnp_interval_ns"] == 4000
+
+
+def test_network_keys_reach_config_txt(tmp_path):
+    from tracegen.config import job_from_dict
+    job = job_from_dict({"network": {"dcqcn_rate_ai_mbps": 40, "dcqcn_rate_hai_mbps": 400.5,
+                                     "dcqcn_min_rate_mbps": 100, "dcqcn_g": 0.0625,
+                                     "dcqcn_rp_timer_us": 55, "dcqcn_fast_recovery": 5,
+                                     "pfc_xoff_bytes": 500_000, "cnp_interval_us": 50}})
+    fabric = build_fabric(job)
+    d, _ = export(tmp_path, make_flows(fabric, BASE_SPECS), fabric, job)
+    s = load_all(d)
+    cfg = s["config"]
+    assert (cfg["RATE_AI"], cfg["RATE_HAI"], cfg["MIN_RATE"]) == ("40Mb/s", "400500Kb/s",
+                                                                  "100Mb/s")
+    assert (cfg["EWMA_GAIN"], cfg["RP_TIMER"], cfg["FAST_RECOVERY_TIMES"]) == (0.0625, 55, 5)
+    sim = s["manifest"]["sim"]
+    assert sim["pfc"]["xoff_bytes"] == 500_000 and sim["cnp_interval_ns"] == 50_000
+    with pytest.raises(ConfigError, match="pfc_resume_offset_bytes"):
+        job_from_dict({"network": {"pfc_xoff_bytes": 1000}})
+    with pytest.raises(ConfigError, match="dcqcn_g"):
+        job_from_dict({"network": {"dcqcn_g": 0}})
