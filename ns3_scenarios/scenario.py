@@ -248,12 +248,12 @@ def _simulate(sc: Scenario, *, gap, dcqcn, nic, pfc, pcap_dir, pcap_budget, plan
             frame_ps = _wire_ps(PFC_FRAME_WIRE_BYTES, bps)
             quanta_ps = round(quanta * 512 * 10**12 / bps)
             headroom = headroom_cfg or 3 * bps * delay // (8 * 10**12)
-            args = (mmu, iface, None, delay + frame_ps, quanta_ps, headroom)
+            timing = (delay + frame_ps, quanta_ps, headroom)
             if is_host[v]:
-                cpp.tracegen.SetUpstreamNic(mmu, iface, nics[v], *args[3:])
+                cpp.tracegen.SetUpstreamNic(mmu, iface, nics[v], *timing)
             else:
                 cpp.tracegen.SetUpstreamQueue(mmu, iface, queue[(v, fab.iface_to(v, sw))],
-                                              *args[3:])
+                                              *timing)
 
     standalone = _standalone_ps(R, sc, fab, qp_hops)
     R.Begin()   # schedules fixed-time flows and root ops; node start-up events come first

@@ -684,3 +684,27 @@ def test_network_keys_reach_config_txt(tmp_path):
         job_from_dict({"network": {"pfc_xoff_bytes": 1000}})
     with pytest.raises(ConfigError, match="dcqcn_g"):
         job_from_dict({"network": {"dcqcn_g": 0}})
+
+
+def test_fabric_qp_path_is_the_routing_seam(tmp_path, job):
+    """A Fabric with qp_path(src, dst, sport) (the schedule's ECMP) puts each QP's path into the
+    manifest; the scenario reader checks it against topology.txt."""
+    import dataclasses
+    from ns3_scenarios.inputs import load_scenario
+    from tracegen.topology import Fabric
+
+    @dataclasses.dataclass(frozen=True)
+    class Routed(Fabric):
+        def qp_path(self, src, dst, sport):
+            return self.path(src, dst, sport)
+
+    base = build_fabric(dataclasses.replace(job, cluster=dataclasses.replace(
+        job.cluster, nodes_per_leaf=1, spines=2)))
+    fabric = Routed(**{f.name: getattr(base, f.name) for f in dataclasses.fields(Fabric)})
+    flows = make_flows(fabric, [(0, NET, 0, 2, 1 << 20, 500, []), (0, NET, 2, 4, 1 << 20, 500, [])])
+    d, _ = export(tmp_path, flows, fabric, job)
+    qps = load_all(d)["manifest"]["qps"]
+    assert [q["path"] for q in qps] == [fabric.path(q["src"], q["dst"], q["sport"]) for q in qps]
+    assert all(len(q["path"]) == 5 for q in qps)           # host, leaf, spine, leaf, host
+    sc = load_scenario(d)
+    assert sc.qp_path == [q["path"] for q in qps]

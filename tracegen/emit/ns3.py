@@ -133,7 +133,12 @@ def qp_table(flows: Flows, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     NIC, src rank, dst rank, communicator, channel), QPNs from 0x100 per NIC in that sorted order
     (the first QP of a connection when nccl.qps_per_connection > 1 is ignored here: one QP per
     connection), UDP source port from the QPN pair (mlx5). Returns (row -> qp index, -1 off the
-    fabric; QP_DTYPE table)."""
+    fabric; QP_DTYPE table).
+
+    Routing seam: when the Fabric offers `qp_path(src_nic, dst_nic, udp_sport)` -> simulator
+    node ids (src host, switches..., dst host), e.g. the schedule's own ECMP choice by a 5-tuple
+    hash, the manifest's qps records carry it as `path` and `tracegen ns3 run` routes each QP
+    exactly that way; without it the scenario hashes the QP's 5-tuple itself."""
     rows = flows.rows
     net = np.flatnonzero(flows.net)
     row_qp = np.full(len(rows), -1, dtype=np.int64)
@@ -394,6 +399,11 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
     _, qps = qp_table(flows, fabric)
     qp_recs = [_QP_RECORD % r for r in zip(range(len(qps)), *(qps[k].tolist() for k in
                                                                QP_DTYPE.names))]
+    path_of = getattr(fabric, "qp_path", None)   # the routing seam (see qp_table)
+    if path_of is not None:
+        qp_recs = [rec[:-1] + ',"path":[%s]}' % ",".join(
+                       str(int(x)) for x in path_of(int(q["src"]), int(q["dst"]), int(q["sport"])))
+                   for rec, q in zip(qp_recs, qps)]
     for name, recs in (("ops", op_recs), ("local_transfers", local_recs), ("qps", qp_recs)):
         yield f',\n "{name}": [' + ("\n" + ",\n".join(recs) + "\n ]" if recs else "]")
     yield "\n}\n"
