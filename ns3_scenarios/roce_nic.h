@@ -52,6 +52,8 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -330,6 +332,7 @@ class RoceNic : public ns3::Application, public PauseTarget
         {
             s.active = true;
             m_active.push_back(q);
+            m_fifo.emplace(R.startPs[f], f, q);
         }
         Kick();
     }
@@ -450,6 +453,8 @@ class RoceNic : public ns3::Application, public PauseTarget
     }
 
     // The next QP to send a packet (see the header); schedules a retry when all are held back.
+    // fifo: the active QPs ordered by (head message posted, line) in m_fifo; rr: m_active from
+    // m_rr on.
     void SendNext()
     {
         Replay& R = *m_replay;
@@ -460,46 +465,42 @@ class RoceNic : public ns3::Application, public PauseTarget
             return; // new work or the end of the pause calls Kick()
         }
         int64_t soonest = INT64_MAX;
-        size_t pick = n;
-        for (size_t i = 0; i < n; ++i)
+        if (R.arbitration == 1)
         {
-            size_t j = R.arbitration == 1 ? (m_rr + i) % n : i;
-            QpState& s = R.qps[m_active[j]];
-            if (s.nextPs > now)
+            for (size_t i = 0; i < n; ++i)
             {
+                size_t j = (m_rr + i) % n;
+                QpState& s = R.qps[m_active[j]];
+                if (s.nextPs <= now)
+                {
+                    SendPacket(m_active[j], j, now);
+                    return;
+                }
                 soonest = std::min(soonest, s.nextPs);
-                continue;
-            }
-            if (R.arbitration == 1)
-            {
-                pick = j;
-                break;
-            }
-            uint32_t f = s.lines.front();
-            if (pick == n)
-            {
-                pick = j;
-                continue;
-            }
-            uint32_t g = R.qps[m_active[pick]].lines.front();
-            if (R.startPs[f] < R.startPs[g] || (R.startPs[f] == R.startPs[g] && f < g))
-            {
-                pick = j;
             }
         }
-        if (pick < n)
+        else
         {
-            SendPacket(pick, now);
-            return;
+            for (const auto& e : m_fifo)
+            {
+                uint32_t q = std::get<2>(e);
+                QpState& s = R.qps[q];
+                if (s.nextPs <= now)
+                {
+                    SendPacket(q, n, now);
+                    return;
+                }
+                soonest = std::min(soonest, s.nextPs);
+            }
         }
         m_sendEvent =
             ns3::Simulator::Schedule(ns3::PicoSeconds(soonest - now), &RoceNic::SendNext, this);
     }
 
-    void SendPacket(size_t j, int64_t now)
+    // Packet `pkt` of QP q's head message; j: q's index in m_active if known (rr), else n.
+    void SendPacket(uint32_t q, size_t j, int64_t now)
     {
         Replay& R = *m_replay;
-        uint32_t q = m_active[j];
         QpState& s = R.qps[q];
         uint32_t f = s.lines.front(), k = s.pkt, n = R.Packets(f);
         uint32_t pay = R.PayloadOf(f, k), pad = (4 - pay % 4) % 4;
@@ -552,16 +553,26 @@ class RoceNic : public ns3::Application, public PauseTarget
         s.pkt++;
         if (last)
         {
+            m_fifo.erase(std::make_tuple(R.startPs[f], f, q));
             s.lines.pop_front();
             s.pkt = 0;
+            if (!s.lines.empty())
+            {
+                uint32_t g = s.lines.front();
+                m_fifo.emplace(R.startPs[g], g, q);
+            }
         }
         if (s.lines.empty())
         {
+            if (j >= m_active.size()) // fifo: find it (only when the QP goes idle)
+            {
+                j = std::find(m_active.begin(), m_active.end(), q) - m_active.begin();
+            }
             s.active = false;
             m_active.erase(m_active.begin() + j);
             m_rr = m_active.empty() ? 0 : j % m_active.size();
         }
-        else
+        else if (j < m_active.size())
         {
             m_rr = j + 1;
         }
@@ -814,6 +825,7 @@ class RoceNic : public ns3::Application, public PauseTarget
     ns3::Ipv4Address m_addr;
     ns3::Ptr<ns3::Socket> m_sock;
     std::vector<uint32_t> m_active;                 // QP ids with posted messages
+    std::set<std::tuple<int64_t, uint32_t, uint32_t>> m_fifo; // (head posted, head line, QP)
     std::unordered_map<uint32_t, uint32_t> m_txq;   // our requester QPN -> QP id
     std::unordered_map<uint32_t, uint32_t> m_rxq;   // our responder QPN -> QP id
     std::unordered_map<uint32_t, uint32_t> m_msn;   // per requester QPN: messages ACKed
