@@ -292,7 +292,7 @@ def check_manifest(man, lines, flows):
     """Each manifest record agrees with its flow.txt line, the flow row, and the simulators'
     port counters replayed in file order."""
     rows = flows.rows
-    hpcc_port, simai_port = {}, {}
+    pair_port, host_port = {}, {}
     for k, (m, f) in enumerate(zip(man, lines)):
         assert m["index"] == k
         row = rows[m["transfer_id"]]
@@ -307,10 +307,12 @@ def check_manifest(man, lines, flows):
         assert Decimal(2) + Decimal(m["start_ns"]) / Decimal(10**9) == f[5]
         assert (m["sip"], m["dip"]) == (sim_ip_hex(f[0]), sim_ip_hex(f[1]))
         assert m["deps"] == flows.deps[m["transfer_id"]].tolist()
-        assert m["hpcc_sport"] == hpcc_port.setdefault(f[0], 10000)      # third.cc: per source
-        hpcc_port[f[0]] += 1
-        assert m["simai_sport"] == simai_port.setdefault(f[:2], 10000)   # dev/qp: per pair
-        simai_port[f[:2]] += 1
+        # third.cc:137 (master, since 2020-07) and dev/qp NormalNetwork: portNumber[src][dst]++
+        # from 10000 per host pair; third.cc before 2020-07: per source host
+        assert m["hpcc_sport"] == m["simai_sport"] == pair_port.setdefault(f[:2], 10000)
+        pair_port[f[:2]] += 1
+        assert m["host_sport"] == host_port.setdefault(f[0], 10000)
+        host_port[f[0]] += 1
 
 
 # ------------------------------------------------------------------ tests
@@ -477,9 +479,12 @@ def test_manifest_maps_every_line(tmp_path, flows, fabric, job):
     big = [m for m in man if m["transfer_id"] == 4]
     assert [(m["part"], m["parts"]) for m in big] == [(0, 2), (1, 2)]
     assert s["manifest"]["skipped_zero_byte_transfers"] == [7]
-    # host 0 sends 0->2, 0->4, 0->2: HPCC counts per source host, SimAI per pair
-    host0 = [(m["dst_nic"], m["hpcc_sport"], m["simai_sport"]) for m in man if m["src_nic"] == 0]
-    assert host0 == [(2, 10000, 10000), (4, 10001, 10000), (2, 10002, 10001)]
+    # host 0 sends 0->2, 0->4, 0->2: HPCC (since 2020-07) and SimAI count per pair, HPCC before
+    # per source host
+    host0 = [(m["dst_nic"], m["hpcc_sport"], m["simai_sport"], m["host_sport"])
+             for m in man if m["src_nic"] == 0]
+    assert host0 == [(2, 10000, 10000, 10000), (4, 10000, 10000, 10001),
+                     (2, 10001, 10001, 10002)]
 
 
 def test_flow_txt_sizes_are_wire_bytes(tmp_path, fabric, job):
@@ -522,7 +527,7 @@ def test_manifest_ops_section(tmp_path, fabric, job):
     flows = make_flows(fabric, specs, ops, op_times)
     d, _ = export(tmp_path, flows, fabric, job)
     man = load_all(d)["manifest"]
-    assert man["format"] == "tracegen-ns3/2"
+    assert man["format"] == "tracegen-ns3/3"
     assert [o["op_id"] for o in man["ops"]] == [0, 1, 2, 3]
     assert [(o["kind"], o["dim"]) for o in man["ops"]] == [
         ("AllReduce", "TP"), ("SendRecv", "PP"), ("AllReduce", "DP"), ("Marker", "NONE")]
@@ -530,6 +535,8 @@ def test_manifest_ops_section(tmp_path, fabric, job):
     assert [o["gap_ns"] for o in man["ops"]] == [100, 200, 0, 0]
     assert [(o["op_start_ns"], o["op_end_ns"]) for o in man["ops"]] == list(zip(*op_times))
     assert [o["net"] for o in man["ops"]] == [False, True, True, False]
+    assert [(o["bytes"], o["ranks"]) for o in man["ops"]] == [
+        (int(b), int(n)) for b, n in zip(ops.rows["bytes"], ops.groups.lengths())]
     assert {m["op_id"] for m in man["flows"]} == {1, 2}
     assert [m["deps"] for m in man["flows"] if m["op_id"] == 2] == [[2], [4]]
     # NVLink step and zero-byte NET step of net op 2; op 0's NVLink transfer is not needed
@@ -623,3 +630,75 @@ def test_reader_rejects_broken_files(tmp_path, flows, fabric, job):
     too_big = flow_lines[:1] + [f"0 2 3 100 {2**32} 2.000000000"] + flow_lines[2:]
     with pytest.raises(ValueError, match="uint32"):
         read_flows("\n".join(too_big) + "\n", topo)
+
+
+def test_qps_are_the_pcap_writers_connections(tmp_path):
+    """manifest `qps`: one RC QP per NCCL connection with the QPNs and UDP source port the pcap
+    writer gives that connection, so the ns-3 packets hash like the captured ones; every line
+    names its connection's QP."""
+    from tracegen.emit.packets import _build
+    from tracegen.pipeline import run_pipeline
+    from tracegen.config import job_from_dict
+    job = job_from_dict({"parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 16},
+                         "cluster": {"nodes_per_leaf": 2}})
+    run = run_pipeline(job)
+    d, _ = export(tmp_path, run.flows, run.fabric, job)
+    man = load_all(d)["manifest"]
+    plan = _build(run.flows, run.fabric, job.output)
+    pcap_conns = set(zip(plan.c_src.tolist(), plan.c_dst.tolist(), plan.c_qpn_src.tolist(),
+                         plan.c_qpn_dst.tolist(), plan.c_sport.tolist()))
+    qps = man["qps"]
+    assert [q["qp"] for q in qps] == list(range(len(qps)))
+    assert {(q["src"], q["dst"], q["sqpn"], q["dqpn"], q["sport"]) for q in qps} <= pcap_conns
+    rows = run.flows.rows
+    dim_of = {o["op_id"]: o["dim"] for o in man["ops"]}
+    conn = {}
+    for m in man["flows"]:
+        q = qps[m["qp"]]
+        assert (q["src"], q["dst"]) == (m["src_nic"], m["dst_nic"])
+        row = rows[m["transfer_id"]]
+        key = (int(row["src_rank"]), int(row["dst_rank"]),
+               {"SP": "TP"}.get(dim_of[m["op_id"]], dim_of[m["op_id"]]), int(row["channel"]))
+        assert conn.setdefault(key, m["qp"]) == m["qp"]          # one QP per connection
+    assert len(set(conn.values())) == len(conn)
+    assert man["sim"]["nic_sharing"] == "fair"          # the fluid schedule: QPs share a NIC
+    assert man["sim"]["pfc"]["enabled"] is True and man["sim"]["cnp_interval_ns"] == 4000
+
+
+def test_network_keys_reach_config_txt(tmp_path):
+    from tracegen.config import job_from_dict
+    job = job_from_dict({"network": {"dcqcn_rate_ai_mbps": 40, "dcqcn_rate_hai_mbps": 400.5,
+                                     "dcqcn_min_rate_mbps": 100, "dcqcn_g": 0.0625,
+                                     "dcqcn_rp_timer_us": 55, "dcqcn_fast_recovery": 5,
+                                     "pfc_xoff_bytes": 500_000, "cnp_interval_us": 50}})
+    fabric = build_fabric(job)
+    d, _ = export(tmp_path, make_flows(fabric, BASE_SPECS), fabric, job)
+    s = load_all(d)
+    cfg = s["config"]
+    assert (cfg["RATE_AI"], cfg["RATE_HAI"], cfg["MIN_RATE"]) == ("40Mb/s", "400500Kb/s",
+                                                                  "100Mb/s")
+    assert (cfg["EWMA_GAIN"], cfg["RP_TIMER"], cfg["FAST_RECOVERY_TIMES"]) == (0.0625, 55, 5)
+    sim = s["manifest"]["sim"]
+    assert sim["pfc"]["xoff_bytes"] == 500_000 and sim["cnp_interval_ns"] == 50_000
+    with pytest.raises(ConfigError, match="pfc_resume_offset_bytes"):
+        job_from_dict({"network": {"pfc_xoff_bytes": 1000}})
+    with pytest.raises(ConfigError, match="dcqcn_g"):
+        job_from_dict({"network": {"dcqcn_g": 0}})
+
+
+def test_fabric_qp_path_is_the_routing_seam(tmp_path, job):
+    """The Fabric's qp_path (the schedule's ECMP: routing.py's 5-tuple hash) puts each QP's path
+    into the manifest; the scenario reader checks it against topology.txt."""
+    import dataclasses
+    from ns3_scenarios.inputs import load_scenario
+    from tracegen.config import FabricConfig
+    fabric = build_fabric(dataclasses.replace(job, fabric=FabricConfig(nodes_per_leaf=1, spines=2)))
+    flows = make_flows(fabric, [(0, NET, 0, 2, 1 << 20, 500, []), (0, NET, 2, 4, 1 << 20, 500, [])])
+    d, _ = export(tmp_path, flows, fabric, job)
+    qps = load_all(d)["manifest"]["qps"]
+    assert [q["path"] for q in qps] == [fabric.path(q["src"], q["dst"], q["sport"]) for q in qps]
+    assert all(len(q["path"]) == 5 for q in qps)           # host, leaf, spine, leaf, host
+    sc = load_scenario(d)
+    assert sc.qp_path == [q["path"] for q in qps]
+
+

@@ -2,8 +2,10 @@
 
 One non-blocking and one oversubscribed simulation are shared by the tests (module fixtures),
 plus a PP+DP+TP job on 4 nodes run on a non-blocking and an oversubscribed fabric for the op
-chain; ns-3 tests skip when the pip `ns3` bindings cannot be imported. The replay-plan tests at
-the bottom need no ns-3.
+chain. ns-3 tests skip only when the pip `ns3` package is not installed; when it is, a failure
+to load it or to compile our C++ model fails them. The replay-plan tests at the bottom need no
+ns-3. Simulations write under tmp dirs whose path has no "test" in it (pip ns3 drops libraries
+from such paths; see ns3_workdir).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,8 +30,11 @@ from tracegen.emit.flows import write_flows_csv
 from tracegen.emit.ns3 import write_ns3
 from tracegen.errors import ConfigError
 from tracegen.ns3_compare import join, plot, report_rows
-from tracegen.ns3_scenarios.inputs import load_scenario, replay_plan
+from ns3_scenarios.inputs import load_scenario, replay_plan
 from tracegen.pipeline import run_pipeline
+from tracegen.tables import LinkKind
+
+NET_LINK = LinkKind.NET
 
 # 32 GPUs on 16 nodes x 2, one leaf per rail holding all 16 nodes: every NIC pair meets in one
 # switch, a crossbar, so nothing but the NICs can be a bottleneck (non-blocking for real).
@@ -62,24 +68,47 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.fixture(scope="module")
-def ns3_import_s():
+def load_ns3_or_skip() -> float:
+    """Skip only when the ns3 package is absent; a load or compile failure of our model (a C++
+    error in ns3_scenarios/*.h, broken bindings) fails the test. Returns the load time."""
     if importlib.util.find_spec("ns") is None:
         pytest.skip("pip package ns3 (ns-3 Python bindings) is not installed: "
                     "pip install 'ns3>=3.44'")
-    from tracegen.ns3_scenarios.scenario import load_ns3
+    from ns3_scenarios.scenario import load_ns3
     t = time.perf_counter()
     try:
         load_ns3()
-    except Exception as e:   # a broken install: the bindings or cppyy fail to load
-        pytest.skip(f"ns-3 bindings do not load: {type(e).__name__}: {e}")
+    except Exception as e:
+        pytest.fail(f"ns-3 is installed but tracegen's model does not load: "
+                    f"{type(e).__name__}: {e}", pytrace=False)
     return time.perf_counter() - t
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory, ns3_import_s):
-    from tracegen.ns3_scenarios import run_scenario
-    root = tmp_path_factory.mktemp("nonblocking")
+def ns3_import_s():
+    return load_ns3_or_skip()
+
+
+@pytest.fixture(scope="session")
+def ns3_workdir():
+    """A fresh dir whose path has no "test" in it; its subdirs via .mk(name)."""
+    root = Path(tempfile.mkdtemp(prefix="tg-ns3-"))
+    assert "test" not in str(root)
+
+    class Dirs:
+        @staticmethod
+        def mk(name: str) -> Path:
+            d = root / name
+            d.mkdir()
+            return d
+    yield Dirs
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sim(ns3_workdir, ns3_import_s):
+    from ns3_scenarios import run_scenario
+    root = ns3_workdir.mk("nonblocking")
     run = make_trace(root, NONBLOCKING)
     t = time.perf_counter()
     summary = run_scenario(root, pcap=True)
@@ -89,9 +118,9 @@ def sim(tmp_path_factory, ns3_import_s):
 
 
 @pytest.fixture(scope="module")
-def oversub(tmp_path_factory, ns3_import_s):
-    from tracegen.ns3_scenarios import run_scenario
-    root = tmp_path_factory.mktemp("oversub")
+def oversub(ns3_workdir, ns3_import_s):
+    from ns3_scenarios import run_scenario
+    root = ns3_workdir.mk("oversub")
     make_trace(root, OVERSUBSCRIBED)
     # The other replay mode and DCQCN, so both paths run somewhere.
     return SimpleNamespace(root=root, summary=run_scenario(root, gap="analytic", dcqcn=True))
@@ -168,8 +197,9 @@ def test_nonblocking_iteration_within_ten_percent_of_the_schedule(sim):
 @pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
 def test_ns3_pcap_decodes_as_rroce(sim):
     pcap = sim.root / "ns3/sim/pcap/host0000.pcap"
-    fields = ["ip.src", "ip.dsfield.ecn", "udp.dstport", "infiniband.bth.opcode",
-              "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.a", "_ws.malformed"]
+    fields = ["ip.src", "ip.dst", "ip.dsfield.ecn", "udp.dstport", "infiniband.bth.opcode",
+              "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.a", "vlan.priority",
+              "_ws.malformed"]
     out = subprocess.run([TSHARK, "-r", str(pcap), "-T", "fields", "-E", "separator=,"]
                          + [x for f in fields for x in ("-e", f)],
                          capture_output=True, text=True, timeout=120)
@@ -181,13 +211,15 @@ def test_ns3_pcap_decodes_as_rroce(sim):
     sent = [p for p in pkts if p["ip.src"] == "11.0.0.1" and int(p["infiniband.bth.opcode"]) < 0x10]
     assert {int(p["infiniband.bth.opcode"]) for p in sent} <= {0x06, 0x07, 0x09, 0x0B}
     assert all(p["ip.dsfield.ecn"] == "2" for p in sent)          # ECT(0)
-    psns: dict[str, list[int]] = {}
-    for p in sent:
-        psns.setdefault(p["infiniband.bth.destqp"], []).append(int(p["infiniband.bth.psn"]))
+    assert all(p["vlan.priority"] == "3" for p in sent)               # RoCE data on PCP 3
+    psns: dict[tuple, list[int]] = {}
+    for p in sent:   # PSNs run per QP (destination host + its QPN), on across messages
+        psns.setdefault((p["ip.dst"], p["infiniband.bth.destqp"]), []).append(
+            int(p["infiniband.bth.psn"]))
         last = int(p["infiniband.bth.opcode"]) in (0x09, 0x0B)   # Last-Imm, Only-Imm
         assert (p["infiniband.bth.a"] in ("1", "True")) == last
-    for qp, seq in psns.items():
-        assert int(qp, 16) >= 0x100 and seq == list(range(len(seq))), qp
+    for (ip, qp), seq in psns.items():
+        assert int(qp, 16) >= 0x100 and seq == list(range(len(seq))), (ip, qp)
 
 
 # ---------------------------------------------------------------- the oversubscribed run
@@ -197,10 +229,8 @@ def test_oversubscribed_fabric_marks_ecn_ce(oversub):
     assert s["completed"] == s["flows"] and s["bytes_received"] == s["bytes_scheduled"]
     assert s["ce_packets"] > 0 and s["flows_with_ce"] > 0
     assert s["cnps_sent"] > 0
-    # the schedule shares the 100G uplinks too (fluid max-min); ns-3 adds queues, ECN and its
-    # own ECMP hash, so the two agree loosely
-    print("oversubscribed sim / analytic", s["sim_iteration_ns"] / s["analytic_iteration_ns"])
-    assert 0.75 < s["sim_iteration_ns"] / s["analytic_iteration_ns"] < 1.33
+    # DCQCN cuts the senders' rates on every CNP: slower than the schedule's ideal max-min sharing
+    assert s["sim_iteration_ns"] > 1.05 * s["analytic_iteration_ns"]
     assert s["fct_below_standalone"] == 0
     ce = [int(r["ce_pkts"]) for r in read_csv(oversub.root / "ns3/sim/flows.csv")]
     assert sum(ce) == s["ce_packets"]
@@ -209,7 +239,7 @@ def test_oversubscribed_fabric_marks_ecn_ce(oversub):
 def test_same_scenario_same_bytes(oversub):
     """RED's marking draws from fixed random streams: a rerun in the same process (automatic
     streams would have moved on) writes identical fct.txt and flows.csv."""
-    from tracegen.ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     sim_dir = oversub.root / "ns3/sim"
     before = {f: (sim_dir / f).read_bytes() for f in ("fct.txt", "flows.csv")}
     run_scenario(oversub.root, gap="analytic", dcqcn=True)
@@ -219,19 +249,19 @@ def test_same_scenario_same_bytes(oversub):
 # ---------------------------------------------------------------- the op chain (PP+DP+TP)
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory, ns3_import_s):
-    return run_chain(tmp_path_factory.mktemp("chain"), CHAIN)
+def chain(ns3_workdir, ns3_import_s):
+    return run_chain(ns3_workdir.mk("chain"), CHAIN)
 
 
 @pytest.fixture(scope="module")
-def chain_oversub(tmp_path_factory, ns3_import_s):
-    return run_chain(tmp_path_factory.mktemp("chain_oversub"), CHAIN_OVERSUBSCRIBED)
+def chain_oversub(ns3_workdir, ns3_import_s):
+    return run_chain(ns3_workdir.mk("chain_oversub"), CHAIN_OVERSUBSCRIBED)
 
 
 def run_chain(root: Path, spec: dict) -> SimpleNamespace:
-    from tracegen.ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     run = make_trace(root, spec)
-    summary = run_scenario(root)
+    summary = run_scenario(root, dcqcn=False)        # no rate control: what the schedule models
     return SimpleNamespace(root=root, run=run, summary=summary, sc=load_scenario(root),
                            flows=read_csv(root / "ns3/sim/flows.csv"),
                            ops=read_csv(root / "ns3/sim/ops.csv"))
@@ -287,8 +317,7 @@ def test_op_chain_oversubscribed_carries_contention_forward(chain, chain_oversub
     s = chain_oversub.summary
     check_op_chain(chain_oversub)
     assert s["ce_packets"] > 0 and s["flows_with_ce"] > 0
-    print("chain oversubscribed sim / analytic", s["sim_ops_end_ns"] / s["analytic_ops_end_ns"])
-    assert 0.75 < s["sim_ops_end_ns"] / s["analytic_ops_end_ns"] < 1.33, s
+    assert abs(s["sim_ops_end_ns"] / s["analytic_ops_end_ns"] - 1) < 0.05, s
     assert s["fct_below_standalone"] == 0
     # PP crosses the 100G spine; the delay reaches ops that never touch it: TP ops (NVLink
     # only) and the DP AllReduce (under one leaf) are released later than in the non-blocking
@@ -314,31 +343,82 @@ def test_op_chain_oversubscribed_carries_contention_forward(chain, chain_oversub
 
 def test_compare_joins_every_flow_and_writes_the_plot(sim, tmp_path):
     j = join(sim.root)
-    assert j.sport == "hpcc" and j.unmatched == 0 and j.missing == 0
-    assert sorted(j.line.tolist()) == list(range(len(sim.sc)))
+    assert j.sport == "pair" and j.unmatched == 0 and j.missing == 0
+    assert sorted(j.line.tolist()) == list(range(len(sim.sc)))    # one-to-one
     assert np.all(j.slowdown >= 1.0)
     sections = report_rows(j)
     assert sections[-1][0][0] == "all" and int(sections[-1][0][1].replace(",", "")) == len(sim.sc)
     kinds = {r[0] for r in sections[0]}
     assert {"DP AllReduce", "PP SendRecv"} <= kinds
-    assert sections[1][0][0] == "iteration 0"            # iterations from the trace's flows.csv
+    assert sections[1][0][0] == "iteration 0"            # iterations from the manifest's ops
     png = plot(j, tmp_path / "c.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_compare_recognises_simai_source_ports(sim, tmp_path):
-    """SimAI numbers sports per (src, dst) pair: same rows, other ports, still joined."""
-    simai = {(r["sip"], r["dip"], r["hpcc_sport"]): r["simai_sport"] for r in sim.sc.records}
+def rewrite_fct(sim, tmp_path, key: str) -> Path:
+    """sim/fct.txt with its ports renumbered as the manifest's `key` says (another build)."""
+    to = {(r["sip"], r["dip"], r["hpcc_sport"]): r[key] for r in sim.sc.records}
     lines = []
     for ln in (sim.root / "ns3/sim/fct.txt").read_text().splitlines():
         t = ln.split()
-        t[2] = str(simai[(t[0], t[1], int(t[2]))])
+        t[2] = str(to[(t[0], t[1], int(t[2]))])
         lines.append(" ".join(t))
-    fct = tmp_path / "fct_simai.txt"
+    fct = tmp_path / f"fct_{key}.txt"
     fct.write_text("\n".join(lines) + "\n")
-    j = join(sim.root, fct)
-    assert j.sport == "simai" and j.unmatched == 0 and len(j.line) == len(sim.sc)
-    assert j.ce_pkts is None                                # no flows.csv beside a SimAI file
+    return fct
+
+
+def test_compare_joins_old_hpcc_per_host_numbering(sim, tmp_path):
+    """HPCC before 2020-07 numbered per source host: the same rows join under `host`, refused
+    under `auto` only if the per-pair numbering also fits every row."""
+    fct = rewrite_fct(sim, tmp_path, "host_sport")
+    j = join(sim.root, fct, "host")
+    assert j.sport == "host" and j.unmatched == 0 and len(j.line) == len(sim.sc)
+    assert j.ce_pkts is None                                # no flows.csv beside it
+    ref = join(sim.root)
+    assert np.array_equal(np.sort(j.line), np.sort(ref.line))
+    try:
+        auto = join(sim.root, fct)
+    except ConfigError as e:
+        assert "ambiguous" in str(e)
+    else:
+        assert auto.sport == "host"
+
+
+def test_compare_refuses_an_ambiguous_join(tmp_path):
+    """Host 0 sends to host 4, then twice to host 2 (equal sizes). A partial fct file (the run
+    stopped early) with only the last flow, numbered per pair (0->2, 10001): per source host,
+    10001 is the first flow to host 2 — both numberings fit every row, so auto refuses."""
+    from test_ns3_export import make_flows
+    from tracegen.config import Job
+    from tracegen.topology import build_fabric
+    job = Job()
+    fabric = build_fabric(job)
+    specs = [(0, NET_LINK, 0, dst, 1 << 16, 100 * k, []) for k, dst in enumerate((4, 2, 2))]
+    write_ns3(make_flows(fabric, specs), fabric, job, tmp_path / "ns3")
+    sc = load_scenario(tmp_path)
+    assert [(r["dst_nic"], r["hpcc_sport"], r["host_sport"]) for r in sc.records] == [
+        (4, 10000, 10000), (2, 10000, 10001), (2, 10001, 10002)]
+
+    def fct_of(recs, key="hpcc_sport", size=None):
+        path = tmp_path / f"fct{len(list(tmp_path.iterdir()))}.txt"
+        path.write_text("".join(
+            f"{r['sip']} {r['dip']} {r[key]} 100 {size or r['wire_bytes']} "
+            f"{sc.t0_ns + r['start_ns']} 5000 4000\n" for r in recs))
+        return path
+
+    partial = fct_of(sc.records[2:])
+    with pytest.raises(ConfigError, match="ambiguous"):
+        join(tmp_path, partial)
+    assert join(tmp_path, partial, "pair").line.tolist() == [2]
+    assert join(tmp_path, partial, "host").line.tolist() == [1]   # as told: the other flow
+    full = join(tmp_path, fct_of(sc.records))                     # unambiguous: one-to-one
+    assert full.sport == "pair" and sorted(full.line.tolist()) == [0, 1, 2]
+    assert join(tmp_path, fct_of(sc.records, "host_sport")).sport == "host"
+    with pytest.raises(ConfigError, match="no source-port numbering"):
+        join(tmp_path, fct_of(sc.records[:1], size=7))           # no flow of that size
+    with pytest.raises(ConfigError, match="another size"):
+        join(tmp_path, fct_of(sc.records[:1], size=7), "pair")
 
 
 def test_cli_compare_prints_the_table(sim):
@@ -425,7 +505,7 @@ def test_replay_plan_chains_every_op(tmp_path):
 
 def test_manifest_without_ops_fails_before_importing_ns3(tmp_path):
     """A tracegen-ns3/1 manifest has no op chain: say so at once (no 15 s ns-3 import)."""
-    from tracegen.ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
     make_trace(tmp_path, CHAIN)
     path = tmp_path / "ns3" / "manifest.json"
     man = json.loads(path.read_text())
@@ -436,3 +516,25 @@ def test_manifest_without_ops_fails_before_importing_ns3(tmp_path):
         run_scenario(tmp_path)
     assert time.perf_counter() - t < 5
     assert not (tmp_path / "ns3" / "sim").exists()
+
+
+# The fabric issue's acceptance: the schedule against ns-3 on the same topology, with the same
+# ECMP choices (the manifest pins every QP to the schedule's route) and the same NIC sharing
+# (QPs round robin), without rate control (the schedule models none): iteration within 10 %.
+# Measured: 2:1 0.995, 4:1 1.001, fat-tree 1.007 (sim / analytic).
+FABRICS = {
+    "leaf-spine 2:1": {"parallelism": {"dp": 8, "tp": 2, "pp": 2, "global_batch": 32}, "fabric": "leaf-spine-2to1"},
+    "leaf-spine 4:1": {"parallelism": {"dp": 8, "tp": 2, "pp": 1, "global_batch": 32}, "fabric": "leaf-spine-4to1"},
+    "fat-tree k=8": {"parallelism": {"dp": 16, "tp": 2, "pp": 2, "global_batch": 32}, "fabric": "fat-tree-k8"},
+}
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+def test_schedule_matches_ns3_on_oversubscribed_fabrics(name, ns3_workdir, ns3_import_s):
+    from ns3_scenarios import run_scenario
+    root = ns3_workdir.mk("fab-" + name.replace(" ", "-").replace(":", "to").replace("=", ""))
+    make_trace(root, FABRICS[name])
+    s = run_scenario(root, dcqcn=False)
+    assert s["completed"] == s["flows"]
+    assert s["ce_packets"] > 0                           # the uplinks do congest
+    assert abs(s["sim_iteration_ns"] / s["analytic_iteration_ns"] - 1) <= 0.10, s["sim_iteration_ns"]

@@ -39,6 +39,8 @@ def writes_under_traces(argv: list[str]) -> bool:
     if argv[0] == "generate":
         out = next((argv[i + 1] for i, a in enumerate(argv) if a in ("-o", "--out")), None)
         return out is None or out.startswith("traces/")
+    if argv[:2] == ["ns3", "compare"] and "--fct" in argv:
+        return False                 # another simulator's output: not something the README writes
     if argv[0] == "report" or argv[:2] in (["ns3", "run"], ["ns3", "compare"]):
         return any(a.startswith("traces/") for a in argv)
     return False

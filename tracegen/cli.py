@@ -272,29 +272,42 @@ def ns3_group() -> None:
 
 @ns3_group.command("run")
 @click.argument("trace_dir", type=click.Path(file_okay=False))
-@click.option("--pcap", is_flag=True, help="Also write one ns-3 pcap per host NIC into ns3/sim/pcap/.")
+@click.option("--pcap", is_flag=True, help="Also write one Ethernet pcap per host NIC into ns3/sim/pcap/ (PFC frames included).")
+@click.option("--max-bytes", default=None, metavar="SIZE",
+              help="Refuse --pcap captures whose estimate exceeds SIZE (e.g. 500MB; 0: no limit; default 2GiB).")
 @click.option("--gap", type=click.Choice(["zero", "analytic"]), default="zero", show_default=True,
               help="Wait between a flow's last dependency and its start: zero (NCCL computes "
                    "nothing between ring steps) or the analytic schedule's start - dep end.")
-@click.option("--dcqcn", is_flag=True, help="Senders react to CNPs (DCQCN rate control).")
+@click.option("--dcqcn/--no-dcqcn", default=None,
+              help="Senders react to CNPs (DCQCN per QP). Default: on when the job's network.cc_mode is dcqcn.")
+@click.option("--pfc/--no-pfc", default=None, help="PFC on the RoCE priority. Default: the job's network.pfc.")
+@click.option("--nic", type=click.Choice(["auto", "fifo", "rr"]), default="auto", show_default=True,
+              help="How a NIC picks the QP to send from: fifo (one message after the other, as a "
+                   "serial schedule), rr (packet round robin: fair share), auto (as the schedule).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def ns3_run(trace_dir, pcap, gap, dcqcn, quiet):
+def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, pfc, nic, quiet):
     """Run TRACE_DIR (a `tracegen generate` folder or its ns3/) in ns-3; writes ns3/sim/."""
-    from .ns3_scenarios import run_scenario
+    from ns3_scenarios import run_scenario
+    from ns3_scenarios.run import DEFAULT_MAX_PCAP_BYTES
     try:
+        budget = DEFAULT_MAX_PCAP_BYTES if max_bytes is None else parse_bytes(max_bytes)
         say = None if quiet else (lambda msg: click.echo(msg, err=True))
-        s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pcap=pcap, progress=say)
+        s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pfc=pfc, nic=nic, pcap=pcap,
+                         max_bytes=budget, progress=say)
     except (ConfigError, OutputError) as e:
         _fail(str(e))
     if not quiet:
+        k = s["kpis"]["all"]
         click.echo(f"wrote {s['dir']}/: {s['completed']}/{s['flows']} flows, "
                    f"iteration {s['sim_iteration_ns'] / 1e3:,.2f} µs simulated vs "
                    f"{s['analytic_iteration_ns'] / 1e3:,.2f} µs scheduled "
-                   f"(x{s['sim_over_analytic']}), {s['ce_packets']:,} CE-marked packets, "
+                   f"(x{s['sim_over_analytic']}), flow/schedule p50 {s['flow_vs_schedule_p50']:.3f}, "
+                   f"{s['ce_packets']:,} CE-marked packets, {s['pfc']['pause_frames']:,} PFC pauses, "
+                   f"busbw {k['simulated']['busbw_pct'] or 0:.0f}% of line rate, "
                    f"{s['wall_s']:.1f} s wall")
     if s["completed"] < s["flows"]:
         click.echo(f"error: {s['flows'] - s['completed']} flows never completed (see "
-                   f"{s['dir']}/flows.csv, end_ns -1)", err=True)
+                   f"{s['dir']}/flows.csv, end_ns -1; {s['drops']} packets dropped)", err=True)
         sys.exit(1)
 
 
@@ -302,15 +315,18 @@ def ns3_run(trace_dir, pcap, gap, dcqcn, quiet):
 @click.argument("trace_dir", type=click.Path(file_okay=False))
 @click.option("--fct", "fct_path", type=click.Path(dir_okay=False),
               help="fct file to read (default ns3/sim/fct.txt; HPCC's fct.txt or SimAI's fct_simai.txt work too).")
-@click.option("--sport", type=click.Choice(["auto", "hpcc", "simai"]), default="auto", show_default=True,
-              help="Which source-port numbering the fct file uses.")
+@click.option("--sport", type=click.Choice(["auto", "pair", "host", "hpcc", "simai"]), default="auto",
+              show_default=True,
+              help="The fct file's source-port numbering: pair (HPCC since 2020-07, SimAI, tracegen; "
+                   "hpcc and simai mean pair), host (HPCC before 2020-07); auto refuses an ambiguous join.")
 @click.option("--png", "png_path", type=click.Path(dir_okay=False),
-              help="Plot of analytic vs simulated end times (default: compare.png beside the fct file).")
+              help="Plot of analytic vs simulated end times and FCTs (default: compare.png beside the fct file).")
 def ns3_compare(trace_dir, fct_path, sport, png_path):
-    """Join a simulator's fct.txt to the schedule: completion, slowdown, ECN per collective."""
-    from .ns3_compare import REPORT_HEADER, join, plot, report_rows
+    """Join a simulator's fct.txt to the schedule: the AI-fabric benchmark KPIs, analytic vs simulated."""
+    from .ns3_compare import REPORT_HEADER, join, joined_kpis, plot, report_notes, report_rows
     try:
         j = join(trace_dir, fct_path, sport)
+        k = joined_kpis(j)
         png = plot(j, Path(png_path) if png_path else
                    (Path(fct_path).parent if fct_path else j.sc.dir / "sim") / "compare.png")
     except (ConfigError, OutputError) as e:
@@ -318,16 +334,22 @@ def ns3_compare(trace_dir, fct_path, sport, png_path):
     from rich import box
     from rich.console import Console
     from rich.table import Table
-    table = Table(title=f"Analytic schedule (ana) vs {fct_path or 'ns3/sim/fct.txt'} (sports as "
-                        f"{j.sport}): last flow end after t0, sim/ana ratio, slowdown "
-                        "(fct / standalone fct) p50 p99 max, ECN-CE packets",
+    table = Table(title=f"Analytic schedule (ana) vs {fct_path or 'ns3/sim/fct.txt'} (sports "
+                        f"numbered per {j.sport}): JCT = first start to last end, busbw = median "
+                        "over ops as % of NIC line rate, FCT p99, Jain fairness of flow rates, "
+                        "ECN-CE share of data packets",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for h in REPORT_HEADER:
         table.add_column(h, justify="left" if h == "group" else "right", no_wrap=True)
-    for section in report_rows(j):
-        for k, r in enumerate(section):
-            table.add_row(*r, end_section=k == len(section) - 1)
-    Console().print(table)
+    for section in report_rows(j, k):
+        for i, r in enumerate(section):
+            table.add_row(*r, end_section=i == len(section) - 1)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=132)
+    console.print(table)
+    for note in report_notes(j, k):
+        click.echo(note)
     if j.unmatched or j.missing:
         click.echo(f"warning: {j.unmatched} fct rows match no flow; {j.missing} flows have no fct row",
                    err=True)
@@ -339,6 +361,8 @@ main.add_command(_tokens)
 from .nccl_tests import collective as _collective; main.add_command(_collective)  # noqa: E402,E702
 from .report_cli import report as _report  # noqa: E402
 main.add_command(_report)
+from .export_cli import export as _export  # noqa: E402
+main.add_command(_export)
 
 
 if __name__ == "__main__":

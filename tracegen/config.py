@@ -236,13 +236,28 @@ class Nccl:
 
 @dataclass(frozen=True)
 class Network:
-    """Settings for the simulators (ns-3 export) and switch labs."""
+    """Settings for the simulators (ns-3 export, `tracegen ns3 run`) and switch labs."""
     cc_mode: str = "dcqcn"       # dcqcn | hpcc | timely | dctcp | hpcc-pint
-    kmin_bytes: int = 150_000
+    kmin_bytes: int = 150_000    # ECN marking (DCQCN's RED) on a NIC-rate port; scales with rate
     kmax_bytes: int = 1_500_000
     pmax: float = 0.2
     pfc: bool = True
-    buffer_bytes: int = 32 << 20  # per switch
+    buffer_bytes: int = 32 << 20  # per switch, shared by its ports
+    # DCQCN reaction point (HPCC config.txt keys; defaults as HPCC's simulation/run.py sets DCQCN)
+    dcqcn_rate_ai_mbps: float = 0.0    # additive increase; 0: 5 Mb/s per 25 Gb/s of NIC rate
+    dcqcn_rate_hai_mbps: float = 0.0   # hyper increase; 0: 50 Mb/s per 25 Gb/s of NIC rate
+    dcqcn_min_rate_mbps: float = 1000.0
+    dcqcn_g: float = 1 / 256           # alpha's EWMA gain
+    dcqcn_alpha_resume_us: float = 1.0  # alpha update period
+    dcqcn_rate_decrease_us: float = 4.0  # at most one rate cut per period
+    dcqcn_rp_timer_us: float = 300.0   # rate increase period
+    dcqcn_fast_recovery: int = 1       # increase periods of fast recovery before AI / HAI
+    cnp_interval_us: float = 4.0       # notification point: <= 1 CNP per QP per interval
+    # PFC on the RoCE priority, per switch ingress port
+    pfc_xoff_bytes: int = 0            # pause above this; 0: dynamic, 1/8 of the free buffer
+    pfc_resume_offset_bytes: int = 3072  # resume at Xoff - offset (HPCC: 3 KB)
+    pfc_headroom_bytes: int = 0        # reserved per port; 0: 3 x the link's bandwidth-delay
+    pfc_pause_quanta: int = 65535      # PAUSE time in 512-bit-time quanta (refreshed at half)
 
 
 @dataclass(frozen=True)
@@ -372,6 +387,7 @@ _RANGES = {"parallelism.zero": (0, 3), "fabric.leaf_spine_latency_ns": (-1, 10**
            "fabric.oversubscription": (0.0, 1000.0), "fabric.core_oversubscription": (0.0, 1000.0),
            "fabric.planes": (1, 16), "fabric.ecmp_seed": (0, 2**32 - 1), "output.dscp": (0, 63), "output.pcp": (0, 7), "output.ecn": (0, 3),
            "output.vlan_id": (1, 4094), "network.pmax": (0.0, 1.0),
+           "network.dcqcn_g": (0.0, 1.0), "network.pfc_pause_quanta": (1, 65535),
            "output.pkey": (1, 0xFFFF), "output.iteration": (-1, 2**31 - 1),
            "output.ecn_mark_fraction": (0.0, 1.0)}
 _CHOICES = {
@@ -899,3 +915,13 @@ def _check_network(n: Network) -> None:
     if n.kmin_bytes > n.kmax_bytes:
         raise ConfigError(f"network.kmin_bytes={n.kmin_bytes} exceeds "
                           f"network.kmax_bytes={n.kmax_bytes}")
+    for key in ("dcqcn_min_rate_mbps", "dcqcn_g", "dcqcn_alpha_resume_us",
+                "dcqcn_rate_decrease_us", "dcqcn_rp_timer_us"):
+        if not getattr(n, key) > 0:
+            raise ConfigError(f"network.{key}: must be > 0, got {getattr(n, key)!r}")
+    for key in ("dcqcn_rate_ai_mbps", "dcqcn_rate_hai_mbps", "cnp_interval_us"):
+        if getattr(n, key) < 0:
+            raise ConfigError(f"network.{key}: must be >= 0, got {getattr(n, key)!r}")
+    if n.pfc_xoff_bytes and n.pfc_resume_offset_bytes >= n.pfc_xoff_bytes:
+        raise ConfigError(f"network.pfc_resume_offset_bytes={n.pfc_resume_offset_bytes} must be "
+                          f"below network.pfc_xoff_bytes={n.pfc_xoff_bytes} (Xon = Xoff - offset)")

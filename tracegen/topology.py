@@ -139,6 +139,11 @@ class Fabric:
         r = self.router
         return r.path_nodes(r.routes([src_nic], [dst_nic], [udp_sport], plane, self.ip_version)[0])
 
+    def qp_path(self, src_nic: int, dst_nic: int, udp_sport: int, src_qpn: int = 0) -> list[int]:
+        """The route of a QP's data packets as simulator node ids (the ns-3 export pins it):
+        the QP's plane is its sender QPN mod planes, as connections.py assigns it."""
+        return self.path(src_nic, dst_nic, udp_sport, int(src_qpn) % self.planes)
+
     @property
     def n_link_dirs(self) -> int:
         return 2 * len(self.links)

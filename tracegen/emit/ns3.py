@@ -6,11 +6,11 @@ One directory serves two readers:
   SimAI (aliyun/ns-3-alibabacloud, branch dev/qp, scratch/NormalNetwork):
         config_simai.txt, topology_simai.txt, and the same flow.txt / trace.txt
 plus manifest.json (flow.txt line -> flow row, and the (sip, dip, sport) each line gets in the
-simulators' fct files; the CommOps with their dependencies, for tracegen's dependency-aware
-replay) and README.md (how to run both).
+simulators' fct files; the CommOps with their dependencies and the NCCL connections (QPs) each
+line rides, for tracegen's dependency-aware replay) and README.md (how to run both).
 
-flow.txt sizes are the transfers' `wire_bytes`: what the NIC carries, LL/LL128 flag bytes
-included (the schedule times the same bytes); the manifest keeps the payload as `bytes` beside
+flow.txt sizes are the transfers' `wire_bytes`: what the NIC carries, LL/LL128 flags included
+(the schedule times the same bytes); the manifest keeps the payload as `bytes` beside
 `wire_bytes`.
 
 Reader facts this module relies on (checked against the C++ sources):
@@ -20,14 +20,16 @@ Reader facts this module relies on (checked against the C++ sources):
   KMAX_MAP/KMIN_MAP/PMAX_MAP (NS_ASSERT). Kmin/Kmax are KB (x1000), BUFFER_SIZE is MB (x2^20).
 - flow.txt: `src dst pg dport size start_s`, size read into a uint32 (HPCC), flows injected in
   file order and scheduled relative to the previous one, so the file must be sorted by start.
-- Host i gets IP 11.(i/256).(i%256).1 (so at most 65536 hosts); source ports start at 10000 and
-  count up per source host (HPCC) or per (source, destination) pair (SimAI), as uint16.
+- Host i gets IP 11.(i/256).(i%256).1 (so at most 65536 hosts). Source ports: both simulators
+  count from 10000 per (source, destination) pair, as uint16: HPCC's third.cc since commit
+  ffd4ff2 (2020-07-01, `portNumder[src][dst]++`, third.cc:137 on master) and SimAI's
+  NormalNetwork (`portNumber[src][dst]++`). HPCC before that counted per source host
+  (`host_sport`, kept for fct files of old builds).
 """
 from __future__ import annotations
 
 import json
 import os
-from importlib import resources
 from pathlib import Path
 from string import Template
 
@@ -36,8 +38,10 @@ import numpy as np
 from .. import __version__
 from ..config import Job
 from ..errors import ConfigError, OutputError
+from ..shipped import template_text
 from ..tables import CollKind, Dim, Flows, LinkKind
 from ..topology import Fabric
+from .roce import udp_sport
 
 T0_NS = 2_000_000_000          # simulators' convention: traffic starts at 2.0 s
 MAX_FLOW_BYTES = 2**32 - 1     # HPCC reads the size into a uint32
@@ -73,9 +77,12 @@ LINE_DTYPE = np.dtype([
     ("bytes", "i8"),        # payload carried by this line (a split transfer's payload is split too)
     ("wire_bytes", "i8"),   # flow.txt size: bytes on the wire, LL/LL128 flags included
     ("start_ns", "i8"),     # relative to t0
-    ("hpcc_sport", "i4"),
-    ("simai_sport", "i4"),
+    ("hpcc_sport", "i4"),   # fct sport in HPCC (>= 2020-07) and SimAI: per (src, dst) pair
+    ("host_sport", "i4"),   # fct sport in HPCC before 2020-07: per source host
+    ("qp", "i8"),           # index into qp_table(): the NCCL connection (RC QP) carrying it
 ])
+FIRST_QPN = 0x100           # as the pcap writer numbers QPs (QP 0/1 are SMI/GSI)
+NIC_SHARING = ("serial", "fair")
 
 
 def flow_lines(flows: Flows, fabric: Fabric) -> np.ndarray:
@@ -110,9 +117,55 @@ def flow_lines(flows: Flows, fabric: Fabric) -> np.ndarray:
     out["dst"] = rows["dst_nic"][out["row"]]
     out["start_ns"] = rows["start_ns"][out["row"]]
     n = np.int64(fabric.n_nics)
-    out["hpcc_sport"] = (SPORT_BASE + _occurrence(out["src"].astype(np.int64))) % 65536
-    out["simai_sport"] = (SPORT_BASE + _occurrence(out["src"] * n + out["dst"])) % 65536
+    out["hpcc_sport"] = (SPORT_BASE + _occurrence(out["src"] * n + out["dst"])) % 65536
+    out["host_sport"] = (SPORT_BASE + _occurrence(out["src"].astype(np.int64))) % 65536
+    row_qp, _ = qp_table(flows, fabric)
+    out["qp"] = row_qp[out["row"]]
     return out
+
+
+QP_DTYPE = np.dtype([("src", "i4"), ("dst", "i4"), ("sqpn", "i8"), ("dqpn", "i8"),
+                     ("sport", "i4")])
+
+
+def qp_table(flows: Flows, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
+    """NCCL's connections over the fabric as the pcap writer numbers them: one per (src NIC, dst
+    NIC, src rank, dst rank, communicator, channel), QPNs from 0x100 per NIC in that sorted order
+    (the first QP of a connection when nccl.qps_per_connection > 1 is ignored here: one QP per
+    connection), UDP source port from the QPN pair (mlx5). Returns (row -> qp index, -1 off the
+    fabric; QP_DTYPE table).
+
+    Routing seam: when the Fabric offers `qp_path(src_nic, dst_nic, udp_sport)` -> simulator
+    node ids (src host, switches..., dst host), e.g. the schedule's own ECMP choice by a 5-tuple
+    hash, the manifest's qps records carry it as `path` and `tracegen ns3 run` routes each QP
+    exactly that way; without it the scenario hashes the QP's 5-tuple itself."""
+    rows = flows.rows
+    net = np.flatnonzero(flows.net)
+    row_qp = np.full(len(rows), -1, dtype=np.int64)
+    if len(net) == 0:
+        return row_qp, np.zeros(0, dtype=QP_DTYPE)
+    ops = flows.ops.rows
+    op = rows["op_id"][net].astype(np.int64)
+    known = (op >= 0) & (op < len(ops))
+    comm = np.zeros(len(net), np.int64)
+    dim = ops["dim"][op[known]].astype(np.int64)
+    comm[known] = np.where(dim == Dim.SP, Dim.TP, dim) + 1   # SP rides TP's communicator
+    key = [rows[k][net].astype(np.int64) for k in ("src_nic", "dst_nic", "src_rank", "dst_rank")]
+    key += [comm, rows["channel"][net].astype(np.int64)]
+    order = np.lexsort(key[::-1])
+    sk = [k[order] for k in key]
+    new = np.ones(len(net), dtype=bool)
+    new[1:] = np.any([k[1:] != k[:-1] for k in sk], axis=0)
+    conn = np.cumsum(new) - 1
+    row_qp[net[order]] = conn
+    c_src, c_dst = sk[0][new], sk[1][new]
+    ends = np.column_stack([c_src, c_dst]).ravel()
+    qpn = FIRST_QPN + _occurrence(ends)
+    table = np.zeros(len(c_src), dtype=QP_DTYPE)
+    table["src"], table["dst"] = c_src, c_dst
+    table["sqpn"], table["dqpn"] = qpn[0::2], qpn[1::2]
+    table["sport"] = udp_sport(table["sqpn"], table["dqpn"])
+    return row_qp, table
 
 
 def write_ns3(flows: Flows, fabric: Fabric, job: Job, dest_dir: Path, *,
@@ -193,7 +246,7 @@ def _config_values(flows: Flows, fabric: Fabric, job: Job, enable_trace: bool) -
     stop_ns = T0_NS + -(-max(10**9, 10 * end_ns) // 10**6) * 10**6
     buffer_mb = min(4095, max(1, (net.buffer_bytes + (1 << 19)) >> 20))  # x2^20 must fit uint32
     return dict(
-        _cc_values(mode, bw),
+        _cc_values(mode, bw, net),
         cc_mode=CC_MODES[mode],
         payload_bytes=job.output.pmtu,
         stop_s=_seconds(stop_ns),
@@ -210,17 +263,33 @@ def _config_values(flows: Flows, fabric: Fabric, job: Job, enable_trace: bool) -
     )
 
 
-def _cc_values(mode: str, bw_gbps: int) -> dict:
-    """Per-algorithm NIC settings, as HPCC's simulation/run.py sets them for a `bw` Gb/s NIC."""
+def _rate(mbps: float) -> str:
+    """A rate as HPCC's DataRate parser takes it, exact to the Kb/s."""
+    kbps = round(mbps * 1000)
+    return f"{kbps // 1000}Mb/s" if kbps % 1000 == 0 else f"{kbps}Kb/s"
+
+
+def _num(x: float) -> str:
+    return f"{x:.12g}"
+
+
+def _cc_values(mode: str, bw_gbps: int, net) -> dict:
+    """Per-algorithm NIC settings, as HPCC's simulation/run.py sets them for a `bw` Gb/s NIC;
+    the DCQCN ones from the job's network section."""
     def mbps(num: int, den: int) -> str:           # num*bw/den Mb/s, exact
         kbps = num * bw_gbps * 1000 // den
         return f"{kbps // 1000}Mb/s" if kbps % 1000 == 0 else f"{kbps}Kb/s"
 
-    v = dict(alpha_resume_interval=1, rate_decrease_interval=4, rp_timer=300,
-             ewma_gain="0.00390625", dctcp_rate_ai="1000Mb/s", int_multi=1)
+    v = dict(alpha_resume_interval=_num(net.dcqcn_alpha_resume_us),
+             rate_decrease_interval=_num(net.dcqcn_rate_decrease_us),
+             rp_timer=_num(net.dcqcn_rp_timer_us), ewma_gain=_num(net.dcqcn_g),
+             fast_recovery_times=net.dcqcn_fast_recovery, min_rate=_rate(net.dcqcn_min_rate_mbps),
+             dctcp_rate_ai="1000Mb/s", int_multi=1)
     if mode == "dcqcn":
-        v.update(rate_ai=mbps(5, 25), rate_hai=mbps(50, 25), has_win=0, var_win=0,
-                 fast_react=0, ack_high_prio=1)
+        v.update(rate_ai=_rate(net.dcqcn_rate_ai_mbps) if net.dcqcn_rate_ai_mbps else mbps(5, 25),
+                 rate_hai=(_rate(net.dcqcn_rate_hai_mbps) if net.dcqcn_rate_hai_mbps
+                           else mbps(50, 25)),
+                 has_win=0, var_win=0, fast_react=0, ack_high_prio=1)
     elif mode in ("hpcc", "hpcc-pint"):
         v.update(rate_ai=mbps(10, 25), rate_hai=mbps(10, 25), has_win=1, var_win=1,
                  fast_react=1, ack_high_prio=0, int_multi=max(1, bw_gbps // 25))
@@ -232,6 +301,25 @@ def _cc_values(mode: str, bw_gbps: int) -> dict:
         v.update(rate_ai=mbps(10, 10), rate_hai=mbps(50, 10), has_win=0, var_win=0,
                  fast_react=0, ack_high_prio=1)
     return v
+
+
+def _sim_settings(flows: Flows, fabric: Fabric, job: Job) -> dict:
+    """What `tracegen ns3 run` needs beyond config.txt: how the schedule shares a NIC, and the
+    PFC and CNP settings of the job's network section."""
+    net = job.network
+    sharing = getattr(flows, "nic_sharing", "serial")
+    if sharing not in NIC_SHARING:
+        raise OutputError(f"ns3: flow table's nic_sharing {sharing!r} is not one of {NIC_SHARING}")
+    return {
+        "nic_sharing": sharing,
+        "nic_sharing_note": "how the schedule shares a NIC among its transfers: serial (one "
+                            "after the other, in order of readiness) or fair (max-min fair "
+                            "share of every link); the ns-3 NIC arbitrates the same way",
+        "cnp_interval_ns": round(net.cnp_interval_us * 1000),
+        "pfc": {"enabled": bool(net.pfc), "buffer_bytes": net.buffer_bytes,
+                "xoff_bytes": net.pfc_xoff_bytes, "resume_offset_bytes": net.pfc_resume_offset_bytes,
+                "headroom_bytes": net.pfc_headroom_bytes, "pause_quanta": net.pfc_pause_quanta},
+    }
 
 
 def _warnings(fabric: Fabric, job: Job) -> list[str]:
@@ -268,7 +356,7 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
              for i in range(fabric.n_nics)]
     zero = np.flatnonzero(flows.net & (rows["wire_bytes"] == 0))
     header = {
-        "format": "tracegen-ns3/2",
+        "format": "tracegen-ns3/3",
         "job": job.name,
         "t0_ns": T0_NS,
         "flow_file": "flow.txt",
@@ -282,10 +370,17 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
                     "replay can follow flow deps through them",
         "cc_mode": job.network.cc_mode,
         "hpcc": {"config": "config.txt", "topology": "topology.txt", "fct": "fct.txt",
-                 "sport": "hpcc_sport: 10000 + k-th flow of the source host, mod 65536"},
+                 "sport": "hpcc_sport: 10000 + k-th flow of the (src, dst) pair, mod 65536 "
+                          "(third.cc since 2020-07; before: host_sport, k-th flow of the "
+                          "source host)"},
         "simai": {"config": "config_simai.txt", "topology": "topology_simai.txt",
                   "fct": SIMAI_FCT_FILE,
-                  "sport": "simai_sport: 10000 + k-th flow of the (src, dst) pair, mod 65536"},
+                  "sport": "hpcc_sport (SimAI numbers per (src, dst) pair, as HPCC)"},
+        "sim": _sim_settings(flows, fabric, job),
+        "qps_note": "qps[q]: one RC QP per NCCL connection (src/dst host, QPNs, UDP source "
+                    "port on the wire); flows[k].qp names it. A qps record may carry `path`: "
+                    "the node ids its packets cross (src host .. dst host); tracegen ns3 run "
+                    "routes it that way instead of by its own ECMP hash",
         "net_bytes": int(lines["bytes"].sum()),
         "net_wire_bytes": int(lines["wire_bytes"].sum()),
         "skipped_zero_byte_transfers": rows["transfer_id"][zero].tolist(),
@@ -301,7 +396,15 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
         yield ("\n" if lo == 0 else ",\n") + ",\n".join(_flow_records(flows, part, lo, ip))
     yield "\n ]" if len(lines) else "]"
     op_recs, local_recs = _op_records(flows, lines)
-    for name, recs in (("ops", op_recs), ("local_transfers", local_recs)):
+    _, qps = qp_table(flows, fabric)
+    qp_recs = [_QP_RECORD % r for r in zip(range(len(qps)), *(qps[k].tolist() for k in
+                                                               QP_DTYPE.names))]
+    path_of = getattr(fabric, "qp_path", None)   # the routing seam (see qp_table)
+    if path_of is not None:
+        qp_recs = [rec[:-1] + ',"path":[%s]}' % ",".join(
+                       str(int(x)) for x in path_of(int(q["src"]), int(q["dst"]), int(q["sport"]), int(q["sqpn"])))
+                   for rec, q in zip(qp_recs, qps)]
+    for name, recs in (("ops", op_recs), ("local_transfers", local_recs), ("qps", qp_recs)):
         yield f',\n "{name}": [' + ("\n" + ",\n".join(recs) + "\n ]" if recs else "]")
     yield "\n}\n"
 
@@ -321,22 +424,23 @@ def _flow_records(flows: Flows, part: np.ndarray, first_index: int, ip: list[str
                part["src"].tolist(), part["dst"].tolist(), part["bytes"].tolist(),
                part["wire_bytes"].tolist(),
                rows["start_ns"][sel].tolist(), rows["end_ns"][sel].tolist(),
-               part["hpcc_sport"].tolist(), part["simai_sport"].tolist(),
+               part["hpcc_sport"].tolist(), part["host_sport"].tolist(), part["qp"].tolist(),
                deps.ptr[sel].tolist(), deps.ptr[sel + 1].tolist())
     dval = deps.values
     # A format string, not json.dumps per record: 5x faster at a million lines.
     return [_FLOW_RECORD % (k, tid, pt, pts, o, kind, dim, step, chunk, chan, sr, dr, src, dst,
-                            nbytes, wbytes, start, end, ip[src], ip[dst], DPORT, hsp, ssp,
-                            ",".join(map(str, dval[d0:d1].tolist())))
+                            nbytes, wbytes, start, end, ip[src], ip[dst], DPORT, hsp, hsp, osp,
+                            qp, ",".join(map(str, dval[d0:d1].tolist())))
             for (k, tid, pt, pts, o, kind, dim, step, chunk, chan, sr, dr, src, dst, nbytes,
-                 wbytes, start, end, hsp, ssp, d0, d1) in cols]
+                 wbytes, start, end, hsp, osp, qp, d0, d1) in cols]
 
 
 _FLOW_RECORD = (
     '{"index":%d,"transfer_id":%d,"part":%d,"parts":%d,"op_id":%d,"kind":"%s","dim":"%s",'
     '"step":%d,"chunk":%d,"channel":%d,"src_rank":%d,"dst_rank":%d,"src_nic":%d,"dst_nic":%d,'
     '"bytes":%d,"wire_bytes":%d,"start_ns":%d,"end_ns":%d,"sip":"%s","dip":"%s","dport":%d,'
-    '"hpcc_sport":%d,"simai_sport":%d,"deps":[%s]}')
+    '"hpcc_sport":%d,"simai_sport":%d,"host_sport":%d,"qp":%d,"deps":[%s]}')
+_QP_RECORD = '  {"qp":%d,"src":%d,"dst":%d,"sqpn":%d,"dqpn":%d,"sport":%d}'
 
 
 def _op_times(flows: Flows) -> tuple[np.ndarray, np.ndarray]:
@@ -368,11 +472,11 @@ def _op_records(flows: Flows, lines: np.ndarray) -> tuple[list[str], list[str]]:
     dptr, dval = flows.ops.deps.ptr.tolist(), flows.ops.deps.values.tolist()
     op_recs = [_OP_RECORD % (o, kind_label[k], dim_name[d], it,
                              ",".join(map(str, dval[dptr[o]:dptr[o + 1]])), gap, s, e,
-                             "true" if nt else "false")
-               for o, k, d, it, gap, s, e, nt in zip(
+                             "true" if nt else "false", nb, nr)
+               for o, k, d, it, gap, s, e, nt, nb, nr in zip(
                    ops["op_id"].tolist(), ops["kind"].tolist(), ops["dim"].tolist(),
                    ops["iteration"].tolist(), ops["gap_ns"].tolist(), start.tolist(), end.tolist(),
-                   net.tolist())]
+                   net.tolist(), ops["bytes"].tolist(), flows.ops.groups.lengths().tolist())]
     in_file = np.zeros(len(rows), dtype=bool)
     in_file[lines["row"]] = True
     local = np.flatnonzero(net[rows["op_id"]] & ~in_file)
@@ -387,7 +491,7 @@ def _op_records(flows: Flows, lines: np.ndarray) -> tuple[list[str], list[str]]:
 
 
 _OP_RECORD = ('  {"op_id":%d,"kind":"%s","dim":"%s","iteration":%d,"deps":[%s],"gap_ns":%d,'
-              '"op_start_ns":%d,"op_end_ns":%d,"net":%s}')
+              '"op_start_ns":%d,"op_end_ns":%d,"net":%s,"bytes":%d,"ranks":%d}')
 _LOCAL_RECORD = ('  {"transfer_id":%d,"op_id":%d,"link":"%s","start_ns":%d,"end_ns":%d,'
                  '"deps":[%s]}')
 
@@ -438,8 +542,7 @@ def _sim_ip_hex(host: int) -> str:
 
 
 def _template(name: str) -> Template:
-    path = resources.files("tracegen").joinpath("templates").joinpath(name)
-    return Template(path.read_text(encoding="utf-8"))
+    return Template(template_text(name))
 
 
 _BATCH = 1 << 16

@@ -2,7 +2,9 @@
 
 The program reads the same files the HPCC simulators read (topology.txt, flow.txt, config.txt)
 plus manifest.json for what they cannot express: each flow line's op and transfer
-dependencies, the op chain, and the UDP source port HPCC will print for it. Pure Python: no ns-3 import here, so it is testable alone.
+dependencies, the op chain, the NCCL connection (RC QP) each line rides (QPNs, UDP source port,
+optionally the path its packets take), the UDP source port HPCC/SimAI print for it, and the
+PFC/CNP/NIC-sharing settings (`sim`). Pure Python: no ns-3 import here, so it is testable alone.
 
 Dependency-aware replay (what `replay_plan` derives from manifest.json's `ops`,
 `local_transfers` and the flow records' transfer `deps`; roce_nic.h runs it event by event):
@@ -21,8 +23,9 @@ Dependency-aware replay (what `replay_plan` derives from manifest.json's `ops`,
     simulation keeps the analytic pace the second term is never the larger one.
   - a flow line starts when its op is released AND its transfer deps have completed: at
         max(release(o) + relOff, max over predecessor lines j of end(j) + edgeGap(j))
-    where a dep that is a flow line gives edgeGap 0, a local dep v gives relOff >= its offset
-    above and, through its own deps, edges with the local durations on the chain as gap.
+    where a dep that is a flow line gives edgeGap 0, a local dep v gives, through its own deps,
+    edges with the local durations on the chain as gap, and relOff >= its offset above when no
+    flow line is on its chain (it runs from the op's release alone).
     A line whose op has no dep ops and which has no transfer deps starts at its flow.txt time.
   - gap="zero" (default) adds nothing more. gap="analytic" adds the analytic schedule's wait
     between the line being ready and starting (time it queued for a busy NIC there, which the
@@ -39,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError
+from tracegen.errors import ConfigError
 
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(G|M|K)?bps$", re.I)
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)(ns|us|ms|s)$")
@@ -77,6 +80,7 @@ class Config:
     alpha_resume_interval_us: float
     rate_decrease_interval_us: float
     fast_recovery_times: int
+    clamp_target_rate: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,14 @@ class Scenario:
     op_id: np.ndarray | None = None           # per line
     ops: list[dict] | None = None             # manifest ops (None: a tracegen-ns3/1 manifest)
     local: dict | None = None                 # transfer id -> manifest local_transfers record
+    qp: np.ndarray | None = None              # per line: index into the qp_* arrays
+    qp_src: np.ndarray | None = None          # per QP: hosts, QPNs, UDP source port on the wire
+    qp_dst: np.ndarray | None = None
+    qp_sqpn: np.ndarray | None = None
+    qp_dqpn: np.ndarray | None = None
+    qp_sport: np.ndarray | None = None
+    qp_path: list | None = None               # per QP: node ids src..dst, or None (ECMP hash)
+    sim: dict | None = None                   # manifest `sim`: nic_sharing, cnp interval, pfc
 
     def __len__(self) -> int:
         return len(self.src)
@@ -146,6 +158,7 @@ def load_scenario(path: str | Path) -> Scenario:
                           "regenerate")
     if len(src) and (src.max() >= topo.n_hosts or dst.max() >= topo.n_hosts):
         raise ConfigError(f"{d}: flow.txt names a host id >= {topo.n_hosts} hosts in topology.txt")
+    qps = _read_qps(d, man, recs, src, dst, topo)
     return Scenario(d, topo, cfg, t0, src, dst, nbytes, start,
                     col("hpcc_sport") if recs else np.zeros(0, np.int64),
                     col("transfer_id") if recs else np.zeros(0, np.int64),
@@ -156,7 +169,70 @@ def load_scenario(path: str | Path) -> Scenario:
                     payload_bytes=col("bytes") if recs else np.zeros(0, np.int64),
                     op_id=col("op_id") if recs else np.zeros(0, np.int64),
                     ops=_check_ops(d, man.get("ops"), recs),
-                    local={int(r["transfer_id"]): r for r in man.get("local_transfers", [])})
+                    local={int(r["transfer_id"]): r for r in man.get("local_transfers", [])},
+                    **qps, sim=man.get("sim") or {})
+
+
+def _read_qps(d: Path, man: dict, recs: list[dict], src, dst, topo: Topology) -> dict:
+    """The QP of every line and the QP table; a manifest without `qps` (tracegen-ns3/2) gets one
+    QP per line, numbered per host from 0x100, with the line's HPCC port as its UDP port."""
+    n = len(recs)
+    if "qps" not in man:
+        ends = np.empty(2 * n, dtype=np.int64)
+        ends[0::2], ends[1::2] = src, dst
+        qpn = QPN_BASE + _occurrence(ends)
+        sport = np.array([r["hpcc_sport"] for r in recs], dtype=np.int64)
+        return dict(qp=np.arange(n), qp_src=src.copy(), qp_dst=dst.copy(), qp_sqpn=qpn[0::2],
+                    qp_dqpn=qpn[1::2], qp_sport=sport, qp_path=[None] * n)
+    table = man["qps"]
+    try:
+        cols = {k: np.array([int(q[k]) for q in table], dtype=np.int64)
+                for k in ("qp", "src", "dst", "sqpn", "dqpn", "sport")}
+        line_qp = np.array([int(r["qp"]) for r in recs], dtype=np.int64)
+    except (KeyError, ValueError, TypeError) as e:
+        raise ConfigError(f"{d}/manifest.json: a qps or flow record lacks a QP field ({e}) — "
+                          "regenerate") from None
+    if np.any(cols["qp"] != np.arange(len(table))):
+        raise ConfigError(f"{d}/manifest.json: qps are not numbered 0..n-1 in order — regenerate")
+    if n and (line_qp.min() < 0 or line_qp.max() >= len(table)
+              or np.any(cols["src"][line_qp] != src) or np.any(cols["dst"][line_qp] != dst)):
+        raise ConfigError(f"{d}/manifest.json: a flow's qp is not a QP between its hosts — "
+                          "regenerate")
+    paths = [q.get("path") for q in table]
+    for q, p in enumerate(paths):
+        if p is not None:
+            _check_path(d, q, [int(x) for x in p], int(cols["src"][q]), int(cols["dst"][q]), topo)
+    return dict(qp=line_qp, qp_src=cols["src"], qp_dst=cols["dst"], qp_sqpn=cols["sqpn"],
+                qp_dqpn=cols["dqpn"], qp_sport=cols["sport"],
+                qp_path=[None if p is None else [int(x) for x in p] for p in paths])
+
+
+def _check_path(d: Path, q: int, path: list[int], src: int, dst: int, topo: Topology) -> None:
+    """An explicit path must run src host -> switches -> dst host over topology.txt's links."""
+    links = {(int(a), int(b)) for a, b in zip(topo.a, topo.b)}
+    links |= {(b, a) for a, b in links}
+    ok = (len(path) >= 3 and path[0] == src and path[-1] == dst
+          and all(x >= topo.n_hosts for x in path[1:-1])
+          and all((u, v) in links for u, v in zip(path, path[1:])))
+    if not ok:
+        raise ConfigError(f"{d}/manifest.json: qps[{q}].path {path} is not a path from host "
+                          f"{src} over switches to host {dst} in topology.txt")
+
+
+QPN_BASE = 0x100   # QP 1 would decode as GSI in tshark
+
+
+def _occurrence(keys: np.ndarray) -> np.ndarray:
+    """k for the k-th (0-based) appearance of each key, in array order."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    new = np.ones(len(keys), dtype=bool)
+    new[1:] = sk[1:] != sk[:-1]
+    pos = np.arange(len(keys))
+    start = np.maximum.accumulate(np.where(new, pos, 0)) if len(keys) else pos
+    occ = np.empty(len(keys), dtype=np.int64)
+    occ[order] = pos - start
+    return occ
 
 
 def _check_ops(d: Path, ops, recs) -> list[dict] | None:
@@ -274,6 +350,7 @@ def read_config(path: Path, rates: set[int]) -> Config:
             alpha_resume_interval_us=one("ALPHA_RESUME_INTERVAL", float, 1.0),
             rate_decrease_interval_us=one("RATE_DECREASE_INTERVAL", float, 4.0),
             fast_recovery_times=one("FAST_RECOVERY_TIMES", int, 5),
+            clamp_target_rate=bool(one("CLAMP_TARGET_RATE", int, 0)),
         )
     except (ValueError, IndexError) as e:
         raise ConfigError(f"{path}: cannot read ({e})") from None
@@ -366,8 +443,10 @@ def replay_plan(sc: Scenario, gap: str = "zero") -> ReplayPlan:
                 for j in lines_of[t]:
                     merged[j] = max(merged.get(j, 0), 0)
             elif t in local:
-                rel_off[k] = max(rel_off[k], offset(t))
-                for j, ns in chain(t).items():
+                up = chain(t)
+                if not up:           # a local chain from the op's release: its analytic offset;
+                    rel_off[k] = max(rel_off[k], offset(t))   # one that waits for lines: theirs
+                for j, ns in up.items():
                     merged[j] = max(merged.get(j, 0), ns)
         preds.append(merged)
     fixed = np.array([sc.start_ns[k] if not sc.deps[k] and not op_deps[line_op[k]] else -1

@@ -1,9 +1,11 @@
-// ECMP routing for tracegen's ns-3 fabric: per destination host, a list of equal-cost output
-// interfaces; a packet takes entry FlowHash(src IP, dst IP, UDP ports) % n, like a switch's
+// Routing for tracegen's ns-3 fabric, data-driven: per destination host, a list of equal-cost
+// output interfaces; a packet takes entry FlowHash(src IP, dst IP, UDP ports) % n, like a switch's
 // 5-tuple hash, so every QP keeps one path (no reordering) and different QPs spread out.
-// (A plain "sport % n" would send the k-th flow of every host to the same spine: the HPCC
-// source ports count from 10000 on every host.) ns-3's Ipv4GlobalRouting only offers per-packet
-// random ECMP, hence this class.
+// Explicit routes override the hash: AddFlowRoute(sip, dip, sport, iface) pins the packets of one
+// QP (its 5-tuple) to an interface at this node, so a scenario that carries each QP's path
+// (manifest `qps[].path`, e.g. the schedule's own ECMP choices) is routed exactly that way.
+// ns-3's Ipv4GlobalRouting only offers per-packet random ECMP, hence this class. At a switch,
+// arriving packets are tagged with their ingress interface (IngressTag) for PFC accounting.
 //
 // Hosts are addressed as the HPCC simulators do: host i = 11.(i/256).(i%256).1.
 #pragma once
@@ -12,6 +14,7 @@
 #include "ns3/network-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <unordered_map>
 #include <vector>
 
 namespace tracegen
@@ -37,6 +40,24 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
             m_next.resize(host + 1);
         }
         m_next[host].push_back(iface);
+    }
+
+    // This QP's packets (src IP, dst IP, UDP source port) leave this node through `iface`.
+    void AddFlowRoute(uint32_t sip, uint32_t dip, uint16_t sport, uint32_t iface)
+    {
+        m_flow[FlowKey(sip, dip, sport)] = iface;
+    }
+
+    // Switches tag arriving packets with their ingress interface (PFC accounting).
+    void SetSwitch(bool isSwitch)
+    {
+        m_switch = isSwitch;
+    }
+
+    // Lossless: host addresses 11.x.y.1 carry 16 bits of host id each.
+    static uint64_t FlowKey(uint32_t sip, uint32_t dip, uint16_t sport)
+    {
+        return (uint64_t((sip >> 8) & 0xFFFF) << 32) | (uint64_t((dip >> 8) & 0xFFFF) << 16) | sport;
     }
 
     // murmur3's 32-bit finalizer over the 4-tuple: cheap, and well mixed in the low bits.
@@ -88,6 +109,10 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
             ecb(p, header, ns3::Socket::ERROR_NOROUTETOHOST);
             return false;
         }
+        if (m_switch)
+        {
+            p->AddPacketTag(IngressTag(uint32_t(iif)));
+        }
         ucb(r, p, header);
         return true;
     }
@@ -125,13 +150,21 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
         }
         const std::vector<uint32_t>& c = m_next[host];
         uint32_t iface = c[0];
-        if (c.size() > 1 && h.GetProtocol() == 17)
+        if ((c.size() > 1 || !m_flow.empty()) && h.GetProtocol() == 17)
         {
             uint8_t b[4] = {0, 0, 0, 0};
             p->CopyData(b, 4); // the UDP header leads the IP payload
-            uint32_t k = FlowHash(h.GetSource().Get(), h.GetDestination().Get(),
-                                  (uint16_t(b[0]) << 8) | b[1], (uint16_t(b[2]) << 8) | b[3]);
-            iface = c[k % c.size()];
+            uint16_t sport = (uint16_t(b[0]) << 8) | b[1], dport = (uint16_t(b[2]) << 8) | b[3];
+            auto it = m_flow.find(FlowKey(h.GetSource().Get(), h.GetDestination().Get(), sport));
+            if (it != m_flow.end())
+            {
+                return RouteVia(it->second);
+            }
+            if (c.size() > 1)
+            {
+                uint32_t k = FlowHash(h.GetSource().Get(), h.GetDestination().Get(), sport, dport);
+                iface = c[k % c.size()];
+            }
         }
         return RouteVia(iface);
     }
@@ -156,18 +189,9 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
 
     ns3::Ptr<ns3::Ipv4> m_ipv4;
     std::vector<std::vector<uint32_t>> m_next;
+    std::unordered_map<uint64_t, uint32_t> m_flow;
+    bool m_switch = false;
     std::vector<ns3::Ptr<ns3::Ipv4Route>> m_routes;
 };
-
-// RED draws its marking decisions from a random stream; a fixed stream per queue makes a run
-// byte-identical whatever ran before it in the process (automatic streams keep counting).
-inline void AssignQueueStream(ns3::Ptr<ns3::QueueDisc> q, int64_t stream)
-{
-    ns3::Ptr<ns3::RedQueueDisc> red = ns3::DynamicCast<ns3::RedQueueDisc>(q);
-    if (red)
-    {
-        red->AssignStreams(stream);
-    }
-}
 
 } // namespace tracegen

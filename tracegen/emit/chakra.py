@@ -1,0 +1,184 @@
+"""CommOp table -> Chakra execution traces (MLCommons Chakra ET), one `<name>.<rank>.et` per rank.
+
+Written with the `mlc-chakra` package's own protobuf schema (chakra.schema.protobuf.et_def_pb2)
+and writer (chakra.src.third_party.utils.protolib.encodeMessage: a varint length before each
+message): a GlobalMetadata, then the rank's Node messages in dependency order, as ASTRA-sim 2.x
+and other Chakra consumers read them.
+
+Per rank, for every CommOp the rank takes part in (its group holds the rank), in dependency
+order (node ids count up, every data dep has a lower id):
+  COMP_NODE      "compute before op N": the op's gap_ns (compute after its deps complete),
+                 duration_micros rounded to the nearest µs, exact ns in attr `duration_ns`;
+                 data deps: the rank's nodes of the op's dep ops
+  COMM_COLL_NODE a collective: attrs comm_type (Chakra's CollectiveCommType), comm_size (bytes,
+                 the op's buffer), pg_name (process group id, see comm_groups.json)
+  COMM_SEND_NODE / COMM_RECV_NODE
+                 a point-to-point op (group [src, dst]): comm_dst / comm_src, comm_tag (the op
+                 id, the same on both sides), comm_size
+  data deps: the compute node before it, else the rank's nodes of the op's dep ops (deps on ops of
+  other ranks are carried by the communication itself). Markers (end of iteration) have no
+  communication: their compute node, if any, stands for them.
+comm_groups.json: {pg_name: [ranks]} (ASTRA-sim's --comm-group-configuration), and what each
+group is (dim, ranks) in comm_groups_info.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..errors import ConfigError, OutputError
+from ..tables import CollKind, CommOps, Dim
+
+SCHEMA = "1.0.2-chakra.1.0.0"   # what mlc-chakra's own converters put in GlobalMetadata
+COLL_TYPE = {CollKind.ALLREDUCE: "ALL_REDUCE", CollKind.REDUCESCATTER: "REDUCE_SCATTER",
+             CollKind.ALLGATHER: "ALL_GATHER", CollKind.ALLTOALL: "ALL_TO_ALL",
+             CollKind.BROADCAST: "BROADCAST", CollKind.REDUCE: "REDUCE"}
+
+
+def _chakra():
+    try:
+        from chakra.schema.protobuf import et_def_pb2 as pb
+        from chakra.src.third_party.utils.protolib import encodeMessage
+    except ImportError as e:
+        raise ConfigError(f"Chakra export needs the mlc-chakra package ({e}); install it: "
+                          "pip install 'tracegen[chakra]'") from None
+    return pb, encodeMessage
+
+
+def process_groups(ops: CommOps) -> tuple[np.ndarray, dict[int, dict]]:
+    """pg id per op (0: none, point-to-point and markers) and {id: {"dim", "ranks"}}: one group
+    per distinct (dim, ranks in order) of the collectives, numbered from 1 in op order."""
+    pg = np.zeros(len(ops), dtype=np.int64)
+    groups: dict[tuple, int] = {}
+    info: dict[int, dict] = {}
+    for o, (k, d) in enumerate(zip(ops.rows["kind"].tolist(), ops.rows["dim"].tolist())):
+        if CollKind(k) in COLL_TYPE:
+            key = (d, tuple(ops.groups[o].tolist()))
+            if key not in groups:
+                groups[key] = len(groups) + 1
+                info[groups[key]] = {"dim": Dim(d).name, "ranks": list(key[1])}
+            pg[o] = groups[key]
+    return pg, info
+
+
+def topo_order(ops: CommOps) -> list[int]:
+    """Op ids in dependency order (a dep may have a higher id than the op that waits for it);
+    ties by op id, so the order is deterministic."""
+    import heapq
+    n = len(ops)
+    left = ops.deps.lengths().astype(np.int64).copy()
+    users: list[list[int]] = [[] for _ in range(n)]
+    for o in range(n):
+        for d in ops.deps[o].tolist():
+            users[d].append(o)
+    heap = [o for o in range(n) if left[o] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        o = heapq.heappop(heap)
+        out.append(o)
+        for u in users[o]:
+            left[u] -= 1
+            if left[u] == 0:
+                heapq.heappush(heap, u)
+    if len(out) != n:
+        raise OutputError("chakra: the op table has a dependency cycle")
+    return out
+
+
+def rank_nodes(ops: CommOps, rank: int, pg: np.ndarray, pb, order: list[int] | None = None) -> list:
+    """The rank's Chakra nodes (see the module docstring), ids 0.. in dependency order."""
+    A = pb.AttributeProto
+    rows, nodes = ops.rows, []
+    node_of: dict[int, list[int]] = {}     # op -> the rank's nodes standing for its completion
+    member = [rank in set(ops.groups[o].tolist()) for o in range(len(ops))]
+
+    def new(name, typ):
+        n = pb.Node(id=len(nodes), name=name, type=typ)
+        n.attr.append(A(name="is_cpu_op", bool_val=False))
+        nodes.append(n)
+        return n
+
+    for o in (order if order is not None else topo_order(ops)):
+        if not member[o]:
+            continue
+        kind, dim = CollKind(int(rows["kind"][o])), Dim(int(rows["dim"][o]))
+        deps = sorted({n for d in ops.deps[o].tolist() for n in node_of.get(d, ())})
+        gap = int(rows["gap_ns"][o])
+        if gap > 0:
+            c = new(f"compute before op{o}", pb.COMP_NODE)
+            c.duration_micros = (gap + 500) // 1000
+            c.attr.append(A(name="duration_ns", int64_val=gap))
+            c.data_deps.extend(deps)
+            deps = [c.id]
+            node_of[o] = [c.id]
+        label = f"{dim.name} {kind.label} op{o}"
+        size = int(rows["bytes"][o])
+        if kind in COLL_TYPE:
+            n = new(label, pb.COMM_COLL_NODE)
+            n.attr.extend([A(name="comm_type", int64_val=getattr(pb, COLL_TYPE[kind])),
+                           A(name="comm_size", int64_val=size),
+                           A(name="pg_name", string_val=str(int(pg[o])))])
+        elif kind == CollKind.SENDRECV:
+            src, dst = ops.groups[o].tolist()[:2]
+            if rank == src:
+                n = new(label, pb.COMM_SEND_NODE)
+                n.attr.append(A(name="comm_dst", int32_val=int(dst)))
+            else:
+                n = new(label, pb.COMM_RECV_NODE)
+                n.attr.append(A(name="comm_src", int32_val=int(src)))
+            n.attr.extend([A(name="comm_tag", int32_val=o), A(name="comm_size", int64_val=size)])
+        else:
+            node_of[o] = deps              # a marker: its compute node, or its deps, stand for it
+            continue
+        n.data_deps.extend(deps)
+        node_of[o] = [n.id]
+    return nodes
+
+
+def write_chakra(ops: CommOps, world: int, name: str, dest: Path) -> list[Path]:
+    """One `<name>.<rank>.et` per rank plus comm_groups.json / comm_groups_info.json in dest."""
+    pb, encode = _chakra()
+    pg, info = process_groups(ops)
+    order = topo_order(ops)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank in range(world):
+        meta = pb.GlobalMetadata(version="0.0.4")
+        meta.attr.extend([pb.AttributeProto(name="schema", string_val=SCHEMA),
+                          pb.AttributeProto(name="generator", string_val=f"tracegen {__version__}"),
+                          pb.AttributeProto(name="rank", int64_val=rank),
+                          pb.AttributeProto(name="world_size", int64_val=world)])
+        path = dest / f"{name}.{rank}.et"
+        _atomic(path, lambda f, m=meta, r=rank: _write_rank(f, encode, m,
+                                                           rank_nodes(ops, r, pg, pb, order)))
+        paths.append(path)
+    for fname, body in (("comm_groups.json", {str(k): v["ranks"] for k, v in info.items()}),
+                        ("comm_groups_info.json", {str(k): v for k, v in info.items()})):
+        path = dest / fname
+        _atomic(path, lambda f, b=body: f.write(json.dumps(b, indent=1).encode() + b"\n"))
+        paths.append(path)
+    return paths
+
+
+def _write_rank(f, encode, meta, nodes) -> None:
+    encode(f, meta)
+    for n in nodes:
+        encode(f, n)
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
