@@ -23,8 +23,6 @@ import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-import numpy as np
-
 from .config import DTYPE_BYTES, Job
 from .errors import ConfigError
 
@@ -191,6 +189,7 @@ def _net_share(algo: str, n: int, N: int, L: int) -> float:
 def estimate(job: Job, max_work: int = 0, pcap: bool = True) -> Work:
     """The work of `job`; with max_work > 0, refuses (ConfigError) as soon as it is exceeded.
     pcap: count the NCCL network messages the pcap estimate and writer expand (plan always does)."""
+    import numpy as np
     from .collectives import DATA_KINDS, node_layout, tuning
     from .tables import CollKind
     from .workload import build_commops

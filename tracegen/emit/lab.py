@@ -85,20 +85,20 @@ def _ipv4(text, where: str, n: int | None) -> int:
     except ValueError:
         raise ConfigError(f"{where} ipv4: {show(text)} is not an IPv4 address like 192.168.100.1") from None
     last = ip0 + max((n or 1) - 1, 0)
-    if last > 0xFFFFFFFF:
-        raise ConfigError(f"{where} ipv4: {text} + {n - 1} hosts runs past 255.255.255.255; "
-                          "start lower")
-    for ip in (ip0, last):
+    for ip in (ip0, min(last, 0xFFFFFFFF)):
         a = ipaddress.IPv4Address(ip)
         bad = ("the broadcast address" if ip == 0xFFFFFFFF else "a multicast address" if a.is_multicast
                else "a reserved address" if a.is_reserved else "a loopback address" if a.is_loopback
                else "in 0.0.0.0/8" if ip >> 24 == 0 else None)
-        if bad:
-            span = f"{text}" if ip == ip0 else f"{text} + {n - 1} hosts = {a}"
-            raise ConfigError(f"{where} ipv4: {span} is {bad}; hosts need unicast addresses "
+        if bad and ip == ip0:
+            raise ConfigError(f"{where} ipv4: {text} is {bad}; hosts need unicast addresses "
                               "(e.g. 192.168.100.1)")
-    if n and (ip0 >> 28) != (last >> 28) and 0xE0000000 <= last:
-        raise ConfigError(f"{where} ipv4: {text} + {n - 1} hosts reaches the multicast range")
+        if last > 0xFFFFFFFF:
+            raise ConfigError(f"{where} ipv4: {text} + {n - 1} hosts runs past 255.255.255.255; "
+                              "start lower")
+        if bad:
+            raise ConfigError(f"{where} ipv4: {text} + {n - 1} hosts = {a} is {bad}; hosts need "
+                              "unicast addresses (start lower)")
     return ip0
 
 

@@ -141,22 +141,27 @@ def check_budget(packets: int, nbytes: int, out: Output) -> None:
 
 # --- nothing selected: an error naming the filter and what the trace has ----------------------
 
+def _plain(text: str, n: int = 40) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
 def _active_filters(out: Output) -> list[str]:
     f = []
     if out.time_window:
-        f.append(f"--time-window {out.time_window}")
+        f.append(f"--time-window {_plain(out.time_window)}")
     if out.nics:
-        f.append(f"--nics {show(out.nics, 40)}")
+        f.append(f"--nics {_plain(out.nics)}")
     if out.ranks:
-        f.append(f"--ranks {show(out.ranks, 40)}")
+        f.append(f"--ranks {_plain(out.ranks)}")
     if out.collectives:
-        f.append(f"--collective {show(out.collectives, 40)}")
+        f.append(f"--collective {_plain(out.collectives)}")
     if out.iteration >= 0:
         f.append(f"--iteration {out.iteration}")
     if out.switch:
-        f.append(f"--switch {out.switch}")
+        f.append(f"--switch {_plain(out.switch)}")
     if out.lab:
-        f.append(f"--lab {show(out.lab, 60)}")
+        f.append(f"--lab {_plain(out.lab, 60)}")
     return f
 
 
@@ -191,19 +196,19 @@ def check_not_empty(packets: int, flows: Flows, fabric: Fabric, out: Output) -> 
         a, b = parse_time_window(out.time_window)
         lo, hi = int(net["start_ns"].min()), int(net["end_ns"].max())
         if a > hi or b <= lo:
-            culprit = f"--time-window {out.time_window} (output.time_window) holds no packet"
+            culprit = f"--time-window {_plain(out.time_window)} (output.time_window) holds no packet"
     if culprit is None and out.collectives and ops is not None:
         wanted = [x.strip().lower() for x in out.collectives.split(",") if x.strip()]
         op = ops[net["op_id"].astype(np.int64)]
         if not any((x in _DIMS and (op["dim"] == _DIMS[x]).any()) or
                    (x in _KINDS and (op["kind"] == _KINDS[x]).any()) for x in wanted):
-            culprit = f"--collective {show(out.collectives, 40)} (output.collectives) has no traffic on the wire"
+            culprit = f"--collective {_plain(out.collectives)} (output.collectives) has no traffic on the wire"
     if culprit is None and (out.nics or out.ranks):
         culprit = "the selected NICs (--nics/--ranks) send and receive nothing selected"
     if culprit is None and out.switch:
-        culprit = f"no selected packet crosses --switch {out.switch} (output.switch)"
+        culprit = f"no selected packet crosses --switch {_plain(out.switch)} (output.switch)"
     if culprit is None and out.lab:
-        culprit = f"the hosts of lab plan {show(out.lab, 60)} exchange no selected traffic"
+        culprit = f"the hosts of lab plan {_plain(out.lab, 60)} exchange no selected traffic"
     if culprit is None:
         culprit = "the filters " + " ".join(filters) + " together select no packet"
     raise ConfigError(f"nothing to write: {culprit}; this trace has " + "; ".join(have))
