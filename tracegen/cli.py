@@ -23,7 +23,7 @@ from .work import DEFAULT_MAX_WORK, estimate, parse_work
 
 
 def _fail(msg, code: int = 2) -> None:
-    click.echo(f"error: {msg}", err=True)
+    click.echo(f"error: {' '.join(str(msg).split())}", err=True)      # one line, whatever it holds
     sys.exit(getattr(msg, "exit_code", code))
 
 
@@ -84,7 +84,7 @@ def _job_options(f):
 
 def _load(job_file, preset, sets):
     if job_file and not os.path.lexists(job_file):
-        raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")
+        raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")  # repr: one line
     return load_job(job_file, preset=preset, sets=list(sets))
 
 
@@ -213,7 +213,7 @@ def plan(job_file, preset, sets, corpus, tokenizer, out_dir, force, max_work):
             for line in corpus_plan_lines(job, corpus, tokenizer, report=run.report):
                 click.echo(line)
     except (ConfigError, OutputError) as e:
-        _fail(str(e))
+        _fail(e)
 
 
 @main.command()

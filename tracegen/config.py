@@ -386,6 +386,13 @@ def _show(value: Any) -> str:
     return show(value)
 
 
+def show_path(path: Any) -> str:
+    """A path as the user wrote it, or its repr when it holds newlines or other control
+    characters (a message stays one line)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
 def show(value: Any, limit: int = 60) -> str:
     """A repr of at most ~`limit` characters that never walks more of `value` than it prints:
     safe on alias bombs (10^9 shared leaves), deep nesting and 10^5-digit integers."""
@@ -527,9 +534,9 @@ def _keys(sec: str) -> list[str]:
 
 def _unknown(sec: str, key: Any) -> ConfigError:
     """An unknown key `key` in section `sec` ('' = top level); `key` may be any YAML key."""
-    text = key if isinstance(key, str) else show(key, 40)
+    text = key if isinstance(key, str) and key.isprintable() else show(key, 40)
     path = f"{sec}.{text}" if sec else text
-    if isinstance(key, str) and len(key) > 60:
+    if isinstance(key, str) and key.isprintable() and len(key) > 60:
         path = f"{sec}.{key[:57]}..." if sec else key[:57] + "..."
     # A key valid in another section is the likeliest slip (seq_len under parallelism).
     homes = [s for s in SECTIONS if s != sec and text in _keys(s) and text not in ("name", "preset")]
@@ -736,24 +743,25 @@ def read_yaml_file(path: str | Path, what: str = "job file") -> dict:
     """A YAML mapping from a file: size-capped before reading on, UTF-8, strict (duplicate keys,
     depth, aliases), every problem a ConfigError naming the file."""
     path = Path(path)
+    shown = show_path(path)
     try:
         with open(path, "rb") as f:
             data = f.read(YAML_MAX_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such {what}") from None
+        raise ConfigError(f"{shown}: no such {what}") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder; give the path of a YAML {what}") from None
+        raise ConfigError(f"{shown}: is a folder; give the path of a YAML {what}") from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read {what} ({e.strerror or e.__class__.__name__})") from None
+        raise ConfigError(f"{shown}: cannot read {what} ({e.strerror or e.__class__.__name__})") from None
     if len(data) > YAML_MAX_BYTES:
-        raise ConfigError(f"{path}: larger than {YAML_MAX_BYTES >> 10} KiB; a {what} needs a few "
+        raise ConfigError(f"{shown}: larger than {YAML_MAX_BYTES >> 10} KiB; a {what} needs a few "
                           "hundred bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 at byte offset {e.start} (byte 0x{data[e.start]:02x}); "
+        raise ConfigError(f"{shown}: not UTF-8 at byte offset {e.start} (byte 0x{data[e.start]:02x}); "
                           f"save the {what} as UTF-8") from None
-    return _parse_yaml(text, str(path))
+    return _parse_yaml(text, shown)
 
 
 def _read_yaml(path: str | Path) -> dict:
@@ -812,7 +820,7 @@ def load_job(path: str | Path | None = None, preset: str | None = None,
         try:
             doc = _merge_job({}, raw)
         except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from None
+            raise ConfigError(f"{show_path(path)}: {e}") from None
         if "name" not in raw:   # the file's stem, made safe as a directory name
             doc["name"] = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(path).stem).strip("-.") or "job"
     elif preset is not None:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import __version__
-from .config import show
+from .config import show, show_path
 from .errors import ConfigError, Interrupted, OutputError, WriteError
 
 MANIFEST = ".tracegen-manifest.json"
@@ -79,14 +79,14 @@ def choose(out_opt: str | None, output_dir: str, job_name: str) -> tuple[Path, s
     """(path as given, shown): -o, else output.dir (a relative path below the current folder),
     else traces/<job name>."""
     if out_opt:
-        path, shown = Path(out_opt), out_opt
+        path, shown = Path(out_opt), show_path(out_opt)
     elif output_dir:
         p = Path(output_dir)
         if p.is_absolute() or ".." in p.parts or not p.parts or str(p) == ".":
             raise ConfigError(f"output.dir={show(output_dir)}: a job file may only name a folder below "
                               f"the current one (e.g. traces/{job_name}); to write there, say so with "
                               f"-o {show(output_dir)[1:-1]}")
-        path, shown = p, output_dir
+        path, shown = p, show_path(output_dir)
     else:
         path = Path("traces") / job_name
         shown = str(path)
