@@ -127,7 +127,7 @@ def _closed_forms(job: Job) -> tuple[int, int]:
     return int(ops * job.iterations), int(entries * job.iterations)
 
 
-def _transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes: int, pxn: bool) -> int:
+def _transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes: int) -> int:
     """Rows the collectives stage's template for one op has (see collectives/*.py)."""
     from .tables import CollKind as K
     elems = nbytes // elem_bytes
@@ -164,9 +164,29 @@ def _transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes:
             rows = -(-(-(-elems // n)) // (ch * chunk)) * ch * (n - 1) * n
         else:
             rows = -(-elems // (ch * chunk)) * ch * (n - 1)
-    if pxn and N > 1 and L > 1 and algo not in ("p2p", "hierarchical"):
-        rows += rows * N // n                               # cross-rail hops split in two
     return int(rows)
+
+
+def _cross_rail(algo: str, group, node, rail, N: int, L: int) -> float:
+    """With nccl.pxn, the share of an op's transfers that cross nodes *and* rails (each becomes
+    an NVLink hop + a NET hop on the destination's rail)."""
+    import numpy as np
+    g = np.asarray(group)
+    nd, rl = node[g], rail[g]
+    if N <= 1 or (algo == "hierarchical" and L > 1):      # node-major hierarchical stays on rail
+        return 0.0
+    if algo in ("ring", "tree") and L > 1:
+        return N / len(g)                          # every channel leaves a node from another rail
+    if algo in ("ring", "tree", "p2p", "hierarchical"):   # flat: member order; p2p: 0 -> 1
+        nxt = np.roll(np.arange(len(g)), -1)
+        hop = (nd != nd[nxt]) & (rl != rl[nxt])
+        return float(hop[:1].mean() if algo == "p2p" else hop.mean())
+    # every ordered pair (AllToAll, halving-doubling): not same node, not same rail
+    n = len(g)
+    same = lambda k: int((np.bincount(k) ** 2).sum())                     # noqa: E731
+    both = int((np.unique(nd * (int(rl.max()) + 1) + rl, return_counts=True)[1] ** 2).sum())
+    pairs = n * n - same(nd) - same(rl) + both
+    return pairs / max(n * (n - 1), 1)
 
 
 def _net_share(algo: str, n: int, N: int, L: int) -> float:
@@ -200,6 +220,8 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True) -> Work:
     rows = ops.rows
     world, gpn = job.world, job.cluster.gpus_per_node
     light = SimpleNamespace(rank_node=np.arange(world, dtype=np.int64) // gpn)
+    rank_rail = np.asarray(job.cluster.nic_of_gpu(), dtype=np.int64)[np.arange(world) % gpn]
+    groups: dict[tuple, object] = {}
     layouts: dict[bytes, tuple[int, int]] = {}
     shapes: dict[tuple, int] = {}
     for i in range(len(rows)):
@@ -210,15 +232,23 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True) -> Work:
         key = group.tobytes()
         if key not in layouts:
             layouts[key] = node_layout(group, light)
-        shape = (kind, len(group), *layouts[key], int(rows["bytes"][i]), int(rows["elem_bytes"][i]))
+        shape = (kind, len(group), *layouts[key], int(rows["bytes"][i]), int(rows["elem_bytes"][i]),
+                 key if job.nccl.pxn else b"")
+        groups.setdefault(key, group)
         shapes[shape] = shapes.get(shape, 0) + 1
     transfers = messages = 0
     c = job.cluster
-    for (kind, n, N, L, nbytes, eb), count in shapes.items():
+    pxn_share: dict[tuple, float] = {}
+    for (kind, n, N, L, nbytes, eb, gkey), count in shapes.items():
         if nbytes < eb:
             continue
         plan = tuning.plan(CollKind(kind), job.nccl, n, N, L, nbytes, c.nic_gbps, c.nvlink_gbps)
-        t = _transfers(kind, plan, n, N, L, nbytes, eb, job.nccl.pxn)
+        t = _transfers(kind, plan, n, N, L, nbytes, eb)
+        if gkey:
+            if (gkey, plan.algo) not in pxn_share:
+                pxn_share[gkey, plan.algo] = _cross_rail(plan.algo, groups[gkey], light.rank_node,
+                                                         rank_rail, N, L)
+            t += int(t * pxn_share[gkey, plan.algo])
         moved = nbytes * (2 * (n - 1) if kind in (CollKind.ALLREDUCE,) else
                           1 if kind == CollKind.SENDRECV else (n - 1))
         transfers += t * count
