@@ -268,3 +268,11 @@ def test_work_estimate_matches_the_pipeline(preset, sets):
     assert w.ops == len(ops)
     ops_est, _ = _closed_forms(job)
     assert len(ops) <= ops_est <= 4 * len(ops)          # an upper estimate, not far off
+
+
+@pytest.mark.parametrize("preset", ["default", "gpt2-small", "llama3-8b", "gpt3-175b", "llama3-70b",
+                                    "mixtral-8x7b", "deepseek-v3"])
+def test_every_shipped_preset_fits_the_default_work_budget(preset):
+    from tracegen.work import DEFAULT_MAX_WORK, estimate
+    w = estimate(load_job(preset=preset), DEFAULT_MAX_WORK)      # raises beyond the budget
+    assert w.memory_bytes < 16 << 30

@@ -192,7 +192,12 @@ def test_a_modified_file_or_a_forged_manifest_is_not_ours(tmp_path):
 def test_stale_temp_folders_of_killed_runs_are_cleaned_and_only_those(tmp_path):
     ours = tmp_path / ".t.tmp-abcd1234"
     (ours / "pcap").mkdir(parents=True)
-    (ours / MARKER).write_text("12345\n")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (ours / MARKER).write_text(f"{dead.pid}\n")                  # the run that wrote it is gone
+    live = tmp_path / ".t.tmp-live5678"                          # a run still writing: left alone
+    live.mkdir()
+    (live / MARKER).write_text(f"{os.getpid()}\n")
     (ours / "pcap" / "x.pcap.part").write_bytes(b"\0" * 1000)
     users = [tmp_path / ".t.tmp-mine", tmp_path / ".t.backup"]
     for u in users:
@@ -203,7 +208,7 @@ def test_stale_temp_folders_of_killed_runs_are_cleaned_and_only_those(tmp_path):
     assert res.returncode == 0, res.stderr
     assert not ours.exists()
     assert all((u / "keep.txt").read_text() == "mine" for u in users)
-    assert sorted(os.listdir(tmp_path)) == [".t.backup", ".t.tmp-mine", "t"]
+    assert sorted(os.listdir(tmp_path)) == [".t.backup", ".t.tmp-live5678", ".t.tmp-mine", "t"]
 
 
 def test_plan_says_where_generate_would_write(tmp_path):

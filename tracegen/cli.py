@@ -62,7 +62,7 @@ def _check_environment() -> None:
 def _output_options(f):
     f = click.option("--max-work", default=None, metavar="N",
                      help=f"Refuse jobs estimated beyond N work units (~transfers; default "
-                          f"{DEFAULT_MAX_WORK // 10**6}M, ~12 GB; 0: no limit).")(f)
+                          f"{DEFAULT_MAX_WORK // 10**6}M, ~13 GB; 0: no limit).")(f)
     f = click.option("--force", is_flag=True,
                      help="Write into a folder tracegen would refuse (not its own, the current "
                           "folder, ...), beside what is there; deletes only files tracegen wrote.")(f)
@@ -84,7 +84,7 @@ def _job_options(f):
 
 def _load(job_file, preset, sets):
     if job_file and not os.path.lexists(job_file):
-        raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")  # repr: one line
+        raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")
     return load_job(job_file, preset=preset, sets=list(sets))
 
 

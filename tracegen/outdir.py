@@ -31,6 +31,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -113,7 +114,15 @@ def _within(child: Path, parent: Path) -> bool:
 
 
 def inspect(path: Path, shown: str, force: bool = False, protect=()) -> Target:
-    """Decide what generate may do at `path` (nothing is touched); OutputError if refused."""
+    """Decide what generate may do at `path` (nothing is touched); OutputError if refused,
+    WriteError if the file system will not even let it look (EACCES, EIO, ...)."""
+    try:
+        return _inspect(path, shown, force, protect)
+    except OSError as e:
+        raise write_error(e, shown, kept=False) from None
+
+
+def _inspect(path: Path, shown: str, force: bool, protect) -> Target:
     p = _resolve(path)
     protect = tuple(_resolve(Path(x)) for x in protect if x)
     cwd = _resolve(Path.cwd())
@@ -213,10 +222,7 @@ def _is_reg(mode: int) -> bool:
 def _foreign(d: Path) -> list[str] | None:
     """None: `d` is empty. []: everything in it is listed in its manifest. Else the entries that
     are not tracegen's (top-level names first, then deeper ones)."""
-    try:
-        names = os.listdir(d)
-    except OSError as e:
-        raise OutputError(f"cannot read {d}: {e.strerror}") from None
+    names = os.listdir(d)
     if not names:
         return None
     man = _read_manifest(d)
@@ -294,17 +300,39 @@ def _remove_ours(d: Path) -> list[str]:
     return sorted(os.listdir(d))
 
 
-def _clean_stale(where: Path, prefix: str) -> None:
-    """Temp folders of killed runs into the same target (the caller holds its lock)."""
+def _alive(pid_text: str) -> bool:
     try:
-        names = [n for n in os.listdir(where) if n.startswith(prefix)]
+        pid = int(pid_text.strip())
+        if pid == os.getpid():
+            return False
+        os.kill(pid, 0)
+        return True
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+
+
+def _clean_stale(where: Path, prefix: str) -> None:
+    """Temp folders of killed runs into the same target (the caller holds its lock): named
+    exactly PREFIX + mkdtemp's 8 characters, and either still marked (being written when the run
+    died; the marker's pid is gone) or holding a manifest (an old trace whose deletion was cut)."""
+    pattern = re.compile(re.escape(prefix) + r"[a-z0-9_]{8}")
+    try:
+        names = [n for n in os.listdir(where) if pattern.fullmatch(n)]
     except OSError:
         return
     for n in names:
         p = where / n
         if p.is_symlink() or not p.is_dir():
             continue
-        if (p / MARKER).is_file():
+        marker = p / MARKER
+        if marker.is_file():
+            try:
+                if _alive(marker.read_text()[:32]):
+                    continue
+            except OSError:
+                continue
             shutil.rmtree(p, ignore_errors=True)
         elif (p / MANIFEST).is_file():
             _remove_ours(p)

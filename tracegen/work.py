@@ -12,7 +12,7 @@ Three cheap steps, each refusing before the next costs anything:
 Work units = transfers + 4 x ops + 1.3 x messages: a transfer costs ~330 B of peak memory (and
 ~3 us) through schedule and report, a network message ~430 B (and ~2 us) in the pcap estimate,
 measured on the 2-core development VM. The default budget, DEFAULT_MAX_WORK, fits a 2-core
-24 GB machine shared with others: ~12 GB and a few minutes.
+24 GB machine shared with others: ~13 GB and a few minutes; every shipped preset fits.
 
 The estimate follows the workload and collectives stages; tests/test_bad_input.py compares it
 with the real counts on every preset and on random small jobs, so a change there shows up.
@@ -26,7 +26,7 @@ from types import SimpleNamespace
 from .config import DTYPE_BYTES, Job
 from .errors import ConfigError
 
-DEFAULT_MAX_WORK = 36_000_000        # ~12 GB peak, a few minutes on the 2-core development VM
+DEFAULT_MAX_WORK = 40_000_000        # ~13 GB peak, a few minutes on the 2-core development VM (every preset fits)
 BYTES_PER_UNIT = 330                 # peak memory per transfer (llama3-8b plan: 390 MB, 0.95 M transfers)
 BYTES_PER_MESSAGE = 430              # per network message (deepseek-v3 plan: 11.5 GB, 26.4 M messages)
 BASE_BYTES = 150 << 20               # interpreter, numpy, numba
@@ -173,15 +173,20 @@ def _cross_rail(algo: str, group, node, rail, N: int, L: int) -> float:
     import numpy as np
     g = np.asarray(group)
     nd, rl = node[g], rail[g]
-    if N <= 1 or (algo == "hierarchical" and L > 1):      # node-major hierarchical stays on rail
+    if N <= 1 or (algo in ("hierarchical", "tree") and L > 1):   # node-major: NET hops stay on rail
         return 0.0
-    if algo in ("ring", "tree") and L > 1:
+    if algo == "ring" and L > 1:
         return N / len(g)                          # every channel leaves a node from another rail
     if algo in ("ring", "tree", "p2p", "hierarchical"):   # flat: member order; p2p: 0 -> 1
         nxt = np.roll(np.arange(len(g)), -1)
         hop = (nd != nd[nxt]) & (rl != rl[nxt])
         return float(hop[:1].mean() if algo == "p2p" else hop.mean())
-    # every ordered pair (AllToAll, halving-doubling): not same node, not same rail
+    if algo == "halving_doubling":                 # partners at distances 1, 2, 4, ...
+        p2 = 1 << (len(g).bit_length() - 1)
+        i = np.arange(p2)
+        hops = [(nd[i] != nd[i ^ d]) & (rl[i] != rl[i ^ d]) for d in (1 << k for k in range(p2.bit_length() - 1))]
+        return float(np.mean(hops)) if hops else 0.0
+    # every ordered pair (AllToAll): not same node, not same rail
     n = len(g)
     same = lambda k: int((np.bincount(k) ** 2).sum())                     # noqa: E731
     both = int((np.unique(nd * (int(rl.max()) + 1) + rl, return_counts=True)[1] ** 2).sum())
