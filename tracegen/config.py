@@ -478,7 +478,7 @@ def _check_value(path: str, value: Any, typ: type, rule: str | None = None) -> A
         if not lo <= value <= hi:
             why = _RANGES[rule][2] if len(_RANGES.get(rule, ())) > 2 else ""
             why = f" ({why})" if why else ""
-            if typ is int and value < lo and ((lo == 1 and rule in _POSITIVE) or (lo == 0 and hi > 1024)):
+            if typ is int and value < min(lo, 1) and ((rule in _POSITIVE) or (lo == 0 and hi > 1024)):
                 raise ConfigError(f"{path}: must be {'a positive integer' if lo else '>= 0'}, got {show(value)}")
             if value > hi and lo in (0, 1):
                 raise ConfigError(f"{path}: must be at most {_num(hi)}{why}, got {show(value)}")
