@@ -149,7 +149,8 @@ def _inspect(path: Path, shown: str, force: bool, protect) -> Target:
             state, note = "ours", "replacing the trace tracegen wrote there before"
         else:
             more = f", ... {len(foreign)} in all" if len(foreign) > 3 else ""
-            why = (f"it holds files tracegen did not write ({', '.join(foreign[:3])}{more})")
+            why = (f"it holds files tracegen did not write "
+                   f"({', '.join(show_path(f) for f in foreign[:3])}{more})")
     if why is not None:
         if not force:
             raise OutputError(f"refusing to write into {shown}: {why}; choose another -o (e.g. "
@@ -157,7 +158,7 @@ def _inspect(path: Path, shown: str, force: bool, protect) -> Target:
                               "(tracegen deletes only files it wrote)")
         blocked = [n for n in TRACE_NAMES if os.path.lexists(p / n) and not _owned(p, n)]
         if blocked:
-            raise OutputError(f"--force into {shown}: {blocked[0]} there is not tracegen's and a trace "
+            raise OutputError(f"--force into {shown}: {show_path(blocked[0])} there is not tracegen's and a trace "
                               "file goes there; move it or choose another -o")
         state, note = "force", f"--force: beside what is there ({why})"
     return Target(p, shown, state, note, protect)
@@ -556,7 +557,7 @@ class Writer:
         left = _remove_ours(tmp)               # the old trace, now at tmp
         if left:
             self.warnings.append(f"files that appeared in {t.shown} during the run were kept in "
-                                 f"{tmp} ({', '.join(left[:3])})")
+                                 f"{show_path(tmp)} ({', '.join(show_path(x) for x in left[:3])})")
 
     def _merge(self, tmp: Path) -> None:
         """--force: move our new entries into the target beside the user's files."""
@@ -564,7 +565,7 @@ class Writer:
         new = sorted(n for n in os.listdir(tmp) if n != MANIFEST)
         blocked = [n for n in new if os.path.lexists(d / n) and not _owned(d, n)]
         if blocked:
-            raise OutputError(f"--force into {t.shown}: {blocked[0]} there is not tracegen's and a "
+            raise OutputError(f"--force into {t.shown}: {show_path(blocked[0])} there is not tracegen's and a "
                               "trace file goes there; move it or choose another -o")
         old_man = _read_manifest(d)
         trash = Path(tempfile.mkdtemp(prefix=FORCE_PREFIX, dir=d))
