@@ -151,8 +151,9 @@ def generate(job_file, preset, sets, out_dir, snaplen, payload, max_bytes, time_
         except (ConfigError, OutputError) as e:
             _fail(e)
         except Interrupted as e:
-            click.echo(f"error: interrupted by {e.name}; the temp folder was removed, nothing "
-                       "was replaced", err=True)
+            done = (f"the new trace was already in place in {e.written}/" if e.written else
+                    "the temp folder was removed, nothing was replaced")
+            click.echo(f"error: interrupted by {e.name}; {done}", err=True)
             sys.exit(e.exit_code)
 
 

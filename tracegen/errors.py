@@ -31,6 +31,7 @@ class Interrupted(BaseException):
         import signal
         self.signum = int(signum)
         self.name = signal.Signals(self.signum).name
+        self.written: str | None = None      # set when it arrived during a commit that completed
         super().__init__(self.name)
 
     @property

@@ -349,6 +349,10 @@ class _Lock:
         self.path, self.shown, self.fd = path, shown, None
 
     def __enter__(self):
+        with _signals_deferred():            # a signal lands before or after, never half-way
+            return self._acquire()
+
+    def _acquire(self):
         for _ in range(100):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
@@ -372,28 +376,36 @@ class _Lock:
         raise OutputError(f"cannot lock {self.path}")
 
     def __exit__(self, *exc):
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-            os.close(self.fd)
-            self.fd = None
+        with _signals_deferred():
+            if self.fd is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
+                os.close(self.fd)
+                self.fd = None
         return False
 
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Python runs signal handlers in the main thread whichever thread the kernel picked, so a
+# critical section is a counter the handler reads (a signal mask would only cover one thread).
+_SIG = {"critical": 0, "pending": 0, "fired": False}
 
 
 @contextlib.contextmanager
 def signals_as_interrupts() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread (the first one; later
-    ones are ignored while cleanup runs). Previous handlers come back on exit."""
-    fired: list[int] = []
-
+    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread - the first one; later
+    ones are ignored while cleanup runs. Inside _signals_deferred() the signal waits for the end
+    of the section. Previous handlers come back on exit."""
     def handler(signum, frame):
-        if not fired:
-            fired.append(signum)
-            raise Interrupted(signum)
+        if _SIG["fired"]:
+            return
+        if _SIG["critical"]:
+            _SIG["pending"] = _SIG["pending"] or signum
+            return
+        _SIG["fired"] = True
+        raise Interrupted(signum)
 
+    _SIG.update(critical=0, pending=0, fired=False)
     old = {}
     try:
         for s in HANDLED_SIGNALS:
@@ -409,16 +421,16 @@ def signals_as_interrupts() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM/SIGHUP during a commit (they are delivered right after it)."""
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
-    except (AttributeError, ValueError, OSError):
-        yield
-        return
+    """A section no signal interrupts half-way (a commit, taking a lock): a signal arriving
+    inside raises Interrupted as the outermost section ends."""
+    _SIG["critical"] += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _SIG["critical"] -= 1
+        if not _SIG["critical"] and _SIG["pending"] and not _SIG["fired"]:
+            signum, _SIG["pending"], _SIG["fired"] = _SIG["pending"], 0, True
+            raise Interrupted(signum)
 
 
 _HINTS = {
@@ -490,9 +502,10 @@ class Writer:
                 self.lock.__enter__()
                 _clean_stale(t.path, FORCE_PREFIX)
             else:
-                missing = [a for a in [t.path.parent, *t.path.parent.parents] if not a.exists()]
-                t.path.parent.mkdir(parents=True, exist_ok=True)
-                self.created = missing            # removed again if nothing gets written
+                with _signals_deferred():
+                    missing = [a for a in [t.path.parent, *t.path.parent.parents] if not a.exists()]
+                    self.created = missing        # removed again if nothing gets written
+                    t.path.parent.mkdir(parents=True, exist_ok=True)
                 self.lock = _Lock(t.path.parent / f".{t.stem}.lock", t.shown)
                 self.lock.__enter__()
                 _clean_stale(t.path.parent, f".{t.stem}.tmp-")
@@ -524,19 +537,25 @@ class Writer:
         prefix = FORCE_PREFIX if t.state == "force" else f".{t.stem}.tmp-"
         tmp = None
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=here))
-            (tmp / MARKER).write_text(f"{os.getpid()}\n")
+            with _signals_deferred():        # never a temp folder without its marker
+                tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=here))
+                (tmp / MARKER).write_text(f"{os.getpid()}\n")
             fill(tmp)
             (tmp / MARKER).unlink()
             _write_manifest(tmp)
             os.chmod(tmp, 0o755)
-            with _signals_deferred():
-                if t.state == "force":
-                    self._merge(tmp)
-                else:
-                    self._swap(tmp)
-                tmp = None
-                self.done = True
+            try:
+                with _signals_deferred():
+                    if t.state == "force":
+                        self._merge(tmp)
+                    else:
+                        self._swap(tmp)
+                    tmp = None
+                    self.done = True
+            except Interrupted as e:              # it arrived during the commit, which completed
+                if self.done:
+                    e.written = t.shown
+                raise
         except OSError as e:
             raise write_error(e, t.shown, kept=t.state != "new") from None
         finally:
