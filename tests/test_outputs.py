@@ -277,10 +277,11 @@ def test_pictures_can_be_turned_off(tmp_path):
                                     "--set", "output.perfetto=false", "-o", str(tmp_path / "t")])
     assert res.exit_code == 0, res.output
     names = {p.name for p in (tmp_path / "t").iterdir()}
-    assert names == {"flows.csv", "ops.csv", "summary.md", "summary.json", "job.yaml"}
+    assert names == {"flows.csv", "ops.csv", "summary.md", "summary.json", "job.resolved.yaml",
+                     ".tracegen-manifest.json"}
 
 
-# --- summary.md / job.yaml -------------------------------------------------------------------------
+# --- summary.md / job.resolved.yaml -------------------------------------------------------------------------
 
 def test_summary_records_every_option_that_shaped_the_trace(tmp_path):
     out = tmp_path / "t"
@@ -293,7 +294,7 @@ def test_summary_records_every_option_that_shaped_the_trace(tmp_path):
                 "| output.collectives | dp |", "| nccl.channels | 1 |", "| output.ns3 | false |",
                 "| output.payload | zero (default) |", "| output.time_window | — (default) |"):
         assert row in md, row
-    again = load_job(out / "job.yaml")
+    again = load_job(out / "job.resolved.yaml")
     assert again == load_job(sets=["output.snaplen=128", "output.nics=0,1", "output.format=pcapng",
                                    "output.collectives=dp", "nccl.channels=1", "output.ns3=false"])
     meta = json.loads((out / "summary.json").read_text())

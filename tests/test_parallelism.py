@@ -149,7 +149,7 @@ def test_pipeline_bubble_matches_formula_when_communication_is_free(pp, m, v):
     j = job_from_dict({
         "model": {"layers": layers, "hidden": 4096, "heads": 32, "vocab": 64, "seq_len": 2048},
         "parallelism": {"dp": 1, "tp": 1, "pp": pp, "vpp": v, "global_batch": m},
-        "cluster": {"gpus_per_node": 1, "nic_gbps": 10 ** 12, "nvlink_gbps": 10 ** 12, "link_latency_ns": 0}})
+        "cluster": {"gpus_per_node": 1, "nic_gbps": 10 ** 6, "nvlink_gbps": 10 ** 6, "link_latency_ns": 0}})
     run = run_pipeline(j)
     cm = ComputeModel.of(j)
     per_stage_ideal = m * (layers // pp) * 3 * cm.layer_fwd_ns(False)

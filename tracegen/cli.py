@@ -1,32 +1,73 @@
 """Command line: argv -> the pipeline stages, progress, exit codes.
 
-User mistakes (ConfigError, OutputError) print one line and exit 2. Outputs are written into a
-temporary directory beside the target and renamed into place, so an error or Ctrl-C never leaves a
-half-written trace.
+User mistakes (ConfigError, OutputError, bad arguments) print one line and exit 2; a write the
+system refuses (disk full, read-only, ...) exits 1; SIGINT/SIGTERM/SIGHUP exit 128 + signal.
+Where `generate` writes, what it may replace and how (a temp folder swapped into place, a lock,
+a manifest of our files): outdir.py. Work is estimated and bounded before the pipeline: work.py.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from . import __version__
-from .config import Job, list_presets, load_job
-from .errors import ConfigError, OutputError
-from .emit.bundle import with_pcap_estimate, write_bundle
-from .emit.select import check_budget, parse_bytes
-from .pipeline import run_pipeline
-from .report import report_tables
+from . import __version__, outdir
+from .config import list_presets, load_job, validate
+from .errors import ConfigError, Interrupted, OutputError
+from .work import DEFAULT_MAX_WORK, estimate, parse_work
+
+# The pipeline, numba and matplotlib load only once a job is valid: a mistake costs ~0.5 s.
 
 
-def _fail(msg: str) -> None:
-    click.echo(f"error: {msg}", err=True)
-    sys.exit(2)
+def _fail(msg, code: int = 2) -> None:
+    click.echo(f"error: {' '.join(str(msg).split())}", err=True)      # one line, whatever it holds
+    sys.exit(getattr(msg, "exit_code", code))
+
+
+class _OneLineErrors(click.Group):
+    """Usage errors (bad option values, unknown options) as one `error:` line, exit 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except getattr(click.exceptions, "NoArgsIsHelpError", ()) as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.UsageError as e:
+            where = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+            click.echo(f"error: {' '.join(e.format_message().split())}{where}", err=True)
+            sys.exit(2)
+        except click.ClickException as e:
+            click.echo(f"error: {' '.join(e.format_message().split())}", err=True)
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("error: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _check_environment() -> None:
+    """Nothing to refuse today: with NUMBA_DISABLE_JIT the engine runs as plain Python (slowly)."""
+
+
+def _output_options(f):
+    f = click.option("--max-work", default=None, metavar="N",
+                     help=f"Refuse jobs estimated beyond N work units (~transfers; default "
+                          f"{DEFAULT_MAX_WORK // 10**6}M, ~13 GB; 0: no limit).")(f)
+    f = click.option("--force", is_flag=True,
+                     help="Write into a folder tracegen would refuse (not its own, the current "
+                          "folder, ...), beside what is there; deletes only files tracegen wrote.")(f)
+    return f
+
+
+def _where(out_dir, job, job_file, force):
+    path, shown = outdir.choose(out_dir, job.output.dir, job.name)
+    return outdir.inspect(path, shown, force, protect=(job_file, job.output.lab))
 
 
 def _job_options(f):
@@ -41,12 +82,12 @@ def _job_options(f):
 
 
 def _load(job_file, preset, sets, detail=None) -> Job:
-    if job_file and not Path(job_file).is_file():
+    if job_file and not os.path.lexists(job_file):
         raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")
     return load_job(job_file, preset=preset, sets=list(sets) + ([f"detail={detail}"] if detail else []))
 
 
-@click.group()
+@click.group(cls=_OneLineErrors)
 @click.version_option(__version__)
 def main() -> None:
     """tracegen: LLM training jobs -> timed collective flows -> RoCEv2 pcaps and ns-3 scenarios."""
@@ -76,52 +117,74 @@ def main() -> None:
               help="Lab mode: one replayable pcap per tester port of the lab plan (see emit/lab.py).")
 @click.option("--no-pcap", is_flag=True, help="Skip the pcap files.")
 @click.option("--no-ns3", is_flag=True, help="Skip the ns-3 scenario files.")
+@_output_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
-             collectives, iteration, fmt, comments, merge, switch, lab, no_pcap, no_ns3, quiet):
+             collectives, iteration, fmt, comments, merge, switch, lab, no_pcap, no_ns3, force, max_work,
+             quiet):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
-    try:
-        job = _load(job_file, preset, sets, detail)
-        out = job.output
-        if snaplen is not None:
-            if snaplen < 0:
-                raise ConfigError("--snaplen must be >= 0 (0 keeps whole frames)")
-            out = replace(out, snaplen=snaplen)
-        out = _pcap_options(out, payload=payload, max_bytes=max_bytes, time_window=time_window, nics=nics,
-                            ranks=ranks, collectives=collectives, iteration=iteration, format=fmt,
-                            comments=comments, merge=merge or None, switch=switch, lab=lab)
-        if no_pcap:
-            out = replace(out, pcap=False)
-        if no_ns3:
-            out = replace(out, ns3=False)
-        job = replace(job, output=out)
-        target = Path(out_dir or job.output.dir or Path("traces") / job.name)
-        with _stages(quiet) as stage:
-            run = run_pipeline(job, stage)
-        if job.output.pcap:
+    with outdir.signals_as_interrupts():
+        try:
+            job = _load(job_file, preset, sets, detail)
+            job = _pcap_options(job, snaplen=snaplen, payload=payload, max_bytes=max_bytes,
+                                time_window=time_window, nics=nics, ranks=ranks, collectives=collectives,
+                                iteration=iteration, format=fmt, comments=comments, merge=merge or None,
+                                switch=switch, lab=lab, pcap=False if no_pcap else None,
+                                ns3=False if no_ns3 else None)
+            _check_environment()
+            target = _where(out_dir, job, job_file, force)
+            estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,
+                     pcap=job.output.pcap)
+            from .emit.bundle import write_bundle
+            with outdir.Writer(target, force) as w:
+                run = _run(job, quiet, pcap=job.output.pcap)
+                counts = {}
+                with _progress(quiet) as bar:
+                    w.write(lambda tmp: counts.update(write_bundle(run, tmp, progress=bar)))
+            for warning in [*w.warnings, *run.report.notes]:
+                click.echo(f"warning: {warning}", err=True)
+            if not quiet:
+                what = ", ".join(f"{v} {k}" for k, v in counts.items())
+                click.echo(f"wrote {target.shown}/ ({what}; iteration "
+                           f"{run.report.iteration_ns / 1e6:.3f} ms scheduled)")
+        except (ConfigError, OutputError) as e:
+            _fail(e)
+        except Interrupted as e:
+            done = (f"the new trace was already in place in {e.written}/" if e.written else
+                    "the temp folder was removed, nothing was replaced")
+            click.echo(f"error: interrupted by {e.name}; {done}", err=True)
+            sys.exit(e.exit_code)
+
+
+def _run(job, quiet: bool, pcap: bool = True, budget: bool = True):
+    """The pipeline, the pcap estimate and the checks on it (nothing selected, budget)."""
+    from .emit.bundle import with_pcap_estimate
+    from .emit.select import check_budget, check_not_empty
+    from .pipeline import run_pipeline
+    with _stages(quiet) as stage:
+        run = run_pipeline(job, stage)
+        if pcap:
+            stage("pcap estimate")
             run = with_pcap_estimate(run)
-            check_budget(run.report.pcap_packets, run.report.pcap_bytes, job.output)
-        counts = {}
-        with _progress(quiet) as bar:
-            _write_atomically(target, lambda tmp: counts.update(write_bundle(run, tmp, progress=bar)))
-        for note in run.report.notes:
-            click.echo(f"warning: {note}", err=True)
-        if not quiet:
-            what = ", ".join(f"{v} {k}" for k, v in counts.items())
-            click.echo(f"wrote {target}/ ({what}; iteration {run.report.iteration_ns / 1e6:.3f} ms scheduled)")
-    except (ConfigError, OutputError) as e:
-        _fail(str(e))
+    if pcap:
+        check_not_empty(run.report.pcap_packets, run.flows, run.fabric, job.output)
+    if job.output.pcap and pcap and budget:
+        check_budget(run.report.pcap_packets, run.report.pcap_bytes, job.output)
+    return run
 
 
-def _pcap_options(out, max_bytes=None, **options):
-    """generate's pcap options over the job's output section (validated like the YAML keys)."""
-    from .config import validate
+def _pcap_options(job, max_bytes=None, **options):
+    """generate's options over the job's output section, validated with the job like YAML keys;
+    a lab plan is read and checked here too (before any work)."""
+    from .emit.select import parse_bytes
     changes = {k: v for k, v in options.items() if v is not None}
     if max_bytes is not None:
         changes["max_bytes"] = parse_bytes(max_bytes)
-    out = replace(out, **changes)
-    validate(Job(output=out))
-    return out
+    job = validate(replace(job, output=replace(job.output, **changes)))
+    if job.output.lab:
+        from .emit.lab import check_plan
+        check_plan(job.output)
+    return job
 
 
 @main.command()
@@ -129,12 +192,21 @@ def _pcap_options(out, max_bytes=None, **options):
 @click.option("--corpus", metavar="PATH", help="Also size one epoch of this corpus (file, folder, or dante-it/dante-en).")
 @click.option("--tokenizer", default="cl100k_base", show_default=True, help="Tokenizer for --corpus.")
 @click.option("--json", "as_json", is_flag=True, help="The plan as JSON on stdout (keys in the README).")
-def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json):
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
+              help="Where generate would write (default traces/<job name>): plan says what it would do there.")
+@_output_options
+def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, force, max_work):
     """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
     try:
-        job = _load(job_file, preset, sets, detail)
-        with _stages(as_json) as stage:
-            run = with_pcap_estimate(run_pipeline(job, stage))
+        job = _pcap_options(_load(job_file, preset, sets, detail))
+        _check_environment()
+        try:
+            target = _where(out_dir, job, job_file, force)
+            where = f"generate would write {target.shown}/ ({target.note})"
+        except OutputError as e:
+            where = f"generate would refuse: {e}"
+        estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK, pcap=True)
+        run = _run(job, as_json, budget=False)
         if as_json:
             import json
             from .report import plan_json
@@ -143,12 +215,13 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json):
         _print_plan(run)
         for note in run.report.notes:
             click.echo(f"warning: {note}", err=True)
+        click.echo(where)
         if corpus:
             from .corpus.traffic import corpus_plan_lines
             for line in corpus_plan_lines(job, corpus, tokenizer, report=run.report):
                 click.echo(line)
     except (ConfigError, OutputError) as e:
-        _fail(str(e))
+        _fail(e)
 
 
 @main.command()
@@ -219,6 +292,7 @@ def _print_plan(run) -> None:
     per-NIC bytes summarised (sum / min / median / max and the busiest NICs)."""
     from rich import box
     from rich.console import Console
+    from .report import report_tables
     from rich.table import Table
     console = Console()
     names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
@@ -236,31 +310,6 @@ def _print_plan(run) -> None:
 def _numeric(cell: str) -> bool:
     head = cell.split(" ")[0].replace(",", "").replace(".", "")
     return head.isdigit() or cell == "—"
-
-
-def _write_atomically(target: Path, write) -> None:
-    """Write into a temp dir beside `target`, then swap it into place."""
-    target = target.resolve()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"cannot create {target.parent}: {e.strerror}") from None
-    if target.exists() and not target.is_dir():
-        raise OutputError(f"output {target} exists and is not a folder; choose another -o")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o755)
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-            os.rename(target, old / "x")
-            os.rename(tmp, target)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # ---------------------------------------------------------------- ns-3 (mainline, pip `ns3`)
@@ -289,6 +338,7 @@ def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, pfc, nic, quiet):
     """Run TRACE_DIR (a `tracegen generate` folder or its ns3/) in ns-3; writes ns3/sim/."""
     from ns3_scenarios import run_scenario
     from ns3_scenarios.run import DEFAULT_MAX_PCAP_BYTES
+    from .emit.select import parse_bytes
     try:
         budget = DEFAULT_MAX_PCAP_BYTES if max_bytes is None else parse_bytes(max_bytes)
         say = None if quiet else (lambda msg: click.echo(msg, err=True))

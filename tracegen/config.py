@@ -369,7 +369,12 @@ def _field_types(cls: type) -> dict[str, type]:
 
 _TYPES = {sec: _field_types(cls) for sec, cls in SECTIONS.items()}
 
-# Per-key rules. Integers not listed in _POSITIVE or _RANGES must be >= 0.
+# Per-key rules, checked before any work is done. Every integer and float key has a range
+# (docs/limits.md is rendered from these tables: `python -m tracegen.config --limits`):
+#   _POSITIVE  integers that must be >= 1 (their upper bound: _RANGES, else _INT_MAX);
+#   _RANGES    key -> (lo, hi) or (lo, hi, why), inclusive. `why` says where the bound comes from;
+#   other integers must be 0.._INT_MAX, other floats finite and 0.._FLOAT_MAX.
+# A new key slots in by adding a row (tests/test_bad_input.py checks every key has one).
 _POSITIVE = {
     "iterations",
     "model.layers", "model.hidden", "model.heads", "model.vocab", "model.seq_len",
@@ -382,14 +387,99 @@ _POSITIVE = {
     "nccl.qps_per_connection", "nccl.simple_step_bytes",
     "network.kmax_bytes", "network.buffer_bytes",
 }
-_RANGES = {"parallelism.zero": (0, 3), "fabric.leaf_spine_latency_ns": (-1, 10**9),
-           "fabric.spine_core_latency_ns": (-1, 10**9), 
-           "fabric.oversubscription": (0.0, 1000.0), "fabric.core_oversubscription": (0.0, 1000.0),
-           "fabric.planes": (1, 16), "fabric.ecmp_seed": (0, 2**32 - 1), "output.dscp": (0, 63), "output.pcp": (0, 7), "output.ecn": (0, 3),
-           "output.vlan_id": (1, 4094), "network.pmax": (0.0, 1.0),
-           "network.dcqcn_g": (0.0, 1.0), "network.pfc_pause_quanta": (1, 65535),
-           "output.pkey": (1, 0xFFFF), "output.iteration": (-1, 2**31 - 1),
-           "output.ecn_mark_fraction": (0.0, 1.0)}
+_K, _M, _G, _T = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+_RANGES = {
+    "iterations": (1, 1000, "training iterations traced in one run"),
+    "seed": (0, 2**32 - 1, "32-bit seed"),
+    "model.layers": (1, 10_000, "transformer layers (the largest models have ~100)"),
+    "model.hidden": (1, _M, "hidden size"),
+    "model.heads": (1, 65_536, "attention heads"),
+    "model.kv_heads": (0, 65_536, "query groups; 0: same as heads"),
+    "model.ffn_hidden": (0, 4 * _M, "MLP width; 0: 4 x hidden"),
+    "model.vocab": (1, 16 * _M, "vocabulary size"),
+    "model.seq_len": (1, 16 * _M, "tokens per sequence"),
+    "model.head_dim": (0, 65_536, "0: hidden / heads"),
+    "model.experts": (0, 65_536, "routed experts per MoE layer"),
+    "model.top_k": (1, 1024, "experts per token"),
+    "model.moe_ffn_hidden": (0, 4 * _M, "expert MLP width; 0: ffn_hidden"),
+    "model.shared_experts": (0, 1024, "always-on experts"),
+    "model.first_k_dense": (0, 10_000, "leading dense layers"),
+    "model.capacity_factor": (0.001, 64.0, "dispatch buffer over even routing"),
+    "model.q_lora_rank": (0, _M, "MLA query rank"),
+    "model.kv_lora_rank": (0, _M, "MLA key/value rank"),
+    "model.rope_head_dim": (0, 65_536, "MLA decoupled RoPE width"),
+    "model.v_head_dim": (0, 65_536, "0: head_dim"),
+    "model.max_position_embeddings": (0, 16 * _M, "rows of a learned position table; 0: seq_len"),
+    "model.make_vocab_size_divisible_by": (1, 65_536, "vocabulary padding multiple (x tp)"),
+    "parallelism.dp": (1, _M, "data-parallel replicas"),
+    "parallelism.tp": (1, 1024, "tensor-parallel ranks"),
+    "parallelism.pp": (1, 1024, "pipeline stages"),
+    "parallelism.micro_batch": (1, 65_536, "sequences per micro-batch"),
+    "parallelism.global_batch": (1, 16 * _M, "sequences per iteration"),
+    "parallelism.dp_bucket_bytes": (1, 1 << 50, "gradient bucket (huge: one bucket per stage)"),
+    "parallelism.cp": (1, 1024, "context-parallel ranks"),
+    "parallelism.ep": (1, 65_536, "expert-parallel ranks"),
+    "parallelism.expert_tp": (0, 1024, "expert tensor-parallel ranks; 0: tp"),
+    "parallelism.zero": (0, 3, "ZeRO stage"),
+    "parallelism.vpp": (1, 1024, "model chunks per pipeline rank"),
+    "cluster.nodes": (0, _M, "0: world / gpus_per_node"),
+    "cluster.gpus_per_node": (1, 1024, "GPUs per node (an NVLink domain)"),
+    "cluster.mfu": (0.001, 1.0, "model FLOPs utilisation, a fraction of peak"),
+    "cluster.nic_gbps": (1, 1_000_000, "Gb/s per NIC (today's NICs: 100-800)"),
+    "cluster.nvlink_gbps": (1, 1_000_000, "Gb/s per GPU per direction (NVLink5: 7,200)"),
+    "fabric.nodes_per_leaf": (1, _M, "nodes under one leaf (rail-optimised: per rail)"),
+    "fabric.spines": (1, 65_536, "spine switches (two-tier)"),
+    "fabric.k": (0, 1024, "fat-tree radix; 0: the smallest even k that holds every NIC"),
+    "fabric.leaf_spine_gbps": (0, 10_000_000, "Gb/s per leaf-spine link; 0: from oversubscription or the NIC port"),
+    "fabric.spine_core_gbps": (0, 10_000_000, "Gb/s per spine-core link; 0: from core_oversubscription or leaf-spine"),
+    "fabric.oversubscription": (0.0, 1000.0, "leaf downlink : uplink Gb/s; 0: use leaf_spine_gbps"),
+    "fabric.core_oversubscription": (0.0, 1000.0, "spine downlink : uplink Gb/s (fat-tree)"),
+    "fabric.link_latency_ns": (0, 100_000_000, "ns per link (100 ms: 20,000 km of fibre)"),
+    "fabric.leaf_spine_latency_ns": (-1, 100_000_000, "-1: link_latency_ns"),
+    "fabric.spine_core_latency_ns": (-1, 100_000_000, "-1: link_latency_ns"),
+    "fabric.planes": (1, 16, "independent fabric planes per NIC"),
+    "fabric.ecmp_seed": (0, 2**32 - 1, "seeds every switch's ECMP hash"),
+    "cluster.nics_per_node": (0, 1024, "0: one NIC per GPU"),
+    "nccl.channels": (1, 64, "NCCL's MAXCHANNELS"),
+    "nccl.ring_msg_bytes": (256, _G, "network message of the Simple protocol"),
+    "nccl.ring_chunk_bytes": (1 * _K, _G, "ring chunk per step"),
+    "nccl.p2p_chunk_bytes": (1 * _K, _G, "send/recv network chunk"),
+    "nccl.qps_per_connection": (1, 128, "NCCL_IB_QPS_PER_CONNECTION"),
+    "nccl.simple_step_bytes": (1 * _K, _G, "NCCL_BUFFSIZE / NCCL_STEPS"),
+    "network.kmin_bytes": (0, 64 * _G, "ECN marking starts"),
+    "network.kmax_bytes": (1, 64 * _G, "ECN marking at pmax"),
+    "network.pmax": (0.0, 1.0, "a probability"),
+    "network.dcqcn_g": (0.0, 1.0, "DCQCN alpha gain"),
+    "network.dcqcn_rate_ai_mbps": (0.0, 1e6, "DCQCN additive increase; 0: 5 Mb/s per 25 Gb/s of NIC"),
+    "network.dcqcn_rate_hai_mbps": (0.0, 1e6, "DCQCN hyper increase; 0: 50 Mb/s per 25 Gb/s of NIC"),
+    "network.dcqcn_min_rate_mbps": (0.001, 1e7, "DCQCN rate floor"),
+    "network.dcqcn_alpha_resume_us": (0.001, 1e6, "alpha update period"),
+    "network.dcqcn_rate_decrease_us": (0.001, 1e6, "at most one rate cut per period"),
+    "network.dcqcn_rp_timer_us": (0.001, 1e6, "rate increase period"),
+    "network.dcqcn_fast_recovery": (0, 1000, "fast-recovery periods before AI / HAI"),
+    "network.cnp_interval_us": (0.0, 1e6, "<= 1 CNP per QP per interval"),
+    "network.pfc_xoff_bytes": (0, _T, "pause above; 0: dynamic (1/8 of the free buffer)"),
+    "network.pfc_resume_offset_bytes": (0, _G, "resume at Xoff - offset"),
+    "network.pfc_headroom_bytes": (0, _G, "per port; 0: 3 x the link's bandwidth-delay"),
+    "network.pfc_pause_quanta": (1, 65535, "PAUSE time in 512-bit quanta"),
+    "network.buffer_bytes": (1, _T, "switch buffer"),
+    "output.vlan_id": (1, 4094, "802.1Q VID"),
+    "output.pcp": (0, 7, "802.1Q priority"),
+    "output.dscp": (0, 63, "6-bit DSCP"),
+    "output.ecn": (0, 3, "2-bit ECN"),
+    "output.snaplen": (0, 262_144, "libpcap's largest snaplen; 0: whole frames"),
+    "output.ack_every": (0, 16 * _M, "packets per coalesced ACK; 0: one per message"),
+    "output.max_bytes": (0, 1 << 50, "pcap budget; 0: no limit"),
+    "output.iteration": (-1, 999, "-1: every iteration (else < iterations)"),
+    "output.pkey": (1, 0xFFFF, "16-bit BTH P_Key"),
+    "output.ecn_mark_fraction": (0.0, 1.0, "a fraction of data packets"),
+    "output.ecn_seed": (0, 2**32 - 1, "32-bit seed"),
+}
+_INT_MAX = 2**31 - 1        # integers without a row of their own
+_FLOAT_MAX = 1e9
+_STR_MAX = 65_536           # characters in any string key
+_NAME_MAX = 100             # characters in a job name (it names folders and files)
+_WORLD_MAX = 1 << 20        # GPUs: dp x tp x pp x cp
 _CHOICES = {
     "model.dtype": tuple(DTYPE_BYTES),
     "fabric.kind": ("rail-optimised", "leaf-spine", "fat-tree", "file"),
@@ -414,8 +504,57 @@ _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str:
 def _show(value: Any) -> str:
     if value is None:
         return "null (leave the key out to keep the default)"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return show(value)
+
+
+def show_path(path: Any) -> str:
+    """A path as the user wrote it, or its repr when it holds newlines or other control
+    characters (a message stays one line)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
+def show(value: Any, limit: int = 60) -> str:
+    """A repr of at most ~`limit` characters that never walks more of `value` than it prints:
+    safe on alias bombs (10^9 shared leaves), deep nesting and 10^5-digit integers."""
+    out: list[str] = []
+    budget = [limit]
+
+    def put(text: str) -> bool:
+        out.append(text[:max(budget[0], 0)])
+        budget[0] -= len(text)
+        return budget[0] > 0
+
+    def walk(v: Any, depth: int) -> bool:
+        if isinstance(v, bool) or v is None or isinstance(v, float):
+            return put(repr(v))
+        if isinstance(v, int):
+            if abs(v) < 10**18:
+                return put(repr(v))
+            return put(f"<a {int(v.bit_length() * 0.30103) + 1}-digit integer>")
+        if isinstance(v, (str, bytes)):
+            return put(repr(v[:limit + 1]))
+        if isinstance(v, (dict, list, tuple, set, frozenset)):
+            if depth > 3:
+                return put("...")
+            opener, closer = {dict: "{}", list: "[]", tuple: "()"}.get(type(v), "{}")
+            if not put(opener):
+                return False
+            items = v.items() if isinstance(v, dict) else v
+            for k, item in enumerate(items):
+                if k and not put(", "):
+                    return False
+                if isinstance(v, dict):
+                    if not (walk(item[0], depth + 1) and put(": ") and walk(item[1], depth + 1)):
+                        return False
+                elif not walk(item, depth + 1):
+                    return False
+            return put(closer)
+        return put(repr(v)[:limit + 1])
+
+    if walk(value, 0):
+        return "".join(out)
+    return "".join(out)[:max(limit - 3, 1)] + "..."
 
 
 def _check_type(path: str, value: Any, typ: type) -> Any:
@@ -426,34 +565,84 @@ def _check_type(path: str, value: Any, typ: type) -> Any:
         or (typ is float and isinstance(value, (int, float)) and not is_bool)
     if not ok:
         raise ConfigError(f"{path}: expected {_TYPE_WORDS[typ]}, got {_show(value)}")
-    if typ is float and not math.isfinite(value):
-        raise ConfigError(f"{path}: expected a finite number, got {value!r}")
-    return float(value) if typ is float else value
+    if typ is float:
+        try:
+            value = float(value)
+        except OverflowError:        # an integer beyond the float range
+            value = math.inf
+        if not math.isfinite(value):
+            raise ConfigError(f"{path}: expected a finite number, got {_show(value)}")
+    if typ is str and len(value) > _STR_MAX:
+        raise ConfigError(f"{path}: a string of {len(value):,} characters; at most {_STR_MAX:,}")
+    return value
+
+
+def bounds(rule: str, typ: type = int) -> tuple:
+    """(lo, hi) accepted for a numeric key (canonical 'section.key')."""
+    if rule in _RANGES:
+        return _RANGES[rule][:2]
+    if typ is float:
+        return 0.0, _FLOAT_MAX
+    return (1 if rule in _POSITIVE else 0), _INT_MAX
 
 
 def _check_value(path: str, value: Any, typ: type, rule: str | None = None) -> Any:
     """Type and range of one key; `path` is what the user wrote, `rule` its canonical name."""
     rule = rule or path
     value = _check_type(path, value, typ)
-    if rule in _CHOICES and value not in _CHOICES[rule]:
-        accepted = ", ".join(repr(c) for c in _CHOICES[rule])
-        raise ConfigError(f"{path}: {value!r} is not accepted — use one of {accepted}")
-    if rule in _RANGES:
-        lo, hi = _RANGES[rule]
+    if rule in _CHOICES:
+        if value not in _CHOICES[rule]:
+            accepted = ", ".join(repr(c) for c in _CHOICES[rule])
+            raise ConfigError(f"{path}: {show(value)} is not accepted — use one of {accepted}")
+    elif typ in (int, float):
+        lo, hi = bounds(rule, typ)
         if not lo <= value <= hi:
-            raise ConfigError(f"{path}: must be in {lo}..{hi}, got {value!r}")
-    elif typ is int and rule in _POSITIVE and value < 1:
-        raise ConfigError(f"{path}: must be a positive integer, got {value}")
-    elif typ is int and value < 0:
-        raise ConfigError(f"{path}: must be >= 0, got {value}")
-    if rule == "model.capacity_factor" and not value > 0:
-        raise ConfigError(f"{path}: must be > 0 (1.0 = buffers sized for a perfectly even routing), got {value!r}")
-    if rule == "cluster.mfu" and not 0 < value <= 1:
-        raise ConfigError(f"{path}: must be a fraction in (0, 1], got {value!r}")
+            why = _RANGES[rule][2] if len(_RANGES.get(rule, ())) > 2 else ""
+            why = f" ({why})" if why else ""
+            if typ is int and value < min(lo, 1) and ((rule in _POSITIVE) or (lo == 0 and hi > 1024)):
+                raise ConfigError(f"{path}: must be {'a positive integer' if lo else '>= 0'}, got {show(value)}")
+            if value > hi and lo in (0, 1):
+                raise ConfigError(f"{path}: must be at most {_num(hi)}{why}, got {show(value)}")
+            raise ConfigError(f"{path}: must be in {_num(lo)}..{_num(hi)}{why}, got {show(value)}")
     if rule == "name" and not _JOB_NAME.fullmatch(value):
-        raise ConfigError(f"name: {value!r} is not usable as a directory name — "
+        raise ConfigError(f"name: {show(value)} is not usable as a directory name — "
                           "use letters, digits, '.', '_' and '-'")
+    if rule == "name" and len(value) > _NAME_MAX:
+        raise ConfigError(f"name: {len(value)} characters; a job name names folders and files, "
+                          f"use at most {_NAME_MAX}")
+    if rule in ("output.dir", "output.lab") and "\0" in value:
+        raise ConfigError(f"{path}: a path cannot contain a NUL character")
+    if rule == "output.time_window" and value:
+        parse_time_window(value)
     return value
+
+
+def _num(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+def parse_time_window(text: str) -> tuple[int, int]:
+    """'START_NS:END_NS' (either side may be empty) -> [start, end), 0 <= start < end < 2^63."""
+    a, sep, b = text.partition(":")
+    window = None
+    if sep:
+        a, b = a.strip(), b.strip()
+        start = small_int(a, 19) if a else 0
+        end = small_int(b, 19) if b else 2**63 - 1
+        if start is not None and end is not None:
+            window = (start, end)
+    if window is None or not 0 <= window[0] < window[1] <= 2**63 - 1:
+        raise ConfigError(f"output.time_window={show(text)}: use START_NS:END_NS with "
+                          "0 <= START < END < 2^63 (integer ns, either side may be left empty)")
+    return window
+
+
+def small_int(text: str, digits: int = 9) -> int | None:
+    """The integer in `text` if it is 1..`digits` ASCII digits (no sign, no spaces), else None.
+    (str.isdigit() also accepts '²', which int() refuses; long strings cost quadratic time.)"""
+    if 0 < len(text) <= digits and text.isascii() and text.isdigit():
+        return int(text)
+    return None
 
 
 def _keys(sec: str) -> list[str]:
@@ -464,17 +653,20 @@ def _keys(sec: str) -> list[str]:
     return [*_TYPES[sec], *ALIASES.get(sec, {}), *extra]
 
 
-def _unknown(path: str) -> ConfigError:
-    sec, _, key = path.rpartition(".")
-    key = str(key)
+def _unknown(sec: str, key: Any) -> ConfigError:
+    """An unknown key `key` in section `sec` ('' = top level); `key` may be any YAML key."""
+    text = key if isinstance(key, str) and key.isprintable() else show(key, 40)
+    path = f"{sec}.{text}" if sec else text
+    if isinstance(key, str) and key.isprintable() and len(key) > 60:
+        path = f"{sec}.{key[:57]}..." if sec else key[:57] + "..."
     # A key valid in another section is the likeliest slip (seq_len under parallelism).
-    homes = [s for s in SECTIONS if s != sec and key in _keys(s) and key not in ("name", "preset")]
+    homes = [s for s in SECTIONS if s != sec and text in _keys(s) and text not in ("name", "preset")]
     if homes:
-        hint = f"did you mean '{homes[0]}.{key}'?"
-    elif sec and key in _SCALARS:
-        hint = f"'{key}' belongs at the top level of the job"
+        hint = f"did you mean '{homes[0]}.{text}'?"
+    elif sec and text in _SCALARS:
+        hint = f"'{text}' belongs at the top level of the job"
     else:
-        close = difflib.get_close_matches(key, _keys(sec), n=1)
+        close = difflib.get_close_matches(text[:100], _keys(sec), n=1)
         if close:
             hint = f"did you mean '{sec + '.' if sec else ''}{close[0]}'?"
         else:
@@ -493,7 +685,7 @@ def _section_fields(sec: str, mapping: dict) -> dict:
             continue
         name = aliases.get(key, key)
         if name not in _TYPES[sec]:
-            raise _unknown(f"{sec}.{key}")
+            raise _unknown(sec, key)
         if name in given:
             raise ConfigError(f"{sec}: both '{given[name]}' and '{key}' set "
                               f"{sec}.{name} — keep one")
@@ -529,7 +721,7 @@ def _merge_job(base: dict, doc: Any, stack: tuple = ()) -> dict:
         elif key in _SCALARS:
             out[key] = _check_value(key, value, _SCALARS[key])
         elif key not in _TOP_EXTRA:
-            raise _unknown(str(key))
+            raise _unknown("", key)
     return out
 
 
@@ -558,9 +750,9 @@ def _read_preset(kind: str, name: Any, stack: tuple) -> dict:
     names = _preset_names(kind)
     what = kind[:-1]    # "models" -> "model"
     if not isinstance(name, str) or name not in names:
-        close = difflib.get_close_matches(str(name), names, n=1)
+        close = difflib.get_close_matches(name[:100], names, n=1) if isinstance(name, str) else []
         hint = f"did you mean '{close[0]}'?" if close else "available: " + ", ".join(names)
-        raise ConfigError(f"unknown {what} preset {name!r} — {hint}")
+        raise ConfigError(f"unknown {what} preset {show(name)} — {hint}")
     if (kind, name) in stack:
         raise ConfigError(f"{what} preset '{name}' includes itself")
     where = f"preset {kind}/{name}.yaml"
@@ -608,7 +800,7 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
         if isinstance(key, typing.Hashable):   # unhashable keys: construct_mapping reports them
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+                    None, None, f"duplicate key {show(key)}", key_node.start_mark)
             seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -616,14 +808,42 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
+YAML_MAX_BYTES = 256 << 10      # a job file or lab plan is a few hundred bytes
+YAML_MAX_DEPTH = 32             # nested mappings / sequences
+YAML_MAX_VALUES = 100_000       # values after expanding aliases (an alias bomb has 10^9)
+
+
+def _check_shape(text: str, where: str) -> None:
+    """Depth and alias-expanded size from the event stream, before anything is constructed."""
+    stack: list[list] = [[None, 0]]          # [anchor, values] per open collection
+    sizes: dict[str, int] = {}                # anchor -> values it expands to
+    parser = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for ev in yaml.parse(text, Loader=parser):
+        if isinstance(ev, yaml.CollectionStartEvent):
+            stack.append([ev.anchor, 1])
+            if len(stack) - 1 > YAML_MAX_DEPTH:
+                line = ev.start_mark.line + 1 if ev.start_mark else 0
+                raise ConfigError(f"{where}:{line}: nested more than {YAML_MAX_DEPTH} levels deep; "
+                                  "a job needs 2")
+            continue
+        if isinstance(ev, yaml.CollectionEndEvent):
+            anchor, n = stack.pop()
+        elif isinstance(ev, yaml.ScalarEvent):
+            anchor, n = ev.anchor, 1
+        elif isinstance(ev, yaml.AliasEvent):
+            anchor, n = None, sizes.get(ev.anchor, 1)
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = n
+        stack[-1][1] += n
+        if stack[-1][1] > YAML_MAX_VALUES:
+            raise ConfigError(f"{where}: expands to more than {YAML_MAX_VALUES:,} values "
+                              "(YAML aliases referring to aliases?); a job needs a few dozen")
+
+
 def _parse_yaml(text: str, where: str) -> dict:
-    try:
-        doc = yaml.load(text, Loader=_StrictLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{where}{line}: not valid YAML ({problem})") from None
+    doc = _load_yaml(text, where)
     if not isinstance(doc, dict):
         got = "an empty file" if doc is None else f"a {type(doc).__name__}"
         raise ConfigError(f"{where}: expected a mapping of keys (model:, parallelism:, ...), "
@@ -631,15 +851,58 @@ def _parse_yaml(text: str, where: str) -> dict:
     return doc
 
 
-def _read_yaml(path: str | Path) -> dict:
-    path = Path(path)
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def _load_yaml(text: str, where: str) -> Any:
+    """Any YAML document, checked for size, depth and alias expansion before it is built."""
+    if len(text) > YAML_MAX_BYTES:
+        raise ConfigError(f"{where}: {len(text):,} characters; YAML input is capped at "
+                          f"{YAML_MAX_BYTES:,} (a job file needs a few hundred)")
     try:
-        text = path.read_text("utf-8")
+        _check_shape(text, where)
+        doc = yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}{line}: not valid YAML ({_clip(problem, 120)})") from None
+    except (ValueError, OverflowError) as e:      # a 5,000-digit integer, 2001-02-30, ...
+        raise ConfigError(f"{where}: a value YAML cannot read ({_clip(e, 100)})") from None
+    except RecursionError:                       # _check_shape makes this unreachable; kept as a net
+        raise ConfigError(f"{where}: nested too deeply") from None
+    return doc
+
+
+def read_yaml_file(path: str | Path, what: str = "job file") -> dict:
+    """A YAML mapping from a file: size-capped before reading on, UTF-8, strict (duplicate keys,
+    depth, aliases), every problem a ConfigError naming the file."""
+    path = Path(path)
+    shown = show_path(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(YAML_MAX_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such job file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read job file ({e.__class__.__name__})") from None
-    return _parse_yaml(text, str(path))
+        raise ConfigError(f"{shown}: no such {what}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{shown}: is a folder; give the path of a YAML {what}") from None
+    except OSError as e:
+        raise ConfigError(f"{shown}: cannot read {what} ({e.strerror or e.__class__.__name__})") from None
+    if len(data) > YAML_MAX_BYTES:
+        raise ConfigError(f"{shown}: larger than {YAML_MAX_BYTES >> 10} KiB; a {what} needs a few "
+                          "hundred bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{shown}: not UTF-8 at byte offset {e.start} (byte 0x{data[e.start]:02x}); "
+                          f"save the {what} as UTF-8") from None
+    return _parse_yaml(text, shown)
+
+
+def _read_yaml(path: str | Path) -> dict:
+    return read_yaml_file(path, "job file")
 
 
 # --- --set overrides ---------------------------------------------------------------------------
@@ -649,10 +912,10 @@ def _set_fragment(item: str) -> dict:
     key, eq, raw = item.partition("=")
     key, raw = key.strip(), raw.strip()
     if not eq or not key:
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. parallelism.dp=4")
+        raise ConfigError(f"--set {show(item)}: expected KEY=VALUE, e.g. parallelism.dp=4")
     sec, dot, name = key.partition(".")
     if dot and sec not in SECTIONS:
-        raise _unknown(sec)
+        raise _unknown("", sec)
     if dot and (not name or "." in name):
         raise ConfigError(f"unknown key '{key}' — use SECTION.KEY, e.g. model.seq_len")
     typ = _TYPES[sec].get(ALIASES.get(sec, {}).get(name, name)) if dot else _SCALARS.get(key)
@@ -664,9 +927,9 @@ def _set_fragment(item: str) -> dict:
 
 def _yaml_scalar(item: str, raw: str) -> Any:
     try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError:
-        raise ConfigError(f"--set {item!r}: value is not valid YAML") from None
+        return _load_yaml(raw, "--set")
+    except ConfigError:
+        raise ConfigError(f"--set {show(item)}: value is not valid YAML") from None
 
 
 def _apply_sets(doc: dict, sets: Sequence[str]) -> dict:
@@ -675,7 +938,7 @@ def _apply_sets(doc: dict, sets: Sequence[str]) -> dict:
             doc = _merge_job(doc, _set_fragment(item))
         except ConfigError as e:
             msg = str(e)
-            msg = msg if msg.startswith("--set") else f"--set {item!r}: {msg}"
+            msg = msg if msg.startswith("--set") else f"--set {show(item)}: {msg}"
             raise ConfigError(msg) from None
     return doc
 
@@ -694,7 +957,7 @@ def load_job(path: str | Path | None = None, preset: str | None = None,
         try:
             doc = _unset_degrees_are_one(_merge_job({}, raw), raw)
         except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from None
+            raise ConfigError(f"{show_path(path)}: {e}") from None
         if "name" not in raw:   # the file's stem, made safe as a directory name
             doc["name"] = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(path).stem).strip("-.") or "job"
     elif preset is not None:
@@ -762,7 +1025,16 @@ def validate(job: Job) -> Job:
     _check_network(job.network)
     _check_nics(job.cluster)
     _check_tables(job.output)
+    _check_output(job)
     return job
+
+
+def _check_output(job: Job) -> None:
+    it = job.output.iteration
+    if it >= job.iterations:
+        have = "iteration 0" if job.iterations == 1 else f"iterations 0..{job.iterations - 1}"
+        raise ConfigError(f"output.iteration={it}: this job has {have} (iterations={job.iterations}); "
+                          "pick one of those, -1 for all, or raise iterations")
 
 
 TABLE_FORMATS = ("csv", "parquet")
@@ -865,8 +1137,10 @@ def _check_sharding(m: Model, p: Parallelism) -> None:
 
 def _check_world(p: Parallelism, c: Cluster) -> None:
     world, gpn = p.world, c.gpus_per_node
-    sizes = (f"dp·tp·pp·cp = {p.dp}·{p.tp}·{p.pp}·{p.cp} = {world}" if p.cp > 1
-             else f"dp·tp·pp = {p.dp}·{p.tp}·{p.pp} = {world}")
+    sizes = (f"dp·tp·pp·cp = {p.dp}·{p.tp}·{p.pp}·{p.cp} = {world:,}" if p.cp > 1
+             else f"dp·tp·pp = {p.dp}·{p.tp}·{p.pp} = {world:,}")
+    if world > _WORLD_MAX:
+        raise ConfigError(f"parallelism {sizes} GPUs; tracegen models at most {_WORLD_MAX:,}")
     if c.nodes and c.nodes * gpn != world:
         have = c.nodes * gpn
         grow, lower = ("grow", "lower") if have < world else ("shrink", "raise")
@@ -904,11 +1178,11 @@ def _check_nics(c: Cluster) -> None:
                               f"{c.gpus_per_node}; set cluster.gpu_nic_map to place GPUs on NICs")
         return
     parts = c.gpu_nic_map.split(",")
-    if len(parts) != c.gpus_per_node or not all(p.strip().isdigit() for p in parts):
-        raise ConfigError(f"cluster.gpu_nic_map={c.gpu_nic_map!r}: give {c.gpus_per_node} comma-separated "
+    if len(parts) != c.gpus_per_node or any(small_int(p.strip(), 4) is None for p in parts):
+        raise ConfigError(f"cluster.gpu_nic_map={show(c.gpu_nic_map)}: give {c.gpus_per_node} comma-separated "
                           "NIC indices, one per GPU (e.g. '0,0,1,1')")
     if any(int(p) >= c.nics for p in parts):
-        raise ConfigError(f"cluster.gpu_nic_map={c.gpu_nic_map!r} names a NIC >= cluster.nics_per_node={c.nics}")
+        raise ConfigError(f"cluster.gpu_nic_map={show(c.gpu_nic_map)} names a NIC >= cluster.nics_per_node={c.nics}")
 
 
 def _check_network(n: Network) -> None:
@@ -925,3 +1199,32 @@ def _check_network(n: Network) -> None:
     if n.pfc_xoff_bytes and n.pfc_resume_offset_bytes >= n.pfc_xoff_bytes:
         raise ConfigError(f"network.pfc_resume_offset_bytes={n.pfc_resume_offset_bytes} must be "
                           f"below network.pfc_xoff_bytes={n.pfc_xoff_bytes} (Xon = Xoff - offset)")
+
+
+# --- the limits table (docs/limits.md) ---------------------------------------------------------
+
+def limits_rows() -> list[tuple[str, str, str]]:
+    """(key, accepted values, why) for every numeric or enumerated key, in section order."""
+    rows = []
+    keyed = [(k, t) for k, t in _SCALARS.items()] + [
+        (f"{sec}.{k}", t) for sec in SECTIONS for k, t in _TYPES[sec].items()]
+    for key, typ in keyed:
+        if key in _CHOICES:
+            rows.append((key, ", ".join(str(c) for c in _CHOICES[key] if c != ""), ""))
+        elif typ in (int, float):
+            lo, hi = bounds(key, typ)
+            why = _RANGES[key][2] if len(_RANGES.get(key, ())) > 2 else ""
+            rows.append((key, f"{_num(lo)} .. {_num(hi)}", why))
+    return rows
+
+
+def limits_markdown() -> str:
+    lines = ["| key | accepted | note |", "|---|---|---|"]
+    lines += [f"| `{k}` | {v} | {w} |" for k, v, w in limits_rows()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--limits"]:
+        sys.stdout.write(limits_markdown())

@@ -131,6 +131,25 @@ def _two_tier(b: _Builder, fc: FabricConfig, plane: int, nodes: int, nics: int, 
     return leaves[leaf_of]
 
 
+def link_count(fc: FabricConfig, nodes: int, nics: int) -> tuple[int, str]:
+    """Links the fabric would have (NIC ports included) without building it, and what drives it:
+    lets a job be refused before any work (work.py)."""
+    n_nics = nodes * nics
+    if fc.kind == "file":
+        return n_nics, "the topology file"
+    if fc.kind == "fat-tree":
+        k = fc.k or fat_tree_k(n_nics)
+        half = max(1, k // 2)
+        leaves = -(-n_nics // half)
+        pods = -(-leaves // half)
+        sw = (leaves * half if leaves > 1 else 0) + (pods * half * half if pods > 1 else 0)
+        return fc.planes * (n_nics + sw), f"fabric.k={k}"
+    groups = -(-nodes // fc.nodes_per_leaf)
+    leaves = nics * groups if fc.kind == "rail-optimised" else groups
+    up = leaves * fc.spines if leaves > 1 else 0
+    return fc.planes * (n_nics + up), f"{leaves:,} leaves x fabric.spines={fc.spines:,}"
+
+
 def fat_tree_k(n_ports: int) -> int:
     """The smallest even k whose fat-tree (k^3/4 host ports) holds n_ports."""
     k = 2

@@ -203,7 +203,7 @@ def collective(name, minbytes, maxbytes, stepfactor, stepbytes, datatype, nodes,
 
 
 def _write(run, target: Path, max_bytes, nics) -> None:
-    from .cli import _write_atomically
+    from . import outdir
     from .config import validate
     from .emit.bundle import with_pcap_estimate, write_bundle
     from .emit.select import check_budget, parse_bytes
@@ -216,5 +216,6 @@ def _write(run, target: Path, max_bytes, nics) -> None:
     run = with_pcap_estimate(replace(run, job=job))
     check_budget(run.report.pcap_packets, run.report.pcap_bytes, job.output)
     counts: dict = {}
-    _write_atomically(target, lambda tmp: counts.update(write_bundle(run, tmp)))
+    with outdir.signals_as_interrupts(), outdir.Writer(outdir.inspect(Path(target), str(target))) as w:
+        w.write(lambda tmp: counts.update(write_bundle(run, tmp)))
     click.echo(f"wrote {target}/ (" + ", ".join(f"{v} {k}" for k, v in counts.items()) + ")")

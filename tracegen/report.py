@@ -327,7 +327,7 @@ def render_markdown(rep: Report, nic_names: list[str] | None = None, fabric=None
                     files: list[str] | None = None) -> str:
     out = [f"# tracegen summary: {rep.job.name}", ""]
     tables = report_tables(rep, nic_names=nic_names) + ([rank_table(rep, fabric)] if fabric is not None else [])
-    tables.insert(1, ("Options that shaped this trace (job.yaml has every key)", ["option", "value"],
+    tables.insert(1, ("Options that shaped this trace (job.resolved.yaml has every key)", ["option", "value"],
                       options_rows(rep.job)))
     if files:
         tables.append(("Files", ["file"], [[f] for f in files]))

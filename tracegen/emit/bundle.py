@@ -1,5 +1,5 @@
 """A whole trace set in one folder: pcap/, flows.csv (or .parquet), ops.*, perfetto.json, ns3/,
-pictures, summary.md / summary.json / job.yaml."""
+pictures, summary.md / summary.json / job.resolved.yaml."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -1,5 +1,5 @@
-"""summary.md (for people), summary.json (for tools and `tracegen report`) and job.yaml (the
-resolved job: `tracegen generate DIR/job.yaml` writes the same trace again)."""
+"""summary.md (for people), summary.json (for tools and `tracegen report`) and job.resolved.yaml
+(the resolved job: `tracegen generate DIR/job.resolved.yaml` writes the same trace again)."""
 from __future__ import annotations
 
 import json
@@ -36,5 +36,5 @@ def write_summaries(run, dest: Path, files: dict | None = None, extra: dict | No
     names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
     (dest / "summary.md").write_text(render_markdown(run.report, names, run.fabric, files=files))
     (dest / "summary.json").write_text(json.dumps(summary_data(run, files, extra), indent=1) + "\n")
-    (dest / "job.yaml").write_text("# the resolved job of this trace: every key, defaults included\n"
+    (dest / "job.resolved.yaml").write_text("# the resolved job of this trace: every key, defaults included\n"
                                    + yaml.safe_dump(job_to_dict(run.job), sort_keys=False))
