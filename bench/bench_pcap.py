@@ -105,15 +105,9 @@ def scapy_rebuild(recs, dest: Path) -> float:
 
 
 def _build_only(flows, fabric, out) -> int:
-    """write_pcaps() minus the files (uses the module's internals; benchmark only)."""
-    from tracegen.emit import pcap
-
-    p = pcap._prepare(flows, fabric, out, 1, times=True)
-    total, scratch = 0, pcap._Scratch()
-    for spec in pcap._file_specs(p, fabric):
-        total += len(p.fmt.file_header(spec.interfaces))
-        total += sum(len(buf) for buf in pcap._slices(p, fabric, pcap._Items.gather(p, spec.parts), scratch))
-    return total
+    """write_pcaps() minus the files: the bytes built, not written."""
+    from tracegen.emit.pcap import build_without_writing
+    return build_without_writing(flows, fabric, out)
 
 
 def _peak_rss_child(nodes: int, steps: int, scratch_dir: str | None) -> tuple[int, int]:

@@ -28,6 +28,8 @@ from ..config import Output
 from ..errors import ConfigError
 from ..topology import Fabric
 from .capture_file import Interface
+from .copies import CTL_SENT, DATA_SENT, FileSpec, Part, item_endpoints, kept
+from .packets import Plan
 
 _KEYS = {"hosts", "ports", "mac", "ipv4", "dut_mac", "l2"}
 
@@ -119,20 +121,20 @@ def load(out: Output, fabric: Fabric) -> LabPlan:
                    _mac(dut, "dut_mac") if dut is not None else None, l2)
 
 
-def lab_specs(p, fabric: Fabric, plan: LabPlan):
-    """One file per tester port: what its host transmits to the other chosen hosts, on link 0."""
-    from . import pcap
+def lab_specs(p: Plan, fabric: Fabric, plan: LabPlan) -> list[FileSpec]:
+    """One file per tester port: what its host transmits to the other chosen hosts, on link 0.
+    fabric: the lab's (plan.remap)."""
     chosen = np.zeros(fabric.n_nics, bool)
     chosen[list(plan.nics)] = True
     specs = []
     for nic, port in zip(plan.nics, plan.ports):
         parts = []
-        for src in (0, 2):                       # sent data segments, sent control frames
-            idx = np.flatnonzero(pcap._kept(p, src))
-            tx, rx, _, _ = pcap._item_endpoints(p, src, idx)
+        for src in (DATA_SENT, CTL_SENT):
+            idx = np.flatnonzero(kept(p, src))
+            tx, rx, _, _ = item_endpoints(p, src, idx)
             mine = idx[(tx == nic) & chosen[rx]]
-            parts.append(pcap._Part(src, mine, np.zeros(len(mine), np.int64), 0, 0))
+            parts.append(Part(src, mine, np.zeros(len(mine), np.int64), 0, 0))
         mac = bytes(fabric.nic_mac[nic])
-        specs.append(pcap._FileSpec(port, [Interface(port, f"tester port {port} as {fabric.nic_name(nic)}",
+        specs.append(FileSpec(port, [Interface(port, f"tester port {port} as {fabric.nic_name(nic)}",
                                                      mac, fabric.nic_gbps * 10**9)], parts))
     return specs
