@@ -273,10 +273,10 @@ def test_ethernet_addresses_and_ttl(run):
         leaf = bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[nic]])
         for (_, _, _, fr), p in zip(recs, pkts):
             hops = int(FABRIC.hops(p.src, p.dst))
-            if p.src == nic:      # sent: host -> its leaf router, full TTL
-                assert (fr[:6], fr[6:12], p.ttl) == (leaf, mac, 64)
+            if p.src == nic:      # sent: host -> its leaf router, NCCL's hop limit 255
+                assert (fr[:6], fr[6:12], p.ttl) == (leaf, mac, 255)
             else:                 # received: from its leaf router, after hops-1 routers
-                assert (fr[:6], fr[6:12], p.ttl) == (mac, leaf, 64 - (hops - 1))
+                assert (fr[:6], fr[6:12], p.ttl) == (mac, leaf, 255 - (hops - 1))
 
 
 def _requests_by_qp(pkts):

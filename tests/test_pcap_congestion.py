@@ -52,11 +52,12 @@ def decode_cnp(frame: bytes, out: Output, t: int, orig: int):
         ip = p[IPv6]
         assert ip.tc >> 2 == 48 and len(frame) == 94 + (4 if out.vlan else 0)
         src, dst = (tw.NIC_OF_IP6[tw.ipaddress.IPv6Address(a)] for a in (ip.src, ip.dst))
+        ttl = ip.hlim
     else:
         ip = p[IP]
         assert ip.tos == (48 << 2) | out.ecn and len(frame) == 74 + (4 if out.vlan else 0)
-        src, dst = tp.NIC_OF_IP[ip.src], tp.NIC_OF_IP[ip.dst]
-    return tp.Pkt(t, orig, src, dst, 0x81, 0, b.dqpn, 0, 0, 0, 0, b"")
+        src, dst, ttl = tp.NIC_OF_IP[ip.src], tp.NIC_OF_IP[ip.dst], ip.ttl
+    return tp.Pkt(t, orig, src, dst, 0x81, 0, b.dqpn, 0, 0, 0, ttl, b"")
 
 
 @lru_cache(maxsize=None)
@@ -148,6 +149,9 @@ def test_cnps_appear_in_both_files(run):
     tx = sorted((c.src, c.dst, c.dqpn) for path, cs in cnps.items() for c in cs if c.src == nic_of(path))
     rx = sorted((c.src, c.dst, c.dqpn) for path, cs in cnps.items() for c in cs if c.dst == nic_of(path))
     assert tx == rx and tx
+    for path, cs in cnps.items():     # made by the NIC: TTL 64 as sent, less the routers crossed
+        for c in cs:
+            assert c.ttl == (64 if c.src == nic_of(path) else 64 - (int(tp.FABRIC.hops(c.src, c.dst)) - 1))
 
 
 def test_other_packets_pass_the_original_oracles(run):

@@ -198,7 +198,7 @@ def test_switch_port_view_is_exactly_the_packets_crossing_the_port(tmp_path, hos
             spine = int(struct.unpack(">H", fr[38:40])[0]) % FABRIC.n_spines
             leaf_a, leaf_b = bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[src]]), bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[dst]])
             macs = (bytes(spine_mac(spine)), leaf_a) if i == 1 else (leaf_b, bytes(spine_mac(spine)))
-            assert (fr[:6], fr[6:12], fr[26]) == macs + (64 - i,)
+            assert (fr[:6], fr[6:12], fr[26]) == macs + ((64 if fr[46] == 0x81 else 255) - i,)
             if fr[46] != 0x81:
                 tw.decode(fr, Output(), t, orig, ce_ok=True)        # IPv4 checksum and ICRC still valid
     assert estimate_pcap(CROSS, FABRIC, out) == (sum(map(len, got.values())), sum(p.stat().st_size for p in paths))

@@ -219,7 +219,7 @@ def test_addresses_ttl_and_spacing(run):
         for (_, _, _, fr), p in zip(recs, pkts):
             assert nic in (p.src, p.dst)
             hops = int(FABRIC.hops(p.src, p.dst))
-            assert p.ttl == (64 if p.src == nic else 64 - (hops - 1))
+            assert p.ttl == (255 if p.src == nic else 255 - (hops - 1))
         for tx in (True, False):
             stream = [p for p in pkts if (p.src == nic) == tx]
             assert all(b.t >= a.t + tp.wire_ns(a.orig) for a, b in zip(stream, stream[1:]))

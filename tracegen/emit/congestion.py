@@ -8,7 +8,7 @@
     sender's QP once it has fully arrived, at most one per QP per CNP_MIN_GAP_NS
     (mlx5 `min_time_between_cnps`, 4 us by default); marks inside that gap are absorbed.
     CNP frame: BTH opcode 0x81, BECN, P_Key, DestQP = sender's QP, PSN 0, 16 reserved zero bytes,
-    ICRC; IP DSCP 48, PCP 6, UDP source port 0 (WIRE.md, ConnectX-4 Lx capture).
+    ICRC; IP DSCP 48, PCP 6, TTL 64, UDP source port 0 (WIRE.md, ConnectX-4 Lx capture).
 Memory stays proportional to the marks, never to the packets.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 
 CNP_DSCP = 48
 CNP_PCP = 6
+CNP_TTL = 64                 # made by the NIC, not by NCCL's QP: the ConnectX-4 Lx CNP of WIRE.md
 CNP_MIN_GAP_NS = 4000
 ECN_CE = 3
 _CHUNK = 1 << 22     # packets hashed at a time (bounded memory)

@@ -8,8 +8,8 @@ is constant per size), copied to its packets with one gather; per packet only th
 PSN and the ICRC change (the PSN's share of the CRC by lookup). Records land in the buffer by one
 fancy-index copy per record width through a byte-offset view.
   * Ethernet and TTL are those of the link the copy is on: a NIC's own capture has its sent
-    frames as they leave (to its leaf's router MAC, TTL 64) and its received frames as they
-    arrive (from its leaf's router MAC, TTL 64 - routers crossed).
+    frames as they leave (to its leaf's router MAC, TTL 255; CNPs 64) and its received frames as
+    they arrive (from its leaf's router MAC, TTL - routers crossed).
 """
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce) -> 
     psn = np.where(on_cts_qp, p.m_cts_psn[m], np.where(is_cnp, 0, (p.m_psn[m] + acked) & roce.PSN_MASK))
     fields = dict(
         src_ip=fabric.nic_ip[tx_nic], dst_ip=fabric.nic_ip[rx_nic], payload=payload, frame_len=frame_len,
-        ttl=IP_TTL - link, sport=sport,        # TTL: one less per router crossed so far
+        ttl=np.where(is_cnp, congestion.CNP_TTL, IP_TTL) - link, sport=sport,   # one less per router crossed
         tos=np.where(is_cnp, (congestion.CNP_DSCP << 2) | out.ecn,
                      (out.dscp << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn)),
         dest_qp=np.where(rx_nic == p.c_dst[c], p.c_qpn_dst[c], p.c_qpn_src[c]),

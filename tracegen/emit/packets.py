@@ -35,7 +35,9 @@ Choices where NCCL/mlx5 leave freedom (all deterministic):
     two frames before its message starts (never before t = 0). Causality is then enforced: a
     message waits for its CTS, an ACK for the packet it acknowledges.
     Frame wire time (FCS, preamble, IFG included) is rounded up to whole ns per frame.
-  * Receivers see src MAC = their leaf's router MAC and TTL 64 - (routers crossed)."""
+  * TTL / hop limit 255 (NCCL's GRH hop_limit; ACKs are sent with the responder QP's), CNPs 64
+    (made by the NIC; WIRE.md's ConnectX capture). Receivers see src MAC = their leaf's router MAC
+    and TTL - (routers crossed)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -57,7 +59,8 @@ FIFO_SLOT_BYTES = 8 * 64     # NCCL_NET_IB_MAX_RECVS elements per slot
 MAX_MSG_BYTES = 1 << 31      # IBA limit on one RDMA message
 DATA_VA_BASE = 0x7F00_0000_0000
 FIFO_VA_BASE = 0x7E00_0000_0000
-IP_TTL = 64
+IP_TTL = 255                 # NCCL sets the GRH hop_limit to 255 on RoCE QPs (net_ib/connect.cc,
+                             # ncclIbQpRtr); data, CTS and ACKs leave with it
 FIX_ROUNDS = 16              # fixed-point rounds that move ACKs / messages behind what they wait for
 CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its message (slack for
                              # the packet-boundary waits on both NICs)
