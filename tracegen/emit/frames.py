@@ -34,8 +34,9 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
 
     All packets of one item (a segment of one message, or one control frame) of one class
     (First/Only, Middle, Last; CE-marked or not) have the same headers but for the PSN: one
-    template row each is built, copied to its packets, and only the timestamp, the PSN and the
-    ICRC (by CRC linearity from the template's) are written per packet."""
+    template row each is built, copied to its packets, and only the timestamp, the PSN, the IPv4
+    identification and checksum, and the ICRC (by CRC linearity from the template's) are
+    written per packet."""
     out, fmt, R = p.out, p.fmt, p.fmt.rec_hdr_bytes
     n = len(li)
     w_kind, w_msg = it.kind[pos], it.msg[pos]
@@ -52,7 +53,7 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
     rep[tid] = np.arange(n)                  # any packet of a template stands for it
     tl = li[rep]
     tm = templates(p, addr, w_kind[tl], w_msg[tl], it.pkt[pos][tl], j[rep], it.link[pos][tl],
-                    it.iface[pos][tl], (used & 1).astype(bool))
+                   it.iface[pos][tl], (used & 1).astype(bool), it.ip_id[pos][tl] + j[rep] - it.ka[pos][tl])
     width = tm.rows.shape[1]
     rec_len = tm.rec_len[tid]
     rec_off = np.cumsum(rec_len) - rec_len
@@ -61,22 +62,34 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
 
     # PSNs: a data packet's is its template's + (j - the template's j); control frames are alone.
     psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK
-    col = R + tm.psn_col
+    cols = [(R + tm.psn_col + k, psn, 16 - 8 * k) for k in range(3)]
+    v4 = out.ip_version == 4
+    if v4:      # identification: +1 per packet of a template too; checksum by RFC 1624 from the template's
+        ip_id = (tm.ip_id[tid] + j - tm.j[tid]) & 0xFFFF
+        s = (~tm.csum & 0xFFFF)[tid] + (~tm.ip_id & 0xFFFF)[tid] + ip_id
+        s = (s & 0xFFFF) + (s >> 16)
+        csum = ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF
+        ip_at = R + roce.l2_bytes(out.vlan)
+        cols += [(ip_at + roce.IPV4_ID_OFFSET, ip_id, 8), (ip_at + roce.IPV4_ID_OFFSET + 1, ip_id, 0),
+                 (ip_at + roce.IPV4_CSUM_OFFSET, csum, 8), (ip_at + roce.IPV4_CSUM_OFFSET + 1, csum, 0)]
     # Per record width (a truncated record can be shorter than a template row): template rows
-    # gathered, timestamps and PSNs put in, rows copied to their records' offsets.
+    # gathered, timestamps, PSNs and IPv4 ids put in, rows copied to their records' offsets.
     for w, g in _groups(np.minimum(width, R + tm.incl), tid):
         tmpl = np.ascontiguousarray(tm.rows[:, :w]).view(_void(w)).ravel()
         rows = tmpl[tid[g]].view(np.uint8).reshape(-1, w)
         fmt.put_times(rows, t[g])
-        for k, byte in enumerate((psn[g] >> 16, psn[g] >> 8, psn[g])):
-            if col + k < w:
-                rows[:, col + k] = byte & 0xFF
+        for col, value, shift in cols:
+            if col < w:
+                rows[:, col] = (value[g] >> shift) & 0xFF
         _at(buf, w)[rec_off[g]] = rows.view(_void(w)).ravel()
     full = tm.full[tid]
     if full.any():
         f = np.flatnonzero(full)
         ft = tid[f]
-        crc = tm.crc[ft] ^ roce.icrc_psn_delta(psn[f] ^ tm.psn[ft], tm.crc_tail[ft])
+        tails, which = np.unique(tm.crc_tail, return_inverse=True)      # per template, then per packet
+        tables = roce.icrc_delta_tables(tails, tm.id_lead if v4 else 0)
+        crc = tm.crc[ft] ^ roce.icrc_delta_lookup(tables, which[ft], psn[f] ^ tm.psn[ft],
+                                                  (ip_id[f] ^ tm.ip_id[ft]) if v4 else None)
         _at(buf, 4)[rec_off[f] + R + tm.frame_len[ft] - roce.ICRC_BYTES] = crc.astype("<u4").view(_void(4))
     if out.payload == "pattern":
         hdr = p.hdr_bytes[tm.op]
@@ -138,13 +151,16 @@ class Templates:
     full: np.ndarray        # frame captured whole: the record ends with the ICRC
     crc: np.ndarray         # the template's ICRC
     crc_tail: np.ndarray    # bytes the ICRC covers after the PSN (header tail, payload, pad)
+    ip_id: np.ndarray       # IPv4 identification of the template packet
+    csum: np.ndarray        # ... and its IPv4 header checksum (IPv6: unused)
+    id_lead: int            # bytes from the identification to the PSN
     trailer: np.ndarray | None
     comments: list | None
 
 
-def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce) -> Templates:
+def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_id) -> Templates:
     """Header rows of template packets: `kind`, message, packet j, on link `link` (CE-marked
-    where ce)."""
+    where ce), IPv4 identification ip_id."""
     out, pmtu, l2, fmt, fabric = p.out, p.out.pmtu, roce.l2_bytes(p.out.vlan), p.fmt, addr.fabric
     on_cts_qp = (kind == CTS) | (kind == ACK_CTS)
     c = np.where(on_cts_qp, p.m_conn[m] - p.m_q[m], p.m_conn[m])
@@ -183,6 +199,7 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce) -> 
         rkey=np.where(is_cts, (p.c_qpn_src[c] << 8) | 0xF1, (p.c_qpn_dst[c] << 8) | 0x5D),
         dma_len=np.where(is_cts, CTS_BYTES, size), imm=p.m_imm[m],
         msn=np.where(kind == ACK_CTS, p.m_cts_psn[m] + 1, p.m_done[m] + (acked == npk - 1)) & roce.PSN_MASK,
+        ip_id=ip_id & 0xFFFF,
     )
     eth_src, eth_dst = link_macs(fabric, tx_nic, rx_nic, sport, p.c_hops[c], link)
     if addr.peer_direct:
@@ -203,8 +220,11 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce) -> 
         crc[g] = roce.icrc_sized(rows[g, R + l2:R + n_hdr], payload[g],
                                  lambda size: payload_bytes(out.payload, size), out.ip_version)
     trailer = fmt.trailers(incl, opt_len) if fmt.pcapng else None
+    ip_at = R + l2
+    csum = (rows[:, ip_at + roce.IPV4_CSUM_OFFSET].astype(np.int64) << 8) | rows[:, ip_at + roce.IPV4_CSUM_OFFSET + 1]
+    id_lead = roce.ip_bytes(out.ip_version) + roce.UDP.itemsize + roce.BTH_PSN_OFFSET - roce.IPV4_ID_OFFSET
     return Templates(rows, op, payload, frame_len, incl, rec_len, j, psn, psn_col, full, crc, tail,
-                      trailer, comments)
+                     fields["ip_id"], csum, id_lead, trailer, comments)
 
 
 def ce(p: Plan, m, j) -> np.ndarray:
@@ -244,11 +264,11 @@ def headers(op: np.ndarray, out: Output, f: dict, eth_dst, eth_src, width: int) 
     else:
         ip["ver_ihl"], ip["tos"] = 0x45, tos
         ip["total_len"] = l4_len + roce.IPV4.itemsize
-        ip["flags_frag"], ip["ttl"], ip["proto"] = roce.IPV4_DF, f["ttl"], roce.IPPROTO_UDP
+        ip["id"], ip["flags_frag"], ip["ttl"], ip["proto"] = f["ip_id"], roce.IPV4_DF, f["ttl"], roce.IPPROTO_UDP
         src, dst = f["src_ip"], f["dst_ip"]
         ip["src"], ip["dst"] = src, dst
-        # Same one's-complement sum as roce.ipv4_checksum, from the source columns (id is 0).
-        w = ((0x45 << 8) + roce.IPV4_DF + roce.IPPROTO_UDP + roce.IPV4.itemsize
+        # Same one's-complement sum as roce.ipv4_checksum, from the source columns.
+        w = ((0x45 << 8) + roce.IPV4_DF + roce.IPPROTO_UDP + roce.IPV4.itemsize + f["ip_id"]
              + tos + l4_len + (f["ttl"] << 8) + (src >> 16) + (src & 0xFFFF) + (dst >> 16) + (dst & 0xFFFF))
         w = (w & 0xFFFF) + (w >> 16)
         w = (w & 0xFFFF) + (w >> 16)

@@ -61,6 +61,7 @@ class Items:
     rx: np.ndarray       # a received copy: at equal times, sent copies come first
     link: np.ndarray
     iface: np.ndarray
+    ip_id: np.ndarray    # IPv4 identification of packet ka (control frames: theirs)
 
     @staticmethod
     def gather(p: Plan, parts: list[Part]) -> "Items":
@@ -75,11 +76,12 @@ class Items:
                 vals = dict(kind=np.full(len(idx), DATA, np.int8), msg=m, ka=ka, pkt=ka, npk=kb - ka,
                             start=what.t[idx] + part.dt_ns,
                             end=what.t[idx] + part.dt_ns + p.wire.span(npk, m, ka, kb),
-                            rec_bytes=p.rec.span(npk, m, ka, kb))
+                            rec_bytes=p.rec.span(npk, m, ka, kb), ip_id=what.ip_id[idx])
             else:
                 vals = dict(kind=p.k_kind[idx], msg=p.k_msg[idx], ka=np.zeros(len(idx), np.int64),
                             pkt=p.k_pkt[idx], npk=np.ones(len(idx), np.int64), start=what[idx] + part.dt_ns,
-                            end=what[idx] + part.dt_ns + p.k_wire_ns[idx], rec_bytes=p.k_rec_bytes[idx])
+                            end=what[idx] + part.dt_ns + p.k_wire_ns[idx], rec_bytes=p.k_rec_bytes[idx],
+                            ip_id=p.k_ip_id[idx])
             vals.update(rx=np.full(len(idx), rx), link=np.broadcast_to(part.link, len(idx)),
                         iface=np.full(len(idx), part.iface))
             for k, v in vals.items():

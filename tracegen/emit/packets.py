@@ -117,6 +117,7 @@ class Segs:
     ka: np.ndarray
     kb: np.ndarray
     t: np.ndarray
+    ip_id: np.ndarray | None = None    # IPv4 identification of packet ka (+1 per packet after it)
 
 
 @dataclass
@@ -173,6 +174,7 @@ class Plan:
     m_va: np.ndarray | None = None
     m_cts_psn: np.ndarray | None = None
     m_cts_va: np.ndarray | None = None
+    k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
 
     @property

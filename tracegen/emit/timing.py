@@ -162,6 +162,7 @@ def schedule(p: Plan) -> None:
         m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), burst)
     p.late = int(late_ack.sum() + late_data.sum())
     p.tx, p.rx, p.k_tx_ns, p.k_rx_ns = tx, rx, k_tx, k_rx
+    _ip_ids(p)
 
     # PSNs, MSNs and VAs follow the order messages really left on their QP.
     m_psn, m_done, m_va = per_qp_running(p.m_conn, m_start, p.m_npk, p.m_size)
@@ -175,6 +176,28 @@ def schedule(p: Plan) -> None:
     p.m_cts_psn[p.cts_msg] = cts_psn & roce.PSN_MASK
     p.m_cts_va[p.cts_msg] = (FIFO_VA_BASE + (p.c_qpn_src[cts_qp] << 16)
                              + (cts_psn % FIFO_SLOTS) * FIFO_SLOT_BYTES)
+
+
+def _ip_ids(p: Plan) -> None:
+    """IPv4 identification: per sending NIC a 16-bit counter from 0, +1 for every frame the NIC
+    sends (data packets, CTS, ACKs, CNPs) in send order. A segment's packets are consecutive
+    frames of its NIC, so a segment needs only its first packet's; a received segment lies
+    inside one sent segment (arrivals are only ever split further) and takes its numbers."""
+    tx, S = p.tx, len(p.tx.msg)
+    nic = np.r_[p.m_src[tx.msg], p.k_tx_nic]
+    n = np.r_[tx.kb - tx.ka, np.ones(len(p.k_tx_nic), np.int64)]
+    order = np.lexsort((np.r_[tx.t, p.k_tx_ns], nic))
+    c = np.cumsum(n[order]) - n[order]
+    s_nic = nic[order]
+    first = np.r_[True, s_nic[1:] != s_nic[:-1]]
+    ids = np.empty(len(c), np.int64)
+    ids[order] = (c - c[np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))]) & 0xFFFF
+    tx.ip_id, p.k_ip_id = ids[:S], ids[S:]
+    width = int(p.m_npk.max()) + 1
+    key = tx.msg * width + tx.ka
+    o = np.argsort(key, kind="stable")
+    seg = o[np.searchsorted(key[o], p.rx.msg * width + p.rx.ka, "right") - 1]
+    p.rx.ip_id = (tx.ip_id[seg] + p.rx.ka - tx.ka[seg]) & 0xFFFF
 
 
 def arrival(p: Plan, rx: Segs, m, j):
