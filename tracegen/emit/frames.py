@@ -141,7 +141,7 @@ class Templates:
     the packets of a template share."""
     rows: np.ndarray        # (T, width) uint8
     op: np.ndarray
-    payload: np.ndarray
+    payload: np.ndarray     # payload bytes after what the row holds (zeros or the pattern)
     frame_len: np.ndarray
     incl: np.ndarray
     rec_len: np.ndarray
@@ -196,7 +196,7 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
         dest_qp=np.where(rx_nic == p.c_dst[c], p.c_qpn_dst[c], p.c_qpn_src[c]),
         psn=psn, ack_req=np.where(is_data, j == npk - 1, is_cts),
         va=np.where(is_cts, p.m_cts_va[m], p.m_va[m]).astype(np.uint64),
-        rkey=np.where(is_cts, (p.c_qpn_src[c] << 8) | 0xF1, (p.c_qpn_dst[c] << 8) | 0x5D),
+        rkey=np.where(is_cts, p.m_cts_rkey[m], p.m_rkey[m]),
         dma_len=np.where(is_cts, CTS_BYTES, size), imm=p.m_imm[m],
         msn=np.where(kind == ACK_CTS, p.m_cts_psn[m] + 1, p.m_done[m] + (acked == npk - 1)) & roce.PSN_MASK,
         ip_id=ip_id & 0xFFFF,
@@ -207,23 +207,28 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
     macs = mac_table(fabric)
     T = len(op)
     hdr = p.hdr_bytes[op]
-    width = R + int(hdr.max())
+    body = np.where(is_cts, CTS_BYTES, 0)          # payload bytes the row holds: a CTS's FIFO element
+    width = R + int((hdr + body).max())
     rows = np.zeros((T, width), np.uint8)
     rows[:, :R] = fmt.headers(np.zeros(T, np.int64), incl, frame_len, iface, opt_len)
-    rows[:, R:] = headers(op, out, fields, macs[eth_dst], macs[eth_src], width - R)
+    rows[:, R:R + int(hdr.max())] = headers(op, out, fields, macs[eth_dst], macs[eth_src], int(hdr.max()))
+    g = np.flatnonzero(is_cts)
+    if len(g):
+        at = R + int(p.hdr_bytes[Opcode.RC_WRITE_ONLY])
+        rows[g, at:at + CTS_BYTES] = p.m_cts_body[m[g]]
     psn_col = l2 + roce.ip_bytes(out.ip_version) + roce.UDP.itemsize + roce.BTH_PSN_OFFSET
     tail = hdr - (psn_col + 3) + pad4(payload)
     full = incl == frame_len           # the ICRC is only there if captured
     crc = np.zeros(T, np.uint32)
-    for n_hdr in np.unique(hdr[full]).tolist():
-        g = np.flatnonzero(full & (hdr == n_hdr))
-        crc[g] = roce.icrc_sized(rows[g, R + l2:R + n_hdr], payload[g],
+    for n_hdr in np.unique((hdr + body)[full]).tolist():
+        g = np.flatnonzero(full & (hdr + body == n_hdr))
+        crc[g] = roce.icrc_sized(rows[g, R + l2:R + n_hdr], payload[g] - body[g],
                                  lambda size: payload_bytes(out.payload, size), out.ip_version)
     trailer = fmt.trailers(incl, opt_len) if fmt.pcapng else None
     ip_at = R + l2
     csum = (rows[:, ip_at + roce.IPV4_CSUM_OFFSET].astype(np.int64) << 8) | rows[:, ip_at + roce.IPV4_CSUM_OFFSET + 1]
     id_lead = roce.ip_bytes(out.ip_version) + roce.UDP.itemsize + roce.BTH_PSN_OFFSET - roce.IPV4_ID_OFFSET
-    return Templates(rows, op, payload, frame_len, incl, rec_len, j, psn, psn_col, full, crc, tail,
+    return Templates(rows, op, payload - body, frame_len, incl, rec_len, j, psn, psn_col, full, crc, tail,
                      fields["ip_id"], csum, id_lead, trailer, comments)
 
 

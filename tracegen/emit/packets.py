@@ -5,8 +5,9 @@ frames.py turn it into the records of each capture file.
 What goes on the wire for one NET flow (NCCL net_ib over RC, WIRE.md):
   * the flow is cut into messages of at most `max_msg_bytes`; each message is one RDMA WRITE with
     immediate (First, Middle..., Last-Imm, or Only-Imm), PMTU payload per packet, imm = size;
-  * before each message the receiver writes a 64 B CTS (WRITE Only) into the sender's FIFO on the
-    same QP pair, reverse direction;
+  * for each message the receiver writes a 64 B CTS (WRITE Only: the ncclIbSendFifo element with
+    the receive slot's address, size, rkey, its rank and the FIFO counter) into the sender's CTS
+    FIFO on the connection's first QP pair, reverse direction (nccl_net.py);
   * every RC WRITE is acknowledged: one ACK per message (its A-bit packet), plus one after every
     `ack_every`-th packet of the message when that is > 0.
 
@@ -28,12 +29,14 @@ Choices where NCCL/mlx5 leave freedom (all deterministic):
     WRITE-with-imm per QP (imm = the whole size); the CTS always travels on QP index 0.
   * CE marks and CNPs (congestion.py): a CNP is a control frame like an ACK, due when its
     CE-marked packet has fully arrived.
-  * Data VA = 0x7F00_0000_0000 + (receiver QPN << 32) + bytes written so far on that QP, R_Key =
-    receiver QPN << 8 | 0x5D; CTS VA = sender's FIFO 0x7E00_0000_0000 + (sender QPN << 16) +
-    slot * 512 (32 slots), R_Key = sender QPN << 8 | 0xF1.
-  * Nominal times: a flow's messages back to back from start_ns; a CTS leaves so that it arrives
-    two frames before its message starts (never before t = 0). Causality is then enforced: a
-    message waits for its CTS, an ACK for the packet it acknowledges.
+  * RETH of data: the receive slot NCCL posted (a ring of NCCL_STEPS slots in the connection's
+    registered buffer, below 2^47), R_Key = that buffer's MR key; RETH of a CTS: the sender's
+    FIFO slot (256 slots), R_Key = the FIFO's MR key (nccl_net.py).
+  * Nominal times: a flow's messages back to back from start_ns; a CTS when the receiver posts
+    the receive: at its op's release (an op opens with a burst of CTS), but no later than to
+    arrive two frames before its message starts, and not before the message NCCL_STEPS steps
+    back on its connection has arrived (so later CTS arrive well ahead). Causality is then
+    enforced: a message waits for its CTS, an ACK for the packet it acknowledges.
     Frame wire time (FCS, preamble, IFG included) is rounded up to whole ns per frame.
   * TTL / hop limit 255 (NCCL's GRH hop_limit; ACKs are sent with the responder QP's), CNPs 64
     (made by the NIC; WIRE.md's ConnectX capture). Receivers see src MAC = their leaf's router MAC
@@ -44,21 +47,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import Output
+from ..config import Nccl, Output
 from ..errors import ConfigError
 from ..tables import CollKind, Dim, Flows
 from ..topology import Fabric
-from . import congestion, roce, select
+from . import congestion, nccl_net, roce, select
 from .capture_file import Format, comment_option_bytes
 from .roce import Opcode
 
 FIRST_QPN = 0x100            # QP 0/1 are SMI/GSI; tshark decodes DestQP 1 as MADs
-CTS_BYTES = 64               # one ncclIbSendFifo element (nreqs = 1)
-FIFO_SLOTS = 32              # NCCL_NET_MAX_REQUESTS
-FIFO_SLOT_BYTES = 8 * 64     # NCCL_NET_IB_MAX_RECVS elements per slot
+CTS_BYTES = nccl_net.FIFO_ELEM_BYTES     # one ncclIbSendFifo element (nreqs = 1)
 MAX_MSG_BYTES = 1 << 31      # IBA limit on one RDMA message
-DATA_VA_BASE = 0x7F00_0000_0000
-FIFO_VA_BASE = 0x7E00_0000_0000
 IP_TTL = 255                 # NCCL sets the GRH hop_limit to 255 on RoCE QPs (net_ib/connect.cc,
                              # ncclIbQpRtr); data, CTS and ACKs leave with it
 FIX_ROUNDS = 16              # fixed-point rounds that move ACKs / messages behind what they wait for
@@ -152,6 +151,15 @@ class Plan:
     wire: PerPacket            # ns on the link
     rec: PerPacket             # bytes of the pcap record (header + captured frame)
     cts_msg: np.ndarray         # messages preceded by a CTS (all, or the first part of a split one)
+    # NCCL's buffers (nccl_net.py): per message, from its NCCL message's entry
+    m_nccl: np.ndarray          # its NCCL message (QP parts of one share it)
+    m_va: np.ndarray            # RETH virtual address (receive slot + the QP part's offset)
+    m_rkey: np.ndarray          # RETH R_Key: the receive buffer's MR key
+    m_cts_va: np.ndarray        # its CTS's RETH: the sender's FIFO slot, and the FIFO's key
+    m_cts_rkey: np.ndarray
+    m_cts_body: np.ndarray      # (M, 64) the ncclIbSendFifo element the CTS writes
+    m_wait: np.ndarray          # NCCL message whose arrival frees its receive slots (-1: none)
+    cts_base_ns: np.ndarray     # per CTS: when NCCL would post it, before waiting for slots
     m_pkt0: np.ndarray          # global number of each message's first data packet (CE marks)
     ce_g: np.ndarray            # sorted global numbers of CE-marked data packets
     # control frames, in order ACK_CTS[C], ACK_DATA[A], CNP[N], CTS[C] (CNPs wait, like ACKs,
@@ -171,9 +179,7 @@ class Plan:
     k_rx_ns: np.ndarray | None = None
     m_psn: np.ndarray | None = None        # PSN of the first packet
     m_done: np.ndarray | None = None       # messages before it on its QP direction
-    m_va: np.ndarray | None = None
     m_cts_psn: np.ndarray | None = None
-    m_cts_va: np.ndarray | None = None
     k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
 
@@ -230,7 +236,11 @@ def communicator(flows: Flows, rows: np.ndarray) -> np.ndarray:
     return comm
 
 
-def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> Plan | None:
+def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None) -> Plan | None:
+    """The wire plan of flows' NET rows; None if there are none. nccl: the job's NCCL settings
+    (qps_per_connection, buffer steps, fifo_tc); default Nccl() with `qps` QPs per connection."""
+    nccl = Nccl(qps_per_connection=qps) if nccl is None else nccl
+    qps = nccl.qps_per_connection
     check_output(out)
     if not 1 <= qps <= 128:
         raise ConfigError(f"nccl.qps_per_connection={qps}; NCCL accepts 1..128")
@@ -278,15 +288,18 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> Plan | Non
     if m_size.max() > MAX_MSG_BYTES:
         raise ConfigError(f"a network message of {m_size.max()} B exceeds the RDMA limit of 2 GiB")
     m_conn = row_conn[m_row]
+    # Where each NCCL message lands, its CTS, and which earlier message it waits for.
+    bufs = nccl_net.buffers(rows, cap, m_row, m_conn, src[new_conn], dst[new_conn], nccl)
     # Several QPs per connection (NCCL net_ib): whole messages round-robin over the QPs in the
     # order the connection sends them, or (qp_split) every message cut in nqps parts of
     # ceil(size / nqps) rounded up to 128 B, one WRITE-with-imm per QP (empty parts included).
-    m_imm = m_size
+    m_imm, m_nccl, m_part_off = m_size, np.arange(len(m_size)), 0
     if qps > 1 and out.qp_split:
         chunk = -(-(-(-m_size // qps)) // 128) * 128
-        m_row, m_conn, m_imm = (np.repeat(a, qps) for a in (m_row, m_conn, m_size))
+        m_row, m_conn, m_imm, m_nccl = (np.repeat(a, qps) for a in (m_row, m_conn, m_size, m_nccl))
         m_q = np.tile(np.arange(qps), len(m_size))
-        m_size = np.clip(m_imm - m_q * np.repeat(chunk, qps), 0, np.repeat(chunk, qps))
+        m_part_off = m_q * np.repeat(chunk, qps)
+        m_size = np.clip(m_imm - m_part_off, 0, np.repeat(chunk, qps))
     else:
         first_of_conn = np.r_[True, m_conn[1:] != m_conn[:-1]]
         ordinal = np.arange(len(m_conn)) - np.maximum.accumulate(
@@ -333,10 +346,13 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> Plan | Non
     a_pkt = np.where(i == n_ack[a_msg] - 1, m_npk[a_msg] - 1, (i + 1) * max(out.ack_every, 1) - 1)
     A = len(a_msg)
 
-    # A CTS is due at the sender a little before its message; an ACK once its packet has arrived.
+    # A CTS is posted when the receiver's proxy sees the op (its release) - but never so late
+    # that its message could not start on time (the schedule has no CTS round trip) - and once
+    # NCCL_STEPS allow it (timing.py waits for the slots); an ACK once its packet has arrived.
     f_cts, f_ack = frame(Opcode.RC_WRITE_ONLY, CTS_BYTES), frame(Opcode.RC_ACK, 0)
     w_cts, w_ack = int(wire_ns(f_cts, gbps)), int(wire_ns(f_ack, gbps))
-    cts_nominal = np.maximum(0, m_nominal - flight - w_cts - CTS_LEAD_FRAMES * wire.first)[cts_msg]
+    latest = m_nominal - flight - w_cts - CTS_LEAD_FRAMES * wire.first
+    cts_nominal = np.maximum(0, np.minimum(op_release(flows, rows)[m_row], latest))[cts_msg]
     C = len(cts_msg)
     a_off = wire.span(m_npk[a_msg], a_msg, 0, a_pkt)
     a_wire = wire.span(m_npk[a_msg], a_msg, a_pkt, a_pkt + 1)
@@ -352,6 +368,10 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> Plan | Non
         m_conn=m_conn, m_q=m_q, m_imm=m_imm, m_keep=m_keep,
         m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
         m_nominal_ns=m_nominal, wire=wire, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
+        m_nccl=m_nccl, m_va=bufs.addr[m_nccl] + m_part_off, m_rkey=bufs.rkey[m_nccl],
+        m_cts_va=bufs.cts_va[m_nccl], m_cts_rkey=bufs.cts_rkey[m_nccl],
+        m_cts_body=nccl_net.cts_payload(bufs.addr, bufs.size, bufs.rkey, bufs.tag, bufs.idx)[m_nccl],
+        m_wait=bufs.wait[m_nccl], cts_base_ns=cts_nominal,
         k_kind=np.repeat([ACK_CTS, ACK_DATA, CTS], [C, A, C]).astype(np.int8),
         k_msg=np.r_[cts_msg, a_msg, cts_msg],
         k_pkt=np.r_[np.zeros(C, np.int64), a_pkt, np.zeros(C, np.int64)],
@@ -362,6 +382,19 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> Plan | Non
         k_nominal_ns=np.r_[cts_nominal + flight[cts_msg] + w_cts,
                            m_nominal[a_msg] + a_off + flight[a_msg] + a_wire, cts_nominal],
     )
+
+
+def op_release(flows: Flows, rows: np.ndarray) -> np.ndarray:
+    """Per flow row: when its CommOp was released (flows.op_start_ns), or its own start when the
+    table has none."""
+    start = rows["start_ns"].astype(np.int64)
+    if flows.op_start_ns is None:
+        return start
+    op = rows["op_id"].astype(np.int64)
+    known = (op >= 0) & (op < len(flows.op_start_ns))
+    out = start.copy()
+    out[known] = np.minimum(start[known], np.asarray(flows.op_start_ns, np.int64)[op[known]])
+    return out
 
 
 COMMENT_PREFIX = {k: (v + " |").encode() for k, v in

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import Output
+from ..config import Nccl, Output
 from ..tables import Flows
 from ..topology import Fabric
 from . import frames, items, select, timing, views
@@ -26,11 +26,11 @@ WINDOW_PACKETS = 1 << 16
 WINDOW_BYTES = 64 << 20
 
 
-def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> tuple[int, int]:
+def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None) -> tuple[int, int]:
     """(packet records, bytes on disk) over all files write_pcaps would write; exact.
     Host view unfiltered: every packet is recorded twice, in its sender's file and its receiver's.
     Only a time window (or CNPs) needs the schedule; the other filters count from the plan."""
-    p = timing.prepare(flows, fabric, out, qps, times=views.needs_schedule(out))
+    p = timing.prepare(flows, fabric, out, qps, times=views.needs_schedule(out), nccl=nccl)
     if p is None:
         return 0, 0
     if p.tx is None:
@@ -57,11 +57,13 @@ def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
 
 
 def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
-                progress: Callable[[int, int], None] | None = None, qps: int = 1) -> list[Path]:
+                progress: Callable[[int, int], None] | None = None, qps: int = 1,
+                nccl: Nccl | None = None) -> list[Path]:
     """Write the capture files of out's view into dest_dir; returns their paths. Host view
     (default): <nic name>.pcap[ng] per NIC with a selected packet. Refuses (OutputError, nothing
-    written) when they would exceed output.max_bytes. qps: nccl.qps_per_connection."""
-    p = timing.prepare(flows, fabric, out, qps, times=True)
+    written) when they would exceed output.max_bytes. nccl: the job's NCCL settings (default:
+    NCCL's, with qps QPs per connection)."""
+    p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl)
     if p is None:
         return []
     fset = views.files(p, fabric)
@@ -93,10 +95,11 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     return paths
 
 
-def build_without_writing(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> int:
+def build_without_writing(flows: Flows, fabric: Fabric, out: Output, qps: int = 1,
+                          nccl: Nccl | None = None) -> int:
     """Bytes write_pcaps would write, built in full but not written (the writer's own cost;
     bench/bench_pcap.py)."""
-    p = timing.prepare(flows, fabric, out, qps, times=True)
+    p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl)
     if p is None:
         return 0
     fset, scratch, total = views.files(p, fabric), _Scratch(), 0

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Output
+from ..config import Nccl, Output
 from ..tables import Flows
 from ..topology import Fabric
 from . import congestion, roce
 from .capture_file import comment_option_bytes
-from .packets import (CNP, CNP_CHECK_ROUNDS, COMMENT_PREFIX, FIFO_SLOT_BYTES, FIFO_SLOTS, FIFO_VA_BASE, FIX_ROUNDS,
-                      DATA_VA_BASE, Plan, Segs, build, incl_cap, wire_ns)
+from .packets import CNP, CNP_CHECK_ROUNDS, COMMENT_PREFIX, FIX_ROUNDS, Plan, Segs, build, incl_cap, wire_ns
 from .roce import Opcode
 
 
-def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool) -> Plan | None:
+def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nccl: Nccl | None = None) -> Plan | None:
     """The plan, scheduled when `times` or when CNPs need it (their rate limit is in time)."""
-    p = build(flows, fabric, out, qps)
+    p = build(flows, fabric, out, qps, nccl)
     if p is None:
         return None
     if len(p.ce_g):
@@ -143,9 +142,13 @@ def schedule(p: Plan) -> None:
     acked_wire = np.r_[p.k_wire_ns[n_ack:], p.wire.span(p.m_npk[acked_m], acked_m, acked_j, acked_j + 1)]
     burst = p.wire.span(p.m_npk, np.arange(M), 0, p.m_npk)
     m_nominal, k_nominal = p.m_nominal_ns.copy(), p.k_nominal_ns.copy()
+    cts_wait = p.m_wait[p.cts_msg]
+    cts_conn = (p.m_conn - p.m_q)[p.cts_msg]
+    last = p.m_npk - 1
     # Nominal times assume an idle fabric. Where an ACK would leave before its packet has arrived,
-    # or a message before its CTS has, move that nominal time later (and the flow's following
-    # messages with it) and reschedule. Nominal times only grow; a few rounds in practice.
+    # a message before its CTS has, or a CTS before NCCL_STEPS let its receive be posted (the
+    # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
+    # flow's following messages with it) and reschedule. Nominal times only grow.
     for _ in range(FIX_ROUNDS):
         bursts = Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
         tx, k_tx = serialize(p, bursts, p.m_src, p.k_tx_nic, k_nominal, p.k_wire_ns)
@@ -156,26 +159,32 @@ def schedule(p: Plan) -> None:
         data_ready[p.cts_msg] = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
         m_start = arrival(p, tx, np.arange(M), np.zeros(M, np.int64))
         late_ack, late_data = k_tx[:n_ack] < ack_ready, m_start < data_ready
-        if not (late_ack.any() or late_data.any()):
+        cts_ready = np.zeros(C, np.int64)
+        if (cts_wait >= 0).any():
+            m_end = arrival(p, rx, np.arange(M), last) + p.wire.span(p.m_npk, np.arange(M), last, p.m_npk)
+            nccl_end = np.zeros(int(p.m_nccl.max()) + 1, np.int64)
+            np.maximum.at(nccl_end, p.m_nccl, m_end)
+            cts_ready = np.where(cts_wait >= 0, nccl_end[np.maximum(cts_wait, 0)], 0)
+        late_cts = k_nominal[n_ack:] < cts_ready
+        if not (late_ack.any() or late_data.any() or late_cts.any()):
             break
         k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
+        # a connection posts its receives in order
+        k_nominal[n_ack:] = running_max(np.arange(C), cts_conn, np.maximum(k_nominal[n_ack:], cts_ready),
+                                        np.zeros(C, np.int64))
         m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), burst)
-    p.late = int(late_ack.sum() + late_data.sum())
+    p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
     p.tx, p.rx, p.k_tx_ns, p.k_rx_ns = tx, rx, k_tx, k_rx
     _ip_ids(p)
 
-    # PSNs, MSNs and VAs follow the order messages really left on their QP.
-    m_psn, m_done, m_va = per_qp_running(p.m_conn, m_start, p.m_npk, p.m_size)
+    # PSNs and MSNs follow the order messages really left on their QP.
+    m_psn, m_done, _ = per_qp_running(p.m_conn, m_start, p.m_npk, p.m_size)
     p.m_psn, p.m_done = m_psn & roce.PSN_MASK, m_done
-    p.m_va = DATA_VA_BASE + (p.c_qpn_dst[p.m_conn] << 32) + m_va
     # CTSs travel on the connection's QP 0, receiver to sender.
     ones = np.ones(C, np.int64)
-    cts_qp = (p.m_conn - p.m_q)[p.cts_msg]
-    cts_psn, _, _ = per_qp_running(cts_qp, k_tx[n_ack:], ones, ones)
-    p.m_cts_psn, p.m_cts_va = np.zeros(M, np.int64), np.zeros(M, np.int64)
+    cts_psn, _, _ = per_qp_running(cts_conn, k_tx[n_ack:], ones, ones)
+    p.m_cts_psn = np.zeros(M, np.int64)
     p.m_cts_psn[p.cts_msg] = cts_psn & roce.PSN_MASK
-    p.m_cts_va[p.cts_msg] = (FIFO_VA_BASE + (p.c_qpn_src[cts_qp] << 16)
-                             + (cts_psn % FIFO_SLOTS) * FIFO_SLOT_BYTES)
 
 
 def _ip_ids(p: Plan) -> None:
