@@ -168,6 +168,8 @@ class Nccl:
     protocol: str = "simple"             # simple | ll | ll128 | auto (NCCL_PROTO)
     simple_step_bytes: int = 512 << 10   # NCCL_BUFFSIZE / NCCL_STEPS: Tree chunk, Broadcast/Reduce chunk
     pxn: bool = False                    # cross-rail sends hop over NVLink to the destination's rail first
+    fifo_tc: int = -1                    # NCCL_IB_FIFO_TC: traffic class (DSCP << 2 | ECN) of the receiver's
+                                         # QPs - its CTS and ACKs - in pcaps; -1: the data's (output.dscp)
 
 
 @dataclass(frozen=True)
@@ -291,7 +293,7 @@ _POSITIVE = {
 _RANGES = {"parallelism.zero": (0, 3), "output.dscp": (0, 63), "output.pcp": (0, 7), "output.ecn": (0, 3),
            "output.vlan_id": (1, 4094), "network.pmax": (0.0, 1.0),
            "output.pkey": (1, 0xFFFF), "output.iteration": (-1, 2**31 - 1),
-           "output.ecn_mark_fraction": (0.0, 1.0)}
+           "output.ecn_mark_fraction": (0.0, 1.0), "nccl.fifo_tc": (-1, 255)}
 _CHOICES = {
     "model.dtype": tuple(DTYPE_BYTES),
     "parallelism.grad_dtype": ("",) + tuple(DTYPE_BYTES),

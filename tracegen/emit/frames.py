@@ -184,6 +184,9 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
 
     # Who sends: data from the connection's sender, CTS, data ACKs and CNPs from its receiver.
     from_dst = (kind == CTS) | (kind == ACK_DATA) | is_cnp
+    # NCCL_IB_FIFO_TC: the receiver's QPs (its CTS, and the ACKs they return) on that traffic
+    # class; VLAN priority from its DSCP by mlx5's default map (DSCP >> 3).
+    fifo_tc = ((kind == CTS) | (kind == ACK_DATA)) & (p.fifo_tc >= 0)
     tx_nic, rx_nic = np.where(from_dst, p.c_dst[c], p.c_src[c]), np.where(from_dst, p.c_src[c], p.c_dst[c])
     acked = np.where(kind == ACK_DATA, acked, j)
     sport = np.where(is_cnp, 0, p.c_sport[c])
@@ -192,7 +195,9 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
         src_ip=fabric.nic_ip[tx_nic], dst_ip=fabric.nic_ip[rx_nic], payload=payload, frame_len=frame_len,
         ttl=np.where(is_cnp, congestion.CNP_TTL, IP_TTL) - link, sport=sport,   # one less per router crossed
         tos=np.where(is_cnp, (congestion.CNP_DSCP << 2) | out.ecn,
-                     (out.dscp << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn)),
+                     np.where(fifo_tc, p.fifo_tc,
+                              (out.dscp << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn))),
+        pcp=np.where(is_cnp, congestion.CNP_PCP, np.where(fifo_tc, p.fifo_tc >> 5, out.pcp)),
         dest_qp=np.where(rx_nic == p.c_dst[c], p.c_qpn_dst[c], p.c_qpn_src[c]),
         psn=psn, ack_req=np.where(is_data, j == npk - 1, is_cts),
         va=np.where(is_cts, p.m_cts_va[m], p.m_va[m]).astype(np.uint64),
@@ -254,8 +259,7 @@ def headers(op: np.ndarray, out: Output, f: dict, eth_dst, eth_src, width: int) 
     ethertype = roce.ETHERTYPE_IPV6 if out.ip_version == 6 else roce.ETHERTYPE_IPV4
     if out.vlan:
         h["eth"]["ethertype"] = roce.ETHERTYPE_DOT1Q
-        pcp = np.where(is_cnp, congestion.CNP_PCP, out.pcp)
-        h["vlan"]["tci"] = (pcp << 13) | out.vlan_id
+        h["vlan"]["tci"] = (f["pcp"] << 13) | out.vlan_id
         h["vlan"]["ethertype"] = ethertype
     else:
         h["eth"]["ethertype"] = ethertype

@@ -182,6 +182,7 @@ class Plan:
     m_cts_psn: np.ndarray | None = None
     k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
+    fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
 
     @property
     def n_msgs(self) -> int:
@@ -371,7 +372,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         m_nccl=m_nccl, m_va=bufs.addr[m_nccl] + m_part_off, m_rkey=bufs.rkey[m_nccl],
         m_cts_va=bufs.cts_va[m_nccl], m_cts_rkey=bufs.cts_rkey[m_nccl],
         m_cts_body=nccl_net.cts_payload(bufs.addr, bufs.size, bufs.rkey, bufs.tag, bufs.idx)[m_nccl],
-        m_wait=bufs.wait[m_nccl], cts_base_ns=cts_nominal,
+        m_wait=bufs.wait[m_nccl], cts_base_ns=cts_nominal, fifo_tc=nccl.fifo_tc,
         k_kind=np.repeat([ACK_CTS, ACK_DATA, CTS], [C, A, C]).astype(np.int8),
         k_msg=np.r_[cts_msg, a_msg, cts_msg],
         k_pkt=np.r_[np.zeros(C, np.int64), a_pkt, np.zeros(C, np.int64)],

@@ -145,6 +145,14 @@ def schedule(p: Plan) -> None:
     cts_wait = p.m_wait[p.cts_msg]
     cts_conn = (p.m_conn - p.m_q)[p.cts_msg]
     last = p.m_npk - 1
+    windowed = bool((cts_wait >= 0).any())
+    if windowed:                 # idle fabric: a message's parts back to back, a CTS one flight away
+        nccl_burst = np.zeros(int(p.m_nccl.max()) + 1, np.int64)
+        np.add.at(nccl_burst, p.m_nccl, burst)
+        span = nccl_burst[p.m_nccl[p.cts_msg]]
+        flight = p.m_flight_ns[p.cts_msg]
+        m_nominal, k_nominal[n_ack:] = _window_bounds(p, m_nominal, k_nominal[n_ack:], span, span + flight,
+                                                      flight + p.k_wire_ns[n_ack:])
     # Nominal times assume an idle fabric. Where an ACK would leave before its packet has arrived,
     # a message before its CTS has, or a CTS before NCCL_STEPS let its receive be posted (the
     # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
@@ -160,7 +168,7 @@ def schedule(p: Plan) -> None:
         m_start = arrival(p, tx, np.arange(M), np.zeros(M, np.int64))
         late_ack, late_data = k_tx[:n_ack] < ack_ready, m_start < data_ready
         cts_ready = np.zeros(C, np.int64)
-        if (cts_wait >= 0).any():
+        if windowed:
             m_end = arrival(p, rx, np.arange(M), last) + p.wire.span(p.m_npk, np.arange(M), last, p.m_npk)
             nccl_end = np.zeros(int(p.m_nccl.max()) + 1, np.int64)
             np.maximum.at(nccl_end, p.m_nccl, m_end)
@@ -169,6 +177,15 @@ def schedule(p: Plan) -> None:
         if not (late_ack.any() or late_data.any() or late_cts.any()):
             break
         k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
+        if windowed and (late_cts.any() or late_data.any()):     # the window, with measured spans
+            tx_end = m_start + burst
+            nccl_tx = np.zeros(len(nccl_end), np.int64)
+            np.maximum.at(nccl_tx, p.m_nccl, tx_end)
+            s0 = m_start[p.cts_msg]
+            cts_lat = np.maximum(k_rx[n_ack:] + p.k_wire_ns[n_ack:] - k_nominal[n_ack:], 0)
+            m_nominal, k_nominal[n_ack:] = _window_bounds(
+                p, m_nominal, k_nominal[n_ack:], nccl_tx[p.m_nccl[p.cts_msg]] - s0,
+                nccl_end[p.m_nccl[p.cts_msg]] - s0, cts_lat)
         # a connection posts its receives in order
         k_nominal[n_ack:] = running_max(np.arange(C), cts_conn, np.maximum(k_nominal[n_ack:], cts_ready),
                                         np.zeros(C, np.int64))
@@ -185,6 +202,40 @@ def schedule(p: Plan) -> None:
     cts_psn, _, _ = per_qp_running(cts_conn, k_tx[n_ack:], ones, ones)
     p.m_cts_psn = np.zeros(M, np.int64)
     p.m_cts_psn[p.cts_msg] = cts_psn & roce.PSN_MASK
+
+
+def _window_bounds(p: Plan, m_nominal, cts_nominal, tx_span, arr_span, cts_lat):
+    """Raise message and CTS nominal times to what NCCL's receive window allows: a connection's
+    messages one after the other, each after its CTS has arrived, each CTS after the message
+    NCCL_STEPS steps back has arrived. Per NCCL message (at its CTS): tx_span (first packet sent
+    to last one done), arr_span (first packet sent to last one arrived) and cts_lat (CTS posted
+    to arrived) - on an idle fabric, or as the last schedule measured them. One pass over the
+    message ordinals of all connections at once carries a delay down a whole window-limited
+    connection (small messages, long round trip), where the fixed-point rounds of schedule()
+    would move one window per round."""
+    cm, C = p.cts_msg, len(p.cts_msg)
+    conn = (p.m_conn - p.m_q)[cm]
+    pos_of = np.full(int(p.m_nccl.max()) + 1, -1, np.int64)
+    pos_of[p.m_nccl[cm]] = np.arange(C)
+    wait = p.m_wait[cm]
+    wpos = np.where(wait >= 0, pos_of[np.maximum(wait, 0)], -1)
+    first = np.r_[True, conn[1:] != conn[:-1]]
+    level = np.arange(C) - np.maximum.accumulate(np.where(first, np.arange(C), 0))
+    order = np.argsort(level, kind="stable")
+    bounds = np.searchsorted(level[order], np.arange(int(level.max()) + 2))
+    nom, cts = m_nominal[cm], cts_nominal.copy()
+    start, end = np.zeros(C, np.int64), np.zeros(C, np.int64)
+    for lv in range(int(level.max()) + 1):
+        i = order[bounds[lv]:bounds[lv + 1]]
+        w = wpos[i]
+        cts[i] = np.where(w >= 0, np.maximum(cts[i], end[np.maximum(w, 0)]), cts[i])
+        st = np.maximum(nom[i], cts[i] + cts_lat[i])
+        if lv:
+            st = np.maximum(st, start[i - 1] + tx_span[i - 1])
+        start[i], end[i] = st, st + arr_span[i]
+    m_nominal = m_nominal.copy()
+    m_nominal[cm] = np.maximum(m_nominal[cm], start)
+    return running_max(np.arange(p.n_msgs), p.m_row, m_nominal, p.wire.span(p.m_npk, np.arange(p.n_msgs), 0, p.m_npk)), cts
 
 
 def _ip_ids(p: Plan) -> None:
