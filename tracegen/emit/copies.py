@@ -7,11 +7,13 @@ arrives); a file records copies of items on one link of their route (0 = leaving
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..topology import Fabric
+from . import roce
 from .capture_file import Interface
 from .packets import ACK_CTS, CNP, CTS, Plan, Segs
 
@@ -83,10 +85,17 @@ def index_by_nic(p: Plan):
     return out
 
 
-def nic_interface(fabric: Fabric, nic: int) -> Interface:
+def nic_ip_text(fabric: Fabric, nic: int, ip_version: int) -> str:
+    """'IPv4 10.0.0.1' or 'IPv6 fd00::a00:1': the address the NIC's frames carry."""
+    if ip_version == 6:
+        return "IPv6 " + str(ipaddress.IPv6Address(bytes(roce.ipv6_from_ipv4(fabric.nic_ip[nic])[0])))
+    return "IPv4 " + fabric.nic_ip_str(nic)
+
+
+def nic_interface(fabric: Fabric, nic: int, ip_version: int = 4) -> Interface:
     """The pcapng interface of a NIC's own capture."""
     mac = bytes(fabric.nic_mac[nic])
     return Interface(fabric.nic_name(nic),
-                     f"RoCEv2 NIC {fabric.nic_name(nic)} MAC {mac.hex(':')} IPv4 {fabric.nic_ip_str(nic)}",
+                     f"RoCEv2 NIC {fabric.nic_name(nic)} MAC {mac.hex(':')} {nic_ip_text(fabric, nic, ip_version)}",
                      mac, fabric.nic_gbps * 10**9)
 

@@ -52,7 +52,7 @@ def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
         pk += np.bincount(nic, weights=np.broadcast_to(count, w.shape) * w, minlength=n)
         nbytes += np.bincount(nic, weights=b * w, minlength=n)
     files = np.flatnonzero(pk > 0)
-    headers = sum(len(p.fmt.file_header([nic_interface(fabric, int(k))])) for k in files)
+    headers = sum(len(p.fmt.file_header([nic_interface(fabric, int(k), p.out.ip_version)])) for k in files)
     return int(pk.sum()), int(nbytes.sum()) + headers
 
 

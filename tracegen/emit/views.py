@@ -2,7 +2,9 @@
 
   * host (default): one file per selected NIC, its sent copies (as they leave, link 0) and its
     received copies (as they arrive, last link), at the NIC's timestamps;
-  * merged (`output.merge`): the selected NICs' captures in one file (pcapng: one interface each);
+  * merged (`output.merge`): pcapng: the selected NICs' captures in one file, one interface each
+    (a frame between two selected NICs twice: sent and received, told apart by interface id);
+    classic pcap: every frame of the selected NICs once, as sent (replays put it on the wire once);
   * switch ports (`output.switch`, e.g. leaf3, spine0): one file per port of that switch, every
     packet whose route (routes.py) crosses the port's link;
   * lab (`output.lab`): one file per tester port, what its host transmits (lab.py).
@@ -26,7 +28,8 @@ from ..errors import ConfigError
 from ..topology import Fabric
 from . import lab, routes
 from .capture_file import Interface
-from .copies import DATA_SENT, CTL_SENT, FileSpec, Part, host_parts, index_by_nic, item_endpoints, kept, nic_interface
+from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, host_parts, index_by_nic, item_endpoints, kept,
+                     nic_interface, nic_ip_text)
 from .addresses import Addressing, spine_mac
 from .packets import Plan
 
@@ -58,14 +61,31 @@ def files(p: Plan, fabric: Fabric) -> FileSet:
         return FileSet(switch_port_specs(p, fabric, p.out.switch), Addressing(fabric))
     nics = np.flatnonzero(p.sel.nic_mask[:fabric.n_nics])
     nics = nics[np.isin(nics, p.nics)].tolist()
+    v = p.out.ip_version
+    if view == "merge" and not p.fmt.pcapng:
+        return FileSet([FileSpec("merged", [nic_interface(fabric, n, v) for n in nics], _sent_once(p))],
+                       Addressing(fabric))
     by_nic = index_by_nic(p)
     if view == "merge":
         parts = [part for k, nic in enumerate(nics) for part in host_parts(p, by_nic, nic, k)]
-        specs = [FileSpec("merged", [nic_interface(fabric, n) for n in nics], parts)]
+        specs = [FileSpec("merged", [nic_interface(fabric, n, v) for n in nics], parts)]
     else:
-        specs = [FileSpec(fabric.nic_name(nic), [nic_interface(fabric, nic)], host_parts(p, by_nic, nic, 0))
+        specs = [FileSpec(fabric.nic_name(nic), [nic_interface(fabric, nic, v)], host_parts(p, by_nic, nic, 0))
                  for nic in nics]
     return FileSet(specs, Addressing(fabric))
+
+
+def _sent_once(p: Plan) -> list[Part]:
+    """Merged classic pcap (no interface ids to tell two copies apart): every frame a selected NIC
+    sends or receives, once, as it is sent (the sender's timestamp, addresses and TTL) - so a
+    replay puts each frame on the wire once."""
+    parts = []
+    for src in (DATA_SENT, CTL_SENT):
+        idx = np.flatnonzero(kept(p, src))
+        tx, rx, _, _ = item_endpoints(p, src, idx)
+        mine = idx[p.sel.nic_mask[tx] | p.sel.nic_mask[rx]]
+        parts.append(Part(src, mine, np.zeros(len(mine), np.int64), 0, 0))
+    return parts
 
 
 def _switch(fabric: Fabric, name: str) -> tuple[str, int]:
@@ -88,7 +108,7 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
         nics = np.flatnonzero((fabric.nic_leaf == sw) & p.sel.nic_mask[:fabric.n_nics])
         for nic in nics[np.isin(nics, p.nics)].tolist():
             nm = fabric.nic_name(nic)
-            iface = Interface(f"leaf{sw}:{nm}", f"leaf{sw} port to NIC {nm} ({fabric.nic_ip_str(nic)})",
+            iface = Interface(f"leaf{sw}:{nm}", f"leaf{sw} port to NIC {nm} ({nic_ip_text(fabric, nic, p.out.ip_version)})",
                               leaf_mac(sw), fabric.nic_gbps * 10**9)
             specs.append(FileSpec(f"leaf{sw}-{nm}", [iface], host_parts(p, by_nic, nic, 0)))
     pairs = ([(sw, s) for s in range(fabric.n_spines)] if kind == "leaf" else
