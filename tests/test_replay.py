@@ -19,13 +19,18 @@ from tracegen.emit.pcap import write_pcaps
 TOOLS = ("tcpreplay", "tcpdump", "ip")
 pytestmark = pytest.mark.root
 
+# A routed DUT: every tester port its own /24 (host k: 192.168.100+k.1, gateway .254), frames to
+# the DUT's MAC, ARP announcement + request for the gateway first.
 LAB_PLAN = """
 hosts: [0, 2, 3, node0003-rail0]
 ports: [tester0, tester2, tester3, tester6]
 mac: "02:aa:00:00:00:01"
 ipv4: 192.168.100.1
+prefix: 24
 dut_mac: "02:aa:00:00:01:00"
 """
+DUT_MAC = bytes.fromhex("02aa00000100")
+PORT_MAC = bytes.fromhex("02aa00000001")
 
 
 def _skip_reason():
@@ -73,6 +78,8 @@ def _frames(path: Path):
 
 
 def test_lab_pcap_replays_byte_identical(tmp_path, veth_pair):
+    """A routed lab plan replayed into the DUT side: per-port subnets in the frames, the ARP frames
+    first, every frame byte-identical and in order."""
     ns_tx, ns_rx = veth_pair
     plan = tmp_path / "lab.yaml"
     plan.write_text(LAB_PLAN)
@@ -82,13 +89,19 @@ def test_lab_pcap_replays_byte_identical(tmp_path, veth_pair):
     sent = paths["tester0.pcap"]
     want = _frames(sent)
     assert len(want) > 100 and max(len(fr) for *_, fr in want) > 4000
-    # What the port transmits: its host's frames, lab addresses, to the DUT's MAC.
-    assert all(fr[:6] == bytes.fromhex("02aa00000100") and fr[6:12] == bytes.fromhex("02aa00000001")
-               for *_, fr in want)
+    # ARP first: the port's announcement and its request for the gateway, at t0 = 0.
+    arp = [fr for *_, fr in want if fr[16:18] == b"\x08\x06"]
+    assert [fr for *_, fr in want[:2]] == arp and want[0][0] == 0
+    assert arp[0][:12] == b"\xff" * 6 + PORT_MAC and arp[0][32:36] == arp[0][42:46] == bytes([192, 168, 100, 1])
+    # Then RoCE: its host's frames from its own subnet to the DUT's MAC, peers in theirs.
+    roce = want[2:]
+    assert all(fr[:6] == DUT_MAC and fr[6:12] == PORT_MAC and fr[30:34] == bytes([192, 168, 100, 1])
+               and fr[34:36] == bytes([192, 168]) and fr[36] in (101, 102, 103) and fr[37] == 1 for *_, fr in roce)
 
     cap = tmp_path / "received.pcap"
     dump = subprocess.Popen(["ip", "netns", "exec", ns_rx, "tcpdump", "-i", "veth-rx", "-w", str(cap), "-U",
-                             "-s", "0", "--time-stamp-precision=nano", "udp port 4791 or (vlan and udp port 4791)"],
+                             "-s", "0", "--time-stamp-precision=nano",
+                             "udp port 4791 or (vlan and udp port 4791) or arp or (vlan and arp)"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         line = dump.stderr.readline()                         # "listening on veth-rx ..."
@@ -127,7 +140,8 @@ def test_lab_plan_errors_are_one_line(tmp_path):
 
 def test_lab_files_hold_what_each_port_transmits(tmp_path):
     """Per port: exactly its host's sent frames to other chosen hosts, as in the host view, with
-    lab addresses - the BTH onward is unchanged except the ICRC (IP addresses are covered)."""
+    lab addresses - the BTH onward is unchanged except the ICRC (IP addresses are covered) - and
+    the host view's times less the common t0."""
     pytest.importorskip("scapy.all")
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP
@@ -139,16 +153,22 @@ def test_lab_files_hold_what_each_port_transmits(tmp_path):
     lab = {p.name: tp.read_pcap(p)[1] for p in write_pcaps(tp.FLOWS, tp.FABRIC, Output(lab=str(plan)),
                                                             tmp_path / "lab")}
     host = {p.name: tp.read_pcap(p)[1] for p in write_pcaps(tp.FLOWS, tp.FABRIC, Output(), tmp_path / "host")}
-    chosen = {0: 1, 2: 2, 3: 3, 6: 4}              # NIC -> lab IPv4 last octet
+    chosen = {0: 100, 2: 101, 3: 102, 6: 103}       # NIC -> its port's subnet 192.168.<x>.0/24
+    roce = {name: [r for r in recs if r[3][16:18] != b"\x08\x06"] for name, recs in lab.items()}
+    t0 = min(r[0] for recs in roce.values() for r in recs) - 100_000    # lead_us 100 before the first frame
+    first_host = min(t for nic in chosen for t, _, _, fr in host[tp.FABRIC.nic_name(nic) + ".pcap"]
+                     if tp.NIC_OF_IP[".".join(map(str, fr[30:34]))] == nic
+                     and tp.NIC_OF_IP[".".join(map(str, fr[34:38]))] in chosen)
+    assert t0 == 0 and first_host > 0
     for nic, port in ((0, "tester0"), (2, "tester2"), (3, "tester3"), (6, "tester6")):
         mine = [(t, fr) for t, _, _, fr in host[tp.FABRIC.nic_name(nic) + ".pcap"]
                 if tp.NIC_OF_IP[".".join(map(str, fr[30:34]))] == nic
                 and tp.NIC_OF_IP[".".join(map(str, fr[34:38]))] in chosen]
-        got = lab.get(port + ".pcap", [])
-        assert [(t, fr[38:-4]) for t, fr in mine] == [(t, fr[38:-4]) for t, _, _, fr in got]
+        got = roce.get(port + ".pcap", [])
+        assert [(t - first_host, fr[38:-4]) for t, fr in mine] == [(t - 100_000, fr[38:-4]) for t, _, _, fr in got]
         for t, _, orig, fr in got:
-            assert fr[30:33] == bytes([192, 168, 100]) and fr[33] == chosen[nic]
-            assert fr[34:37] == bytes([192, 168, 100]) and fr[37] in chosen.values()
+            assert fr[30:34] == bytes([192, 168, chosen[nic], 1])
+            assert fr[34:36] == bytes([192, 168]) and fr[36] in chosen.values() and fr[37] == 1
             pkt = Ether(fr)                                        # ICRC and checksum recomputed
             chk = pkt[IP].chksum
             del pkt[IP].chksum

@@ -19,6 +19,7 @@ from . import __version__
 from .config import Job, list_presets, load_job
 from .errors import ConfigError, OutputError
 from .emit.bundle import with_pcap_estimate, write_bundle
+from .emit.lab import parse_rate, retime
 from .emit.select import check_budget, parse_bytes
 from .pipeline import run_pipeline
 from .report import report_tables
@@ -71,11 +72,13 @@ def main() -> None:
 @click.option("--switch", default=None, metavar="NAME", help="One file per port of this switch (leaf3, spine0) instead.")
 @click.option("--lab", default=None, type=click.Path(dir_okay=False), metavar="PLAN.yaml",
               help="Lab mode: one replayable pcap per tester port of the lab plan (see emit/lab.py).")
+@click.option("--lab-rate", default=None, metavar="RATE",
+              help="Testers slower than the NICs (e.g. 100G): schedule the whole trace again at that rate.")
 @click.option("--no-pcap", is_flag=True, help="Skip the pcap files.")
 @click.option("--no-ns3", is_flag=True, help="Skip the ns-3 scenario files.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def generate(job_file, preset, sets, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
-             collectives, iteration, fmt, comments, merge, switch, lab, no_pcap, no_ns3, quiet):
+             collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, quiet):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
     try:
         job = _load(job_file, preset, sets)
@@ -86,12 +89,13 @@ def generate(job_file, preset, sets, out_dir, snaplen, payload, max_bytes, time_
             out = replace(out, snaplen=snaplen)
         out = _pcap_options(out, payload=payload, max_bytes=max_bytes, time_window=time_window, nics=nics,
                             ranks=ranks, collectives=collectives, iteration=iteration, format=fmt,
-                            comments=comments, merge=merge or None, switch=switch, lab=lab)
+                            comments=comments, merge=merge or None, switch=switch, lab=lab,
+                            lab_gbps=parse_rate(lab_rate) if lab_rate is not None else None)
         if no_pcap:
             out = replace(out, pcap=False)
         if no_ns3:
             out = replace(out, ns3=False)
-        job = replace(job, output=out)
+        job = retime(replace(job, output=out))
         target = Path(out_dir or job.output.dir or Path("traces") / job.name)
         with _stages(quiet) as stage:
             run = run_pipeline(job, stage)
@@ -126,7 +130,7 @@ def _pcap_options(out, max_bytes=None, **options):
 def plan(job_file, preset, sets, corpus, tokenizer):
     """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
     try:
-        job = _load(job_file, preset, sets)
+        job = retime(_load(job_file, preset, sets))
         with _stages(False) as stage:
             run = with_pcap_estimate(run_pipeline(job, stage))
         _print_plan(run)

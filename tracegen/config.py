@@ -221,6 +221,8 @@ class Output:
     merge: bool = False          # one merged file for the selected NICs instead of one per NIC
     switch: str = ""             # "leaf3" / "spine0": one file per port of that switch instead
     lab: str = ""                # lab plan YAML (emit/lab.py): one replayable pcap per tester port
+    lab_gbps: int = 0            # > 0: testers of this rate - the whole trace is scheduled again with
+                                 # NICs (and leaf-spine links, scaled alike) at it (--lab-rate 100G)
 
 
 @dataclass(frozen=True)

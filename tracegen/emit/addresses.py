@@ -16,10 +16,17 @@ from . import routes
 
 @dataclass(frozen=True)
 class Addressing:
-    """The addresses frames carry: the fabric's (or a lab's, see lab.py), and whether a sender's
-    frames go straight to the receiver's MAC (a bridged lab DUT) instead of its leaf router."""
+    """The addresses frames carry: the fabric's (or a lab's, see lab.py); whether a sender's
+    frames go straight to the receiver's MAC (a bridged lab DUT) instead of its leaf router; or,
+    per sending NIC, the MAC its frames go to (a routed lab DUT's port)."""
     fabric: Fabric
     peer_direct: bool = False
+    first_hop: np.ndarray | None = None      # (n_nics, 6)
+
+    def table(self) -> np.ndarray:
+        """mac_table, then the first-hop MACs (rows n_nics + leaves + spines + NIC)."""
+        macs = mac_table(self.fabric)
+        return macs if self.first_hop is None else np.concatenate([macs, self.first_hop])
 
 
 def spine_mac(spine) -> np.ndarray:

@@ -8,7 +8,7 @@ arrives); a file records copies of items on one link of their route (0 = leaving
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,6 +44,8 @@ class FileSpec:
     name: str
     interfaces: list
     parts: list
+    lead: list = field(default_factory=list)   # frames before the plan's: (t_ns in the file, bytes, iface)
+    t0_ns: int = 0                              # subtracted from the plan's times (lab: the common t0)
 
 
 def item_endpoints(p: Plan, src: int, idx):
@@ -56,6 +58,14 @@ def item_endpoints(p: Plan, src: int, idx):
     m, kind = p.k_msg[idx], p.k_kind[idx]
     c = np.where((kind == CTS) | (kind == ACK_CTS), p.m_conn[m] - p.m_q[m], p.m_conn[m])
     return p.k_tx_nic[idx], p.k_rx_nic[idx], np.where(kind == CNP, 0, p.c_sport[c]), p.c_hops[c]
+
+
+def first_time(p: Plan, parts: list[Part]) -> int | None:
+    """When the first of these copies starts (None: no copy)."""
+    t = [sources(p)[part.src][2] for part in parts]
+    times = [(w.t if isinstance(w, Segs) else w)[part.idx] + part.dt_ns for w, part in zip(t, parts)]
+    times = [x for x in times if len(x)]
+    return int(min(x.min() for x in times)) if times else None
 
 
 def kept(p: Plan, src: int) -> np.ndarray:

@@ -209,7 +209,9 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
     eth_src, eth_dst = link_macs(fabric, tx_nic, rx_nic, sport, p.c_hops[c], link)
     if addr.peer_direct:
         eth_dst = rx_nic
-    macs = mac_table(fabric)
+    elif addr.first_hop is not None:
+        eth_dst = np.where(link == 0, len(mac_table(fabric)) + tx_nic, eth_dst)
+    macs = addr.table()
     T = len(op)
     hdr = p.hdr_bytes[op]
     body = np.where(is_cts, CTS_BYTES, 0)          # payload bytes the row holds: a CTS's FIFO element

@@ -44,6 +44,8 @@ def count(p: Plan, spec: FileSpec) -> tuple[int, int]:
                 inside = (t >= window[0]) & (t < window[1])
             n += int(inside.sum())
             nbytes += int(p.k_rec_bytes[idx][inside].sum())
+    n += len(spec.lead)
+    nbytes += sum(int(p.fmt.rec_bytes(len(frame))) for _, frame, _ in spec.lead)
     return n, nbytes + len(p.fmt.file_header(spec.interfaces))
 
 
@@ -91,10 +93,10 @@ class Items:
         return Items(**{k: v[order] for k, v in vars(items).items()})
 
 
-def windows(p: Plan, it: Items, window_packets: int, window_bytes: int):
+def windows(p: Plan, it: Items, window_packets: int, window_bytes: int, t0_ns: int = 0):
     """Yield the file's packets in time order, in windows of about window_packets packets and
     window_bytes record bytes: (pos: the window's items, li: each packet's index in pos, j: its
-    index in its message, t: its timestamp), sorted by time.
+    index in its message, t: its timestamp - t0_ns), sorted by time.
 
     A window [t_a, t_b) holds the items starting in it plus earlier ones still running at t_a;
     no item lasts longer than the longest one, so those start within that span before t_a."""
@@ -127,4 +129,4 @@ def windows(p: Plan, it: Items, window_packets: int, window_bytes: int):
         li, j, t = li[keep], j[keep], t[keep]
         # File order: time, then item, then packet - the expansion order, so a stable sort on time.
         sel = np.argsort(t, kind="stable")
-        yield pos, li[sel], j[sel], t[sel]
+        yield pos, li[sel], j[sel], t[sel] - t0_ns

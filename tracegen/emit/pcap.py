@@ -81,7 +81,9 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
         with open(tmp, "wb", buffering=0) as f:
             header = p.fmt.file_header(spec.interfaces)
             f.write(header)
-            file_bytes = len(header)
+            lead = b"".join(p.fmt.record(t, frame, iface) for t, frame, iface in spec.lead)
+            f.write(lead)
+            file_bytes = len(header) + len(lead)
             scratch.align_to(file_bytes)
             for buf in _slices(p, fset, spec, scratch):
                 _write_all(f, buf)
@@ -105,6 +107,7 @@ def build_without_writing(flows: Flows, fabric: Fabric, out: Output, qps: int = 
     fset, scratch, total = views.files(p, fabric), _Scratch(), 0
     for spec in fset.specs:
         total += len(p.fmt.file_header(spec.interfaces))
+        total += sum(len(p.fmt.record(t, frame, iface)) for t, frame, iface in spec.lead)
         total += sum(len(buf) for buf in _slices(p, fset, spec, scratch))
     return total
 
@@ -112,7 +115,7 @@ def build_without_writing(flows: Flows, fabric: Fabric, out: Output, qps: int = 
 def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
     """The file's records in time order, one buffer per window."""
     it = items.Items.gather(p, spec.parts)
-    for pos, li, j, t in items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES):
+    for pos, li, j, t in items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES, spec.t0_ns):
         yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
 
 

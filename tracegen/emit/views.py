@@ -56,7 +56,7 @@ def files(p: Plan, fabric: Fabric) -> FileSet:
     if view == "lab":
         plan = lab.load(p.out, fabric)
         lab_fabric = plan.remap(fabric)
-        return FileSet(lab.lab_specs(p, lab_fabric, plan), Addressing(lab_fabric, peer_direct=plan.l2))
+        return FileSet(lab.lab_specs(p, lab_fabric, plan), plan.addressing(lab_fabric))
     if view == "switch":
         return FileSet(switch_port_specs(p, fabric, p.out.switch), Addressing(fabric))
     nics = np.flatnonzero(p.sel.nic_mask[:fabric.n_nics])
