@@ -71,7 +71,8 @@ MATRIX = {
     "v4-qps4-roundrobin-fifo_tc": (Output(), SPEC, Nccl(qps_per_connection=4, fifo_tc=186)),
     "v4-novlan-qps4-split-ecn": (Output(vlan=False, qp_split=True, ecn_mark_fraction=0.03, ecn_seed=5), SPEC,
                                  Nccl(qps_per_connection=4)),
-    "v6-ecn-1024-fifo_tc": (Output(ip_version=6, pmtu=1024, ecn_mark_fraction=0.05), SMALL, Nccl(fifo_tc=184)),
+    "v6-ecn-dcqcn-1024-fifo_tc": (Output(ip_version=6, pmtu=1024, ecn_mark_fraction=0.05, dcqcn=True), SMALL,
+                                  Nccl(fifo_tc=184)),
     "v4-pcapng-comments": (Output(format="pcapng", comments=True, ack_every=8), SPEC, Nccl()),
 }
 

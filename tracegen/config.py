@@ -215,6 +215,8 @@ class Output:
     ecn_mark_fraction: float = 0.0
     ecn_pattern: str = "random"  # random (seeded by ecn_seed) | periodic (every 1/fraction-th)
     ecn_seed: int = 0
+    dcqcn: bool = False          # open-loop reaction: after a CNP the QP's later messages are paced at the
+                                 # rate DCQCN gives it (parameters as the ns-3 export, network.cc_mode=dcqcn)
     # capture files and views (emit/capture_file.py, emit/views.py)
     format: str = "pcap"         # pcap (nanosecond) | pcapng (one interface block per NIC / port)
     comments: bool = False       # pcapng: per-packet comment naming collective, op, step, chunk

@@ -108,10 +108,10 @@ def windows(p: Plan, it: Items, window_packets: int, window_bytes: int, t0_ns: i
     cuts = np.unique(np.r_[it.start[0], it.start[marks[marks < len(it.start)]]])
     cuts = np.r_[cuts, np.iinfo(np.int64).max]
     longest = int((it.end - it.start).max())
-    first_ns, mid_ns = p.wire.first, p.wire.mid
     # Packet k of a burst starts first + (k - 1) * mid after the burst (only the last packet of a
-    # message has its own length, and nothing starts after it).
-    offset = lambda k: np.where(k > 0, first_ns + (k - 1) * mid_ns, 0)
+    # message has its own length, and nothing starts after it); paced messages have their own.
+    offset = lambda m, k: np.where(k > 0, p.wire.first_of(m) + (k - 1) * p.wire.mid_of(m), 0)
+    paced = isinstance(p.wire.first, np.ndarray)
     for t_a, t_b in zip(cuts[:-1], cuts[1:]):
         a0, a, b = np.searchsorted(it.start, [t_a - longest, t_a, t_b])
         before = np.arange(a0, a)
@@ -120,7 +120,8 @@ def windows(p: Plan, it: Items, window_packets: int, window_bytes: int, t0_ns: i
         n = it.npk[pos]
         li = np.repeat(np.arange(len(pos)), n)
         j = np.arange(len(li)) - np.repeat(np.cumsum(n) - n, n) + it.ka[pos][li]
-        t = (it.start[pos] - offset(it.ka[pos]))[li] + offset(j)
+        w_msg = it.msg[pos]
+        t = (it.start[pos] - offset(w_msg, it.ka[pos]))[li] + offset(w_msg[li] if paced else None, j)
         keep = (t >= t_a) & (t < t_b)
         if p.sel.window_ns is not None:
             keep &= (t >= p.sel.window_ns[0]) & (t < p.sel.window_ns[1])

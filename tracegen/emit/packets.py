@@ -67,6 +67,7 @@ CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its m
 # Control frame kinds (their order is the tie-break at equal time), and DATA for message packets.
 ACK_CTS, ACK_DATA, CTS, DATA, CNP = 0, 1, 2, 3, 4
 CNP_CHECK_ROUNDS = 8         # reschedules that drop CNPs pushed closer than the per-QP gap
+DCQCN_ROUNDS = 4             # output.dcqcn: pace from the CNPs, pick CNPs again on the paced schedule
 
 PATTERN = (np.arange(8192) & 0xFF).astype(np.uint8)   # "pattern" payload: byte j of a payload = j
 
@@ -92,20 +93,26 @@ def data_packet(m_size, m_npk, j, pmtu):
 
 @dataclass
 class PerPacket:
-    """A quantity per data packet: First and Middle are the same for every message; Last and
-    Only depend on the message size."""
-    first: int
-    mid: int
+    """A quantity per data packet: First and Middle are the same for every message (or, paced,
+    per message); Last and Only depend on the message size."""
+    first: int | np.ndarray        # int, or per message
+    mid: int | np.ndarray
     last: np.ndarray   # per message
     only: np.ndarray   # per message
     each: np.ndarray | None = None   # per message, added to every packet (pcapng comments)
 
+    def first_of(self, m):
+        return self.first[m] if isinstance(self.first, np.ndarray) else self.first
+
+    def mid_of(self, m):
+        return self.mid[m] if isinstance(self.mid, np.ndarray) else self.mid
+
     def span(self, npk, m, ka, kb):
         """Sum over packets [ka, kb) of messages m (npk = their packet counts)."""
         single = npk == 1
-        s = np.where((ka == 0) & (kb > 0), np.where(single, self.only[m], self.first), 0)
+        s = np.where((ka == 0) & (kb > 0), np.where(single, self.only[m], self.first_of(m)), 0)
         s = s + np.where((kb == npk) & (kb > ka) & ~single, self.last[m], 0)
-        s = s + self.mid * np.maximum(0, np.minimum(kb, npk - 1) - np.maximum(ka, 1))
+        s = s + self.mid_of(m) * np.maximum(0, np.minimum(kb, npk - 1) - np.maximum(ka, 1))
         return s if self.each is None else s + self.each[m] * np.maximum(0, kb - ka)
 
 
@@ -148,7 +155,7 @@ class Plan:
     m_row: np.ndarray           # the flow it belongs to (messages of a flow are contiguous)
     m_flight_ns: np.ndarray     # propagation, sender to receiver
     m_nominal_ns: np.ndarray
-    wire: PerPacket            # ns on the link
+    wire: PerPacket            # ns a packet holds its link (paced: until the QP's next packet)
     rec: PerPacket             # bytes of the pcap record (header + captured frame)
     cts_msg: np.ndarray         # messages preceded by a CTS (all, or the first part of a split one)
     # NCCL's buffers (nccl_net.py): per message, from its NCCL message's entry
@@ -195,7 +202,7 @@ class Plan:
     def packets_before(self, m, ka, kb, x):
         """The first of packets [ka, kb) of messages m that starts at or after burst offset x (ns);
         kb if none does."""
-        first, mid = self.wire.first, self.wire.mid
+        first, mid = self.wire.first_of(m), self.wire.mid_of(m)
         k = np.where(x <= 0, 0, np.where(x <= first, 1, 1 + -(-(x - first) // mid)))
         return np.clip(k, ka, kb)
 

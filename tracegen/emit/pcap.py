@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..config import Nccl, Output
+from ..config import Nccl, Network, Output
 from ..tables import Flows
 from ..topology import Fabric
 from . import frames, items, select, timing, views
@@ -26,11 +26,12 @@ WINDOW_PACKETS = 1 << 16
 WINDOW_BYTES = 64 << 20
 
 
-def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None) -> tuple[int, int]:
+def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                  network: Network | None = None) -> tuple[int, int]:
     """(packet records, bytes on disk) over all files write_pcaps would write; exact.
     Host view unfiltered: every packet is recorded twice, in its sender's file and its receiver's.
     Only a time window (or CNPs) needs the schedule; the other filters count from the plan."""
-    p = timing.prepare(flows, fabric, out, qps, times=views.needs_schedule(out), nccl=nccl)
+    p = timing.prepare(flows, fabric, out, qps, times=views.needs_schedule(out), nccl=nccl, network=network)
     if p is None:
         return 0, 0
     if p.tx is None:
@@ -58,12 +59,12 @@ def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
 
 def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
                 progress: Callable[[int, int], None] | None = None, qps: int = 1,
-                nccl: Nccl | None = None) -> list[Path]:
+                nccl: Nccl | None = None, network: Network | None = None) -> list[Path]:
     """Write the capture files of out's view into dest_dir; returns their paths. Host view
     (default): <nic name>.pcap[ng] per NIC with a selected packet. Refuses (OutputError, nothing
     written) when they would exceed output.max_bytes. nccl: the job's NCCL settings (default:
-    NCCL's, with qps QPs per connection)."""
-    p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl)
+    NCCL's, with qps QPs per connection); network: the job's (output.dcqcn's parameters)."""
+    p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl, network=network)
     if p is None:
         return []
     fset = views.files(p, fabric)
@@ -98,10 +99,10 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
 
 
 def build_without_writing(flows: Flows, fabric: Fabric, out: Output, qps: int = 1,
-                          nccl: Nccl | None = None) -> int:
+                          nccl: Nccl | None = None, network: Network | None = None) -> int:
     """Bytes write_pcaps would write, built in full but not written (the writer's own cost;
     bench/bench_pcap.py)."""
-    p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl)
+    p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl, network=network)
     if p is None:
         return 0
     fset, scratch, total = views.files(p, fabric), _Scratch(), 0

@@ -9,31 +9,91 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import Nccl, Output
+from ..config import Nccl, Network, Output
 from ..tables import Flows
 from ..topology import Fabric
 from . import congestion, roce
 from .capture_file import comment_option_bytes
-from .packets import CNP, CNP_CHECK_ROUNDS, COMMENT_PREFIX, FIX_ROUNDS, Plan, Segs, build, incl_cap, wire_ns
+from .packets import CNP, CNP_CHECK_ROUNDS, DCQCN_ROUNDS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
 from .roce import Opcode
 
 
-def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nccl: Nccl | None = None) -> Plan | None:
-    """The plan, scheduled when `times` or when CNPs need it (their rate limit is in time)."""
+def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nccl: Nccl | None = None,
+            network: Network | None = None) -> Plan | None:
+    """The plan, scheduled when `times` or when CNPs need it (their rate limit is in time).
+    network: the job's (DCQCN parameters for output.dcqcn)."""
+    dcqcn = congestion.Dcqcn.for_job(network, fabric.nic_gbps) if out.dcqcn else None
     p = build(flows, fabric, out, qps, nccl)
     if p is None:
         return None
     if len(p.ce_g):
-        add_cnps(p, fabric)
+        add_cnps(p, fabric, dcqcn)
     elif times:
         schedule(p)
     return p
 
 
-def add_cnps(p: Plan, fabric: Fabric) -> None:
+def pace(p: Plan, rate_factor: np.ndarray) -> None:
+    """Per message: pace its packets at line rate / rate_factor (>= 1): packet k starts k slots
+    of wire time x rate_factor after the first (the last packet keeps its own wire time).
+    The seam for per-message rates: DCQCN's reaction here, per-flow fabric rates later; 1
+    everywhere leaves the plan unpaced (bytes unchanged). Call schedule(p) after it."""
+    f = np.asarray(rate_factor, dtype=np.float64)
+    if (f <= 1).all():
+        return
+    w = p.wire
+    first, mid = w.first_of(np.arange(p.n_msgs)), w.mid_of(np.arange(p.n_msgs))
+    p.wire = PerPacket(np.ceil(np.broadcast_to(first, f.shape) * np.maximum(f, 1)).astype(np.int64),
+                       np.ceil(np.broadcast_to(mid, f.shape) * np.maximum(f, 1)).astype(np.int64), w.last, w.only, w.each)
+
+
+def dcqcn_pacing(p: Plan, d: congestion.Dcqcn) -> np.ndarray:
+    """Open loop: per message, line rate / the rate DCQCN gives its QP when it starts, driven by
+    the CNPs that QP received in the current schedule (1: no CNP before it)."""
+    factor = np.ones(p.n_msgs)
+    cnp = np.flatnonzero(p.k_kind == CNP)
+    if not len(cnp):
+        return factor
+    qp = p.m_conn[p.k_msg[cnp]]                       # a CNP names the data sender's QP
+    arrived = p.k_rx_ns[cnp] + p.k_wire_ns[cnp]
+    start = arrival(p, p.tx, np.arange(p.n_msgs), np.zeros(p.n_msgs, np.int64))
+    by_qp = np.lexsort((start, p.m_conn))                  # messages per QP, in send order
+    lo, hi = np.searchsorted(p.m_conn[by_qp], np.unique(qp)), np.searchsorted(p.m_conn[by_qp], np.unique(qp), "right")
+    c_order = np.lexsort((arrived, qp))
+    c_lo = np.searchsorted(qp[c_order], np.unique(qp))
+    c_hi = np.searchsorted(qp[c_order], np.unique(qp), "right")
+    for a, b, ca, cb in zip(lo.tolist(), hi.tolist(), c_lo.tolist(), c_hi.tolist()):
+        msgs = by_qp[a:b]
+        factor[msgs] = d.line_bps / congestion.dcqcn_rates(arrived[c_order[ca:cb]], start[msgs], d)
+    return factor
+
+
+def add_cnps(p: Plan, fabric: Fabric, dcqcn: congestion.Dcqcn | None = None) -> None:
     """CE marks -> CNPs: schedule without them, keep one per QP per gap at the marked packets'
     arrival, insert them as control frames and reschedule; drop any that the reschedule pushed
-    closer than the gap to the previous one of their QP, until none is."""
+    closer than the gap to the previous one of their QP, until none is.
+    With dcqcn (open loop): pace each QP's messages as DCQCN reacts to the CNPs it got, and pick
+    the CNPs again on the paced schedule, a few rounds or until the pacing stays the same; the
+    CNPs in the trace are those of the final (paced) schedule."""
+    base = {k: getattr(p, k) for k in ("k_kind", "k_msg", "k_pkt", "k_tx_nic", "k_rx_nic", "k_wire_ns",
+                                       "k_rec_bytes", "k_nominal_ns")}
+    _insert_cnps(p, fabric, base)
+    if dcqcn is None:
+        return
+    unpaced, factor = p.wire, np.ones(p.n_msgs)
+    for _ in range(DCQCN_ROUNDS):
+        new = dcqcn_pacing(p, dcqcn)
+        if np.array_equal(new, factor):
+            break
+        factor = new
+        for k, v in base.items():
+            setattr(p, k, v)
+        p.wire = unpaced
+        pace(p, factor)
+        _insert_cnps(p, fabric, base)
+
+
+def _insert_cnps(p: Plan, fabric: Fabric, base: dict) -> None:
     schedule(p)
     g = p.ce_g
     m = np.searchsorted(p.m_pkt0, g, "right") - 1
@@ -44,8 +104,6 @@ def add_cnps(p: Plan, fabric: Fabric) -> None:
     frame = p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES
     w_cnp = int(wire_ns(frame, fabric.nic_gbps))
     rec_cnp = int(p.fmt.rec_bytes(min(frame, incl_cap(p.out, p.hdr_bytes)[Opcode.CNP])))
-    base = {k: getattr(p, k) for k in ("k_kind", "k_msg", "k_pkt", "k_tx_nic", "k_rx_nic", "k_wire_ns",
-                                       "k_rec_bytes", "k_nominal_ns")}
     at = len(base["k_kind"]) - len(p.cts_msg)
     for _ in range(CNP_CHECK_ROUNDS):
         n = len(m)
