@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("scapy.all")
