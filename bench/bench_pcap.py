@@ -82,14 +82,14 @@ def scapy_rebuild(recs, dest: Path) -> float:
         b = p[BTH]
         rest = bytes(b.payload) if AETH not in p else b""
         fields.append((t, p.dst, p.src, p[Dot1Q].prio, p[Dot1Q].vlan, p[IP].src, p[IP].dst, p[IP].tos,
-                       p[IP].ttl, p[UDP].sport, b.opcode, b.padcount, b.dqpn, b.ackreq, b.psn,
+                       p[IP].ttl, p[IP].id, p[UDP].sport, b.opcode, b.padcount, b.dqpn, b.ackreq, b.psn,
                        p[AETH].msn if AETH in p else None, rest))
     start = time.perf_counter()
     w = PcapWriter(str(dest), nano=True, linktype=1, sync=False)
     built = []
-    for t, dst, src, prio, vlan, ipsrc, ipdst, tos, ttl, sport, op, pad, dqpn, ack, psn, msn, rest in fields:
+    for t, dst, src, prio, vlan, ipsrc, ipdst, tos, ttl, ip_id, sport, op, pad, dqpn, ack, psn, msn, rest in fields:
         pkt = (Ether(dst=dst, src=src) / Dot1Q(prio=prio, vlan=vlan)
-               / IP(src=ipsrc, dst=ipdst, tos=tos, ttl=ttl, flags="DF", id=0)
+               / IP(src=ipsrc, dst=ipdst, tos=tos, ttl=ttl, flags="DF", id=ip_id)
                / UDP(sport=sport, dport=4791, chksum=0)
                / BTH(opcode=op, migreq=1, padcount=pad, dqpn=dqpn, ackreq=ack, psn=psn))
         pkt = pkt / AETH(syndrome=0x1F, msn=msn) if msn is not None else pkt / Raw(rest)

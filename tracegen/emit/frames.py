@@ -63,6 +63,7 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
     # PSNs: a data packet's is its template's + (j - the template's j); control frames are alone.
     psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK
     cols = [(R + tm.psn_col + k, psn, 16 - 8 * k) for k in range(3)]
+    words = []              # 16-bit big-endian fields: (column, values)
     v4 = out.ip_version == 4
     if v4:      # identification: +1 per packet of a template too; checksum by RFC 1624 from the template's
         ip_id = (tm.ip_id[tid] + j - tm.j[tid]) & 0xFFFF
@@ -70,8 +71,7 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
         s = (s & 0xFFFF) + (s >> 16)
         csum = ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF
         ip_at = R + roce.l2_bytes(out.vlan)
-        cols += [(ip_at + roce.IPV4_ID_OFFSET, ip_id, 8), (ip_at + roce.IPV4_ID_OFFSET + 1, ip_id, 0),
-                 (ip_at + roce.IPV4_CSUM_OFFSET, csum, 8), (ip_at + roce.IPV4_CSUM_OFFSET + 1, csum, 0)]
+        words = [(ip_at + roce.IPV4_ID_OFFSET, ip_id), (ip_at + roce.IPV4_CSUM_OFFSET, csum)]
     # Per record width (a truncated record can be shorter than a template row): template rows
     # gathered, timestamps, PSNs and IPv4 ids put in, rows copied to their records' offsets.
     for w, g in _groups(np.minimum(width, R + tm.incl), tid):
@@ -81,6 +81,11 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
         for col, value, shift in cols:
             if col < w:
                 rows[:, col] = (value[g] >> shift) & 0xFF
+        for col, value in words:
+            if col + 2 <= w:
+                rows[:, col:col + 2].view(">u2")[:, 0] = value[g]
+            elif col < w:
+                rows[:, col] = value[g] >> 8
         _at(buf, w)[rec_off[g]] = rows.view(_void(w)).ravel()
     full = tm.full[tid]
     if full.any():
