@@ -34,8 +34,8 @@ Choices where NCCL/mlx5 leave freedom (all deterministic):
     FIFO slot (256 slots), R_Key = the FIFO's MR key (nccl_net.py).
   * Nominal times: a flow's messages back to back from start_ns; a CTS when the receiver posts
     the receive: at its op's release (an op opens with a burst of CTS), but no later than to
-    arrive two frames before its message starts, and not before the message NCCL_STEPS steps
-    back on its connection has arrived (so later CTS arrive well ahead). Causality is then
+    arrive two frames before its message starts, and not before PROXY_POST_NS after the message
+    NCCL_STEPS steps back on its connection has arrived (so later CTS arrive well ahead). Causality is then
     enforced: a message waits for its CTS, an ACK for the packet it acknowledges.
     Frame wire time (FCS, preamble, IFG included) is rounded up to whole ns per frame.
   * TTL / hop limit 255 (NCCL's GRH hop_limit; ACKs are sent with the responder QP's), CNPs 64
@@ -67,6 +67,7 @@ CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its m
 # Control frame kinds (their order is the tie-break at equal time), and DATA for message packets.
 ACK_CTS, ACK_DATA, CTS, DATA, CNP = 0, 1, 2, 3, 4
 CNP_CHECK_ROUNDS = 8         # reschedules that drop CNPs pushed closer than the per-QP gap
+PROXY_POST_NS = 200           # a receive NCCL_STEPS allow is posted this long after its slot freed
 DCQCN_ROUNDS = 4             # output.dcqcn: pace from the CNPs, pick CNPs again on the paced schedule
 
 PATTERN = (np.arange(8192) & 0xFF).astype(np.uint8)   # "pattern" payload: byte j of a payload = j

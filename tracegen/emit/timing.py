@@ -14,7 +14,7 @@ from ..tables import Flows
 from ..topology import Fabric
 from . import congestion, roce
 from .capture_file import comment_option_bytes
-from .packets import CNP, CNP_CHECK_ROUNDS, DCQCN_ROUNDS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
+from .packets import CNP, CNP_CHECK_ROUNDS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
 from .roce import Opcode
 
 
@@ -243,9 +243,12 @@ def schedule(p: Plan) -> None:
             cts_lat = np.maximum(k_rx[n_ack:] + p.k_wire_ns[n_ack:] - k_nominal[n_ack:], 0)
             m_nominal, k_nominal[n_ack:] = _window_bounds(
                 p, m_nominal, k_nominal[n_ack:], nccl_tx[p.m_nccl[p.cts_msg]] - s0,
-                nccl_end[p.m_nccl[p.cts_msg]] - s0, cts_lat)
-        # a connection posts its receives in order
-        k_nominal[n_ack:] = running_max(np.arange(C), cts_conn, np.maximum(k_nominal[n_ack:], cts_ready),
+                nccl_end[p.m_nccl[p.cts_msg]] - s0, cts_lat, floor=s0)
+        # a connection posts its receives in order; a late one a little after its slot freed (the
+        # receiver's proxy polls for the arrival), so that small shifts of arrivals in the next
+        # round do not make it late again
+        post = np.where(late_cts, cts_ready + PROXY_POST_NS, k_nominal[n_ack:])
+        k_nominal[n_ack:] = running_max(np.arange(C), cts_conn, np.maximum(k_nominal[n_ack:], post),
                                         np.zeros(C, np.int64))
         m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), burst)
     p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
@@ -262,7 +265,7 @@ def schedule(p: Plan) -> None:
     p.m_cts_psn[p.cts_msg] = cts_psn & roce.PSN_MASK
 
 
-def _window_bounds(p: Plan, m_nominal, cts_nominal, tx_span, arr_span, cts_lat):
+def _window_bounds(p: Plan, m_nominal, cts_nominal, tx_span, arr_span, cts_lat, floor=None):
     """Raise message and CTS nominal times to what NCCL's receive window allows: a connection's
     messages one after the other, each after its CTS has arrived, each CTS after the message
     NCCL_STEPS steps back has arrived. Per NCCL message (at its CTS): tx_span (first packet sent
@@ -282,11 +285,13 @@ def _window_bounds(p: Plan, m_nominal, cts_nominal, tx_span, arr_span, cts_lat):
     order = np.argsort(level, kind="stable")
     bounds = np.searchsorted(level[order], np.arange(int(level.max()) + 2))
     nom, cts = m_nominal[cm], cts_nominal.copy()
+    if floor is not None:           # where the last schedule started them (contention included)
+        nom = np.maximum(nom, floor)
     start, end = np.zeros(C, np.int64), np.zeros(C, np.int64)
     for lv in range(int(level.max()) + 1):
         i = order[bounds[lv]:bounds[lv + 1]]
         w = wpos[i]
-        cts[i] = np.where(w >= 0, np.maximum(cts[i], end[np.maximum(w, 0)]), cts[i])
+        cts[i] = np.where(w >= 0, np.maximum(cts[i], end[np.maximum(w, 0)] + PROXY_POST_NS), cts[i])
         st = np.maximum(nom[i], cts[i] + cts_lat[i])
         if lv:
             st = np.maximum(st, start[i - 1] + tx_span[i - 1])
