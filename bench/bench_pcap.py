@@ -82,14 +82,14 @@ def scapy_rebuild(recs, dest: Path) -> float:
         b = p[BTH]
         rest = bytes(b.payload) if AETH not in p else b""
         fields.append((t, p.dst, p.src, p[Dot1Q].prio, p[Dot1Q].vlan, p[IP].src, p[IP].dst, p[IP].tos,
-                       p[IP].ttl, p[UDP].sport, b.opcode, b.padcount, b.dqpn, b.ackreq, b.psn,
+                       p[IP].ttl, p[IP].id, p[UDP].sport, b.opcode, b.padcount, b.dqpn, b.ackreq, b.psn,
                        p[AETH].msn if AETH in p else None, rest))
     start = time.perf_counter()
     w = PcapWriter(str(dest), nano=True, linktype=1, sync=False)
     built = []
-    for t, dst, src, prio, vlan, ipsrc, ipdst, tos, ttl, sport, op, pad, dqpn, ack, psn, msn, rest in fields:
+    for t, dst, src, prio, vlan, ipsrc, ipdst, tos, ttl, ip_id, sport, op, pad, dqpn, ack, psn, msn, rest in fields:
         pkt = (Ether(dst=dst, src=src) / Dot1Q(prio=prio, vlan=vlan)
-               / IP(src=ipsrc, dst=ipdst, tos=tos, ttl=ttl, flags="DF", id=0)
+               / IP(src=ipsrc, dst=ipdst, tos=tos, ttl=ttl, flags="DF", id=ip_id)
                / UDP(sport=sport, dport=4791, chksum=0)
                / BTH(opcode=op, migreq=1, padcount=pad, dqpn=dqpn, ackreq=ack, psn=psn))
         pkt = pkt / AETH(syndrome=0x1F, msn=msn) if msn is not None else pkt / Raw(rest)
@@ -105,15 +105,9 @@ def scapy_rebuild(recs, dest: Path) -> float:
 
 
 def _build_only(flows, fabric, out) -> int:
-    """write_pcaps() minus the files (uses the module's internals; benchmark only)."""
-    from tracegen.emit import pcap
-
-    p = pcap._prepare(flows, fabric, out, 1, times=True)
-    total, scratch = 0, pcap._Scratch()
-    for spec in pcap._file_specs(p, fabric):
-        total += len(p.fmt.file_header(spec.interfaces))
-        total += sum(len(buf) for buf in pcap._slices(p, fabric, pcap._Items.gather(p, spec.parts), scratch))
-    return total
+    """write_pcaps() minus the files: the bytes built, not written."""
+    from tracegen.emit.pcap import build_without_writing
+    return build_without_writing(flows, fabric, out)
 
 
 def _peak_rss_child(nodes: int, steps: int, scratch_dir: str | None) -> tuple[int, int]:

@@ -176,6 +176,7 @@ class Pkt:
     reth: tuple | None = None
     imm: int | None = None
     msn: int | None = None
+    ip_id: int | None = None
 
 
 def decode(frame: bytes, out: Output, t: int, orig: int) -> Pkt:
@@ -185,7 +186,7 @@ def decode(frame: bytes, out: Output, t: int, orig: int) -> Pkt:
     if out.vlan:
         assert p[Dot1Q].prio == out.pcp and p[Dot1Q].vlan == out.vlan_id and p[Dot1Q].type == 0x0800
     ip = p[IP]
-    assert ip.tos == (out.dscp << 2) | out.ecn and ip.flags == "DF" and ip.id == 0 and ip.frag == 0
+    assert ip.tos == (out.dscp << 2) | out.ecn and ip.flags == "DF" and ip.frag == 0
     assert ip.len == len(frame) - (18 if out.vlan else 14)
     chk = ip.chksum
     ip2 = IP(bytes(ip)[:20])
@@ -200,7 +201,7 @@ def decode(frame: bytes, out: Output, t: int, orig: int) -> Pkt:
     assert bytes(p)[-4:] == icrc_wire, "ICRC (scapy) differs"
     rest = bytes(b.payload)
     pkt = Pkt(t, orig, NIC_OF_IP[ip.src], NIC_OF_IP[ip.dst], b.opcode, b.psn, b.dqpn, b.ackreq,
-              b.padcount, p[UDP].sport, ip.ttl, b"")
+              b.padcount, p[UDP].sport, ip.ttl, b"", ip_id=ip.id)
     if b.opcode == OP_ACK:
         assert AETH in p and len(rest) == 4
         pkt.msn = p[AETH].msn
@@ -273,10 +274,10 @@ def test_ethernet_addresses_and_ttl(run):
         leaf = bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[nic]])
         for (_, _, _, fr), p in zip(recs, pkts):
             hops = int(FABRIC.hops(p.src, p.dst))
-            if p.src == nic:      # sent: host -> its leaf router, full TTL
-                assert (fr[:6], fr[6:12], p.ttl) == (leaf, mac, 64)
+            if p.src == nic:      # sent: host -> its leaf router, NCCL's hop limit 255
+                assert (fr[:6], fr[6:12], p.ttl) == (leaf, mac, 255)
             else:                 # received: from its leaf router, after hops-1 routers
-                assert (fr[:6], fr[6:12], p.ttl) == (mac, leaf, 64 - (hops - 1))
+                assert (fr[:6], fr[6:12], p.ttl) == (mac, leaf, 255 - (hops - 1))
 
 
 def _requests_by_qp(pkts):
@@ -530,3 +531,18 @@ def test_slices_are_written_page_aligned_to_their_file_offset(tmp_path, monkeypa
     assert len(seen) > 2 * len(paths)
     assert all(at_file == in_memory for at_file, in_memory, _ in seen)
     assert sum(n for _, _, n in seen) + 24 * len(paths) == sum(p.stat().st_size for p in paths)
+
+
+def test_ipv4_id_counts_each_senders_frames(run):
+    """IPv4 identification: per sending NIC +1 per frame it sends (data, CTS, ACK), from 0, in send
+    order; a received frame carries the id its sender gave it."""
+    out, spec, paths, _, files = run
+    sent = {}
+    for path, (_, _, pkts) in files.items():
+        nic = next(n for n in range(FABRIC.n_nics) if f"{FABRIC.nic_name(n)}.pcap" == path.name)
+        mine = [p for p in pkts if p.src == nic]
+        assert [p.ip_id for p in mine] == [k & 0xFFFF for k in range(len(mine))]
+        sent.update({(p.src, p.dst, p.dqpn, p.opcode, p.psn, p.msn): p.ip_id for p in mine})
+    for path, (_, _, pkts) in files.items():
+        for p in pkts:
+            assert sent[(p.src, p.dst, p.dqpn, p.opcode, p.psn, p.msn)] == p.ip_id

@@ -33,6 +33,7 @@ CONFIGS = {
     "v4-vlan-random5%": (Output(ecn_mark_fraction=0.05, ecn_seed=7), tp.SCENARIO),
     "v6-novlan-1024-periodic20%": (Output(ip_version=6, vlan=False, pmtu=1024, ecn_mark_fraction=0.2,
                                           ecn_pattern="periodic", ack_every=4), tp.SMALL),
+    "v4-vlan-random5%-dcqcn": (Output(ecn_mark_fraction=0.05, ecn_seed=7, dcqcn=True), tp.SCENARIO),
 }
 
 
@@ -52,11 +53,12 @@ def decode_cnp(frame: bytes, out: Output, t: int, orig: int):
         ip = p[IPv6]
         assert ip.tc >> 2 == 48 and len(frame) == 94 + (4 if out.vlan else 0)
         src, dst = (tw.NIC_OF_IP6[tw.ipaddress.IPv6Address(a)] for a in (ip.src, ip.dst))
+        ttl = ip.hlim
     else:
         ip = p[IP]
         assert ip.tos == (48 << 2) | out.ecn and len(frame) == 74 + (4 if out.vlan else 0)
-        src, dst = tp.NIC_OF_IP[ip.src], tp.NIC_OF_IP[ip.dst]
-    return tp.Pkt(t, orig, src, dst, 0x81, 0, b.dqpn, 0, 0, 0, 0, b"")
+        src, dst, ttl = tp.NIC_OF_IP[ip.src], tp.NIC_OF_IP[ip.dst], ip.ttl
+    return tp.Pkt(t, orig, src, dst, 0x81, 0, b.dqpn, 0, 0, 0, ttl, b"")
 
 
 @lru_cache(maxsize=None)
@@ -148,6 +150,9 @@ def test_cnps_appear_in_both_files(run):
     tx = sorted((c.src, c.dst, c.dqpn) for path, cs in cnps.items() for c in cs if c.src == nic_of(path))
     rx = sorted((c.src, c.dst, c.dqpn) for path, cs in cnps.items() for c in cs if c.dst == nic_of(path))
     assert tx == rx and tx
+    for path, cs in cnps.items():     # made by the NIC: TTL 64 as sent, less the routers crossed
+        for c in cs:
+            assert c.ttl == (64 if c.src == nic_of(path) else 64 - (int(tp.FABRIC.hops(c.src, c.dst)) - 1))
 
 
 def test_other_packets_pass_the_original_oracles(run):
@@ -216,3 +221,87 @@ def test_same_input_same_bytes_with_cnps(tmp_path):
     a = write_pcaps(tp.FLOWS, tp.FABRIC, out, tmp_path / "a")
     b = write_pcaps(tp.FLOWS, tp.FABRIC, out, tmp_path / "b")
     assert [x.read_bytes() for x in a] == [x.read_bytes() for x in b]
+
+
+# --- the open-loop DCQCN reaction (output.dcqcn) ----------------------------------------------------
+
+LONG = [(0, 2, 0, 24 * tp.MiB, tp.MiB, 10_000, tp.NET), (4, 6, 0, 8 * tp.MiB, tp.MiB, 10_000, tp.NET)]
+
+
+def test_dcqcn_rates_follow_the_reaction_point():
+    """Hand-computed: line 400G, g = 1/256, alpha starts at 1; cut on the first CNP to
+    rate (1 - alpha/2) = half; a second CNP within 4 us updates alpha but does not cut; after
+    300 us without a cut the rate moves halfway back to the target (fast recovery)."""
+    d = replace(congestion.Dcqcn.for_job(None, 400), fast_recovery=5)
+    assert (d.ai_bps, d.hai_bps, d.min_bps) == (80e6, 800e6, 1e9)
+    line = 400e9
+    r = congestion.dcqcn_rates([1000, 3000], [0, 1000, 2999, 3000, 301_000, 601_000], d)
+    assert r[0] == line and r[1] == r[2] == r[3] == line / 2
+    assert r[4] == (line / 2 + line) / 2 and r[5] == (r[4] + line) / 2
+    r = congestion.dcqcn_rates([1000, 6000], [6000], d)        # 5 us apart: cut twice
+    alpha = (1 - 1 / 256) ** 6 + 1 / 256        # 5 periods of decay, then the EWMA step
+    assert r[0] == pytest.approx(line / 2 * (1 - alpha / 2))
+    assert (congestion.dcqcn_rates([], [0, 10**6], d) == line).all()
+
+
+def test_dcqcn_parameters_are_those_the_ns3_export_writes(tmp_path):
+    """The pcap's reaction and `tracegen ns3 run` react alike: every DCQCN key of config.txt."""
+    from tracegen.config import Job
+    from tracegen.emit.ns3 import write_ns3
+    from tracegen.pipeline import run_pipeline
+    run = run_pipeline(Job())
+    job = run.job
+    write_ns3(run.flows, run.fabric, job, tmp_path)
+    kv = dict(line.split(None, 1) for line in (tmp_path / "config.txt").read_text().splitlines() if line.strip())
+    rate = lambda v: float(v.strip().lower().replace("mb/s", "e6").replace("gb/s", "e9").replace("kb/s", "e3"))
+    d = congestion.Dcqcn.for_job(job.network, tp.FABRIC.nic_gbps)
+    assert (d.ai_bps, d.hai_bps, d.min_bps) == (rate(kv["RATE_AI"]), rate(kv["RATE_HAI"]), rate(kv["MIN_RATE"]))
+    assert d.g == float(kv["EWMA_GAIN"]) and d.fast_recovery == int(kv["FAST_RECOVERY_TIMES"])
+    assert (d.alpha_interval_ns, d.decrease_interval_ns, d.increase_interval_ns) == (
+        1000 * int(kv["ALPHA_RESUME_INTERVAL"]), 1000 * int(kv["RATE_DECREASE_INTERVAL"]), 1000 * int(kv["RP_TIMER"]))
+
+
+def test_dcqcn_paces_the_qp_after_its_cnp_and_nothing_else(tmp_path):
+    """Before its first CNP arrives a QP sends at line rate; each message that starts after it is
+    paced evenly at DCQCN's rate - at most half the line rate until the first 300 us recovery
+    step (alpha = 1: the first cut halves the rate) - and the trace only gets longer."""
+    out = Output(ecn_mark_fraction=0.01, ecn_pattern="periodic", dcqcn=True)
+    flows = tp.make_flows(LONG)
+    paths = write_pcaps(flows, tp.FABRIC, out, tmp_path)
+    plain = {p.name: tp.read_pcap(p)[1] for p in write_pcaps(flows, tp.FABRIC, replace(out, dcqcn=False),
+                                                               _mk(tmp_path / "plain"))}
+    files = {p.name: tp.read_pcap(p)[1] for p in paths}
+    wire = tp.wire_ns(4158)                         # a Middle packet at 400 Gb/s
+    for sender in (0, 4):
+        recs = files[tp.FABRIC.nic_name(sender) + ".pcap"]
+        pk = [tw.decode(fr, out, t, orig, ce_ok=True) if fr[46] != 0x81 else decode_cnp(fr, out, t, orig)
+              for t, _, orig, fr in recs]
+        cnp_at = min(p.t + tp.wire_ns(p.orig) for p in pk if p.opcode == 0x81 and p.dst == sender)
+        sent = [p for p in pk if p.src == sender]
+        gaps = defaultdict(set)                     # per message (its First's time): Middle-to-Middle gaps
+        start = None
+        for a, b in zip(sent, sent[1:]):
+            if a.opcode == tp.OP_FIRST:
+                start = a.t
+            if a.opcode == b.opcode == tp.OP_MIDDLE:
+                gaps[start].add(b.t - a.t)
+        assert any(t < cnp_at for t in gaps) and any(t >= cnp_at for t in gaps)
+        for t, g in gaps.items():
+            if t < cnp_at:
+                assert g == {wire}
+            elif t < cnp_at + 300_000:
+                assert len(g) == 1 and min(g) >= 2 * wire, (t, g)
+        assert recs[-1][0] > plain[tp.FABRIC.nic_name(sender) + ".pcap"][-1][0]
+
+
+def test_dcqcn_needs_the_dcqcn_cc_mode(tmp_path):
+    from tracegen.config import Network
+    from tracegen.errors import ConfigError
+    with pytest.raises(ConfigError, match="cc_mode"):
+        write_pcaps(tp.FLOWS, tp.FABRIC, Output(ecn_mark_fraction=0.1, dcqcn=True), tmp_path,
+                    network=Network(cc_mode="hpcc"))
+
+
+def _mk(p: Path) -> Path:
+    p.mkdir()
+    return p

@@ -144,9 +144,33 @@ def test_merged_file_is_the_union_in_time_order(tmp_path, host):
     for k, name in enumerate(names):     # per interface: exactly that NIC's capture, in order
         assert [(t, cap, orig, d) for i, t, cap, orig, d, _ in recs if i == k] == host[name]
     assert estimate_pcap(FLOWS, FABRIC, out) == (len(recs), path.stat().st_size)
-    # pcap (no interface ids): the same records
-    (plain,) = write_pcaps(FLOWS, FABRIC, Output(merge=True, nics="0,2,3"), tmp_path)
-    assert [r[1:5] for r in recs] == [tuple(x) for x in tp.read_pcap(plain)[1]]
+
+
+def test_merged_classic_pcap_holds_each_frame_once_as_sent(tmp_path, host):
+    """No interface ids in classic pcap: every frame a selected NIC sends or receives, once, as its
+    sender sent it (time, MACs, TTL) - a replay puts it on the wire once."""
+    out = Output(merge=True, nics="0,2,3")
+    (plain,) = write_pcaps(FLOWS, FABRIC, out, tmp_path)
+    got = tp.read_pcap(plain)[1]
+    chosen = {0, 2, 3}
+    want = []
+    for name, recs in host.items():
+        nic = next(n for n in range(FABRIC.n_nics) if FABRIC.nic_name(n) == name)
+        for t, incl, orig, fr in recs:
+            src, dst = tp.NIC_OF_IP[".".join(map(str, fr[30:34]))], tp.NIC_OF_IP[".".join(map(str, fr[34:38]))]
+            if src == nic and (src in chosen or dst in chosen):
+                want.append((t, incl, orig, fr))
+    assert [r[0] for r in got] == sorted(r[0] for r in got)
+    assert Counter(got) == Counter(want) and len(got) == len(want)
+    assert estimate_pcap(FLOWS, FABRIC, out) == (len(got), plain.stat().st_size)
+
+
+def test_ipv6_interface_descriptions_name_the_ipv6_address(tmp_path):
+    out = Output(format="pcapng", ip_version=6, merge=True, nics="0,2")
+    (path,) = write_pcaps(FLOWS, FABRIC, out, tmp_path)
+    ifaces, _ = read_pcapng(path)
+    assert [i[3].decode().split()[-2:] for i in ifaces] == [["IPv6", "fd00::a00:1"], ["IPv6", "fd00::a00:2"]]
+    assert all("IPv4" not in i[3].decode() for i in ifaces)
 
 
 def _route_links(src, dst, sport):
@@ -198,7 +222,7 @@ def test_switch_port_view_is_exactly_the_packets_crossing_the_port(tmp_path, hos
             spine = _route_links(src, dst, int(struct.unpack(">H", fr[38:40])[0]))[1][1] - FABRIC.spine_node_id(0)
             leaf_a, leaf_b = bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[src]]), bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[dst]])
             macs = (bytes(spine_mac(spine)), leaf_a) if i == 1 else (leaf_b, bytes(spine_mac(spine)))
-            assert (fr[:6], fr[6:12], fr[26]) == macs + (64 - i,)
+            assert (fr[:6], fr[6:12], fr[26]) == macs + ((64 if fr[46] == 0x81 else 255) - i,)
             if fr[46] != 0x81:
                 tw.decode(fr, Output(), t, orig, ce_ok=True)        # IPv4 checksum and ICRC still valid
     assert estimate_pcap(CROSS, FABRIC, out) == (sum(map(len, got.values())), sum(p.stat().st_size for p in paths))

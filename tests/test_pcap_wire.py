@@ -60,7 +60,7 @@ def decode(frame: bytes, out: Output, t: int, orig: int, ce_ok: bool = False) ->
         assert (ip.version, ip.tc, ip.fl, ip.nh) == (6, tos, 0, 17)
         assert ip.plen == len(frame) - l2 - 40 == p[UDP].len
         src, dst = NIC_OF_IP6[ipaddress.IPv6Address(ip.src)], NIC_OF_IP6[ipaddress.IPv6Address(ip.dst)]
-        ttl = ip.hlim
+        ttl, ip_id = ip.hlim, None
     else:
         ip = p[IP]
         assert ip.tos == tos and ip.flags == "DF" and ip.len == len(frame) - l2 == p[UDP].len + 20
@@ -69,6 +69,7 @@ def decode(frame: bytes, out: Output, t: int, orig: int, ce_ok: bool = False) ->
         del ip2.chksum
         assert IP(bytes(ip2)).chksum == chk
         src, dst, ttl = tp.NIC_OF_IP[ip.src], tp.NIC_OF_IP[ip.dst], ip.ttl
+        ip_id = ip.id
     assert p[UDP].dport == 4791 and p[UDP].chksum == 0
     b = p[BTH]
     assert b.migreq == 1 and b.pkey == out.pkey and b.version == 0 and not (b.fecn or b.becn)
@@ -78,6 +79,7 @@ def decode(frame: bytes, out: Output, t: int, orig: int, ce_ok: bool = False) ->
     rest = bytes(b.payload)
     pkt = tp.Pkt(t, orig, src, dst, b.opcode, b.psn, b.dqpn, b.ackreq, b.padcount, p[UDP].sport, ttl, b"")
     pkt.ecn = ecn
+    pkt.ip_id = ip_id
     if b.opcode == tp.OP_ACK:
         pkt.msn = p[AETH].msn
         assert p[AETH].syndrome == 0x1F and len(rest) == 4
@@ -219,7 +221,7 @@ def test_addresses_ttl_and_spacing(run):
         for (_, _, _, fr), p in zip(recs, pkts):
             assert nic in (p.src, p.dst)
             hops = int(FABRIC.hops(p.src, p.dst))
-            assert p.ttl == (64 if p.src == nic else 64 - (hops - 1))
+            assert p.ttl == (255 if p.src == nic else 255 - (hops - 1))
         for tx in (True, False):
             stream = [p for p in pkts if (p.src == nic) == tx]
             assert all(b.t >= a.t + tp.wire_ns(a.orig) for a, b in zip(stream, stream[1:]))

@@ -19,13 +19,18 @@ from tracegen.emit.pcap import write_pcaps
 TOOLS = ("tcpreplay", "tcpdump", "ip")
 pytestmark = pytest.mark.root
 
+# A routed DUT: every tester port its own /24 (host k: 192.168.100+k.1, gateway .254), frames to
+# the DUT's MAC, ARP announcement + request for the gateway first.
 LAB_PLAN = """
 hosts: [0, 2, 3, node0003-rail0]
 ports: [tester0, tester2, tester3, tester6]
 mac: "02:aa:00:00:00:01"
 ipv4: 192.168.100.1
+prefix: 24
 dut_mac: "02:aa:00:00:01:00"
 """
+DUT_MAC = bytes.fromhex("02aa00000100")
+PORT_MAC = bytes.fromhex("02aa00000001")
 
 
 def _skip_reason():
@@ -41,8 +46,9 @@ def _run(*cmd, check=True):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=check)
 
 
-@pytest.fixture
-def veth_pair():
+def _namespaces(pairs):
+    """Two network namespaces joined by veth pairs (tx end, rx end) with MTU 9000 and no IPv6;
+    yields (ns_tx, ns_rx) and always deletes them."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
@@ -53,17 +59,46 @@ def veth_pair():
         for ns in (ns_tx, ns_rx):
             _run("ip", "netns", "add", ns)
             created.append(ns)
-        _run("ip", "link", "add", "veth-tx", "netns", ns_tx, "type", "veth", "peer", "name", "veth-rx",
-             "netns", ns_rx)
-        for ns, dev in ((ns_tx, "veth-tx"), (ns_rx, "veth-rx")):
+        for tx, rx in pairs:
+            _run("ip", "link", "add", tx, "netns", ns_tx, "type", "veth", "peer", "name", rx, "netns", ns_rx)
+        for ns in (ns_tx, ns_rx):
             # No IPv6 chatter (router solicitations, DAD) on either end; nothing leaves the namespaces.
             for key in ("all", "default"):
                 _run("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{key}.disable_ipv6=1")
-            _run("ip", "-n", ns, "link", "set", dev, "mtu", "9000", "up")
+        for tx, rx in pairs:
+            _run("ip", "-n", ns_tx, "link", "set", tx, "mtu", "9000", "up")
+            _run("ip", "-n", ns_rx, "link", "set", rx, "mtu", "9000", "up")
         yield ns_tx, ns_rx
     finally:
         for ns in created:
             _run("ip", "netns", "del", ns, check=False)
+
+
+@pytest.fixture
+def veth_pair():
+    yield from _namespaces([("veth-tx", "veth-rx")])
+
+
+@pytest.fixture
+def two_veth_pairs():
+    yield from _namespaces([("veth-a", "veth-ra"), ("veth-b", "veth-rb")])
+
+
+CAPTURE = "udp port 4791 or (vlan and udp port 4791) or arp or (vlan and arp)"
+
+
+def _capture(ns: str, dev: str, path: Path) -> subprocess.Popen:
+    dump = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "-i", dev, "-w", str(path), "-U", "-s", "0",
+                             "--time-stamp-precision=nano", CAPTURE],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    line = dump.stderr.readline()                             # "listening on DEV ..."
+    assert "listening" in line, line
+    return dump
+
+
+def _stop(dump: subprocess.Popen) -> None:
+    dump.send_signal(2)                                       # SIGINT: tcpdump flushes and exits
+    dump.wait(timeout=10)
 
 
 def _frames(path: Path):
@@ -73,6 +108,8 @@ def _frames(path: Path):
 
 
 def test_lab_pcap_replays_byte_identical(tmp_path, veth_pair):
+    """A routed lab plan replayed into the DUT side: per-port subnets in the frames, the ARP frames
+    first, every frame byte-identical and in order."""
     ns_tx, ns_rx = veth_pair
     plan = tmp_path / "lab.yaml"
     plan.write_text(LAB_PLAN)
@@ -82,25 +119,25 @@ def test_lab_pcap_replays_byte_identical(tmp_path, veth_pair):
     sent = paths["tester0.pcap"]
     want = _frames(sent)
     assert len(want) > 100 and max(len(fr) for *_, fr in want) > 4000
-    # What the port transmits: its host's frames, lab addresses, to the DUT's MAC.
-    assert all(fr[:6] == bytes.fromhex("02aa00000100") and fr[6:12] == bytes.fromhex("02aa00000001")
-               for *_, fr in want)
+    # ARP first: the port's announcement and its request for the gateway, at t0 = 0.
+    arp = [fr for *_, fr in want if fr[16:18] == b"\x08\x06"]
+    assert [fr for *_, fr in want[:2]] == arp and want[0][0] == 0
+    assert arp[0][:12] == b"\xff" * 6 + PORT_MAC and arp[0][32:36] == arp[0][42:46] == bytes([192, 168, 100, 1])
+    # Then RoCE: its host's frames from its own subnet to the DUT's MAC, peers in theirs.
+    roce = want[2:]
+    assert all(fr[:6] == DUT_MAC and fr[6:12] == PORT_MAC and fr[30:34] == bytes([192, 168, 100, 1])
+               and fr[34:36] == bytes([192, 168]) and fr[36] in (101, 102, 103) and fr[37] == 1 for *_, fr in roce)
 
     cap = tmp_path / "received.pcap"
-    dump = subprocess.Popen(["ip", "netns", "exec", ns_rx, "tcpdump", "-i", "veth-rx", "-w", str(cap), "-U",
-                             "-s", "0", "--time-stamp-precision=nano", "udp port 4791 or (vlan and udp port 4791)"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    dump = _capture(ns_rx, "veth-rx", cap)
     try:
-        line = dump.stderr.readline()                         # "listening on veth-rx ..."
-        assert "listening" in line, line
         res = _run("ip", "netns", "exec", ns_tx, "tcpreplay", "-i", "veth-tx", str(sent))
         assert f"{len(want)} packets" in res.stdout, res.stdout
         deadline = time.time() + 10
         while time.time() < deadline and (not cap.exists() or len(_frames(cap)) < len(want)):
             time.sleep(0.1)
     finally:
-        dump.send_signal(2)                                   # SIGINT: tcpdump flushes and exits
-        dump.wait(timeout=10)
+        _stop(dump)
     got = _frames(cap)
     assert len(got) == len(want), "frames lost or extra"
     assert [fr for *_, fr in got] == [fr for *_, fr in want]
@@ -109,6 +146,35 @@ def test_lab_pcap_replays_byte_identical(tmp_path, veth_pair):
     span_want = want[-1][0] - want[0][0]
     span_got = got[-1][0] - got[0][0]
     assert span_got >= 0.5 * span_want
+
+
+def test_two_ports_replay_together_from_the_all_ports_file(tmp_path, two_veth_pairs):
+    """The README's recipe for starting two tester ports together: one tcpreplay process sends
+    all-ports.pcap on -i/-I, split by source MAC with a tcpprep cache - each port gets exactly
+    its own file's frames, byte-identical and in order, on one timeline."""
+    if shutil.which("tcpprep") is None:
+        pytest.skip("needs tcpprep (tcpreplay package)")
+    ns_tx, ns_rx = two_veth_pairs
+    plan = tmp_path / "lab.yaml"
+    plan.write_text("hosts: [0, 2]\nports: [pa, pb]\nmac: '02:aa:00:00:00:01'\nmerged: true\n")
+    (tmp_path / "lab").mkdir()
+    paths = {p.name: p for p in write_pcaps(tp.FLOWS, tp.FABRIC, Output(lab=str(plan)), tmp_path / "lab")}
+    cache = tmp_path / "all.cache"
+    _run("tcpprep", "--mac=02:aa:00:00:00:01", "-i", str(paths["all-ports.pcap"]), "-o", str(cache))
+    caps = {dev: tmp_path / f"{dev}.pcap" for dev in ("veth-ra", "veth-rb")}
+    dumps = [_capture(ns_rx, dev, path) for dev, path in caps.items()]
+    want = {"veth-ra": _frames(paths["pa.pcap"]), "veth-rb": _frames(paths["pb.pcap"])}
+    try:
+        _run("ip", "netns", "exec", ns_tx, "tcpreplay", "-i", "veth-a", "-I", "veth-b", "-c", str(cache),
+             str(paths["all-ports.pcap"]))
+        deadline = time.time() + 10
+        while time.time() < deadline and any(not p.exists() or len(_frames(p)) < len(want[d]) for d, p in caps.items()):
+            time.sleep(0.1)
+    finally:
+        for d in dumps:
+            _stop(d)
+    for dev, path in caps.items():
+        assert [fr for *_, fr in _frames(path)] == [fr for *_, fr in want[dev]]
 
 
 def test_lab_plan_errors_are_one_line(tmp_path):
@@ -127,7 +193,8 @@ def test_lab_plan_errors_are_one_line(tmp_path):
 
 def test_lab_files_hold_what_each_port_transmits(tmp_path):
     """Per port: exactly its host's sent frames to other chosen hosts, as in the host view, with
-    lab addresses - the BTH onward is unchanged except the ICRC (IP addresses are covered)."""
+    lab addresses - the BTH onward is unchanged except the ICRC (IP addresses are covered) - and
+    the host view's times less the common t0."""
     pytest.importorskip("scapy.all")
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP
@@ -139,16 +206,22 @@ def test_lab_files_hold_what_each_port_transmits(tmp_path):
     lab = {p.name: tp.read_pcap(p)[1] for p in write_pcaps(tp.FLOWS, tp.FABRIC, Output(lab=str(plan)),
                                                             tmp_path / "lab")}
     host = {p.name: tp.read_pcap(p)[1] for p in write_pcaps(tp.FLOWS, tp.FABRIC, Output(), tmp_path / "host")}
-    chosen = {0: 1, 2: 2, 3: 3, 6: 4}              # NIC -> lab IPv4 last octet
+    chosen = {0: 100, 2: 101, 3: 102, 6: 103}       # NIC -> its port's subnet 192.168.<x>.0/24
+    roce = {name: [r for r in recs if r[3][16:18] != b"\x08\x06"] for name, recs in lab.items()}
+    t0 = min(r[0] for recs in roce.values() for r in recs) - 100_000    # lead_us 100 before the first frame
+    first_host = min(t for nic in chosen for t, _, _, fr in host[tp.FABRIC.nic_name(nic) + ".pcap"]
+                     if tp.NIC_OF_IP[".".join(map(str, fr[30:34]))] == nic
+                     and tp.NIC_OF_IP[".".join(map(str, fr[34:38]))] in chosen)
+    assert t0 == 0 and first_host > 0
     for nic, port in ((0, "tester0"), (2, "tester2"), (3, "tester3"), (6, "tester6")):
         mine = [(t, fr) for t, _, _, fr in host[tp.FABRIC.nic_name(nic) + ".pcap"]
                 if tp.NIC_OF_IP[".".join(map(str, fr[30:34]))] == nic
                 and tp.NIC_OF_IP[".".join(map(str, fr[34:38]))] in chosen]
-        got = lab.get(port + ".pcap", [])
-        assert [(t, fr[38:-4]) for t, fr in mine] == [(t, fr[38:-4]) for t, _, _, fr in got]
+        got = roce.get(port + ".pcap", [])
+        assert [(t - first_host, fr[38:-4]) for t, fr in mine] == [(t - 100_000, fr[38:-4]) for t, _, _, fr in got]
         for t, _, orig, fr in got:
-            assert fr[30:33] == bytes([192, 168, 100]) and fr[33] == chosen[nic]
-            assert fr[34:37] == bytes([192, 168, 100]) and fr[37] in chosen.values()
+            assert fr[30:34] == bytes([192, 168, chosen[nic], 1])
+            assert fr[34:36] == bytes([192, 168]) and fr[36] in chosen.values() and fr[37] == 1
             pkt = Ether(fr)                                        # ICRC and checksum recomputed
             chk = pkt[IP].chksum
             del pkt[IP].chksum

@@ -80,6 +80,27 @@ def test_icrc_psn_delta_is_the_crc_of_the_changed_packet(tail):
     np.testing.assert_array_equal(got, roce.icrc(h2, payload))
 
 
+@pytest.mark.parametrize("tail", [0, 16, 4096 + 4])
+def test_icrc_delta_of_ipv4_id_and_psn_together(tail):
+    """Changing the IPv4 identification and the PSN of a packet: old ICRC ^ one delta."""
+    rng = np.random.default_rng(tail + 1)
+    psn_at = roce.IPV4.itemsize + roce.UDP.itemsize + roce.BTH_PSN_OFFSET
+    n_hdr = psn_at + 3 + min(tail, 16)
+    payload = rng.integers(0, 256, size=tail - min(tail, 16), dtype=np.uint8).tobytes()
+    h = rng.integers(0, 256, size=(50, n_hdr), dtype=np.uint8)
+    old = roce.icrc(h, payload)
+    new_psn, new_id = rng.integers(0, 1 << 24, size=50), rng.integers(0, 1 << 16, size=50)
+    old_psn = roce.get_u24(h[:, psn_at:psn_at + 3]).astype(np.int64)
+    id_at = roce.IPV4_ID_OFFSET
+    old_id = (h[:, id_at].astype(np.int64) << 8) | h[:, id_at + 1]
+    h2 = h.copy()
+    roce.put_u24(h2[:, psn_at:psn_at + 3], new_psn)
+    h2[:, id_at], h2[:, id_at + 1] = new_id >> 8, new_id & 0xFF
+    delta = roce.icrc_psn_delta(old_psn ^ new_psn, np.full(50, tail), id_xor=old_id ^ new_id,
+                                id_lead=psn_at - id_at)
+    np.testing.assert_array_equal(old ^ delta, roce.icrc(h2, payload))
+
+
 def test_icrc_ignores_masked_fields():
     frame = bytearray(bytes.fromhex(CNP_HEX))
     ip = 14

@@ -115,13 +115,15 @@ def main() -> None:
 @click.option("--switch", default=None, metavar="NAME", help="One file per port of this switch (leaf3, spine0) instead.")
 @click.option("--lab", default=None, type=click.Path(dir_okay=False), metavar="PLAN.yaml",
               help="Lab mode: one replayable pcap per tester port of the lab plan (see emit/lab.py).")
+@click.option("--lab-rate", default=None, metavar="RATE",
+              help="Testers slower than the NICs (e.g. 100G): schedule the whole trace again at that rate.")
 @click.option("--no-pcap", is_flag=True, help="Skip the pcap files.")
 @click.option("--no-ns3", is_flag=True, help="Skip the ns-3 scenario files.")
 @_output_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
-             collectives, iteration, fmt, comments, merge, switch, lab, no_pcap, no_ns3, force, max_work,
-             quiet):
+             collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, force,
+             max_work, quiet):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
     with outdir.signals_as_interrupts():
         try:
@@ -130,7 +132,9 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                                 time_window=time_window, nics=nics, ranks=ranks, collectives=collectives,
                                 iteration=iteration, format=fmt, comments=comments, merge=merge or None,
                                 switch=switch, lab=lab, pcap=False if no_pcap else None,
-                                ns3=False if no_ns3 else None)
+                                ns3=False if no_ns3 else None,
+                                lab_gbps=parse_rate(lab_rate) if lab_rate is not None else None)
+            job = retime(job)
             _check_environment()
             target = _where(out_dir, job, job_file, force)
             estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,
@@ -173,6 +177,16 @@ def _run(job, quiet: bool, pcap: bool = True, budget: bool = True):
     return run
 
 
+def parse_rate(text):
+    from .emit.lab import parse_rate as parse
+    return parse(text)
+
+
+def retime(job):
+    from .emit.lab import retime as again
+    return again(job)
+
+
 def _pcap_options(job, max_bytes=None, **options):
     """generate's options over the job's output section, validated with the job like YAML keys;
     a lab plan is read and checked here too (before any work)."""
@@ -198,7 +212,7 @@ def _pcap_options(job, max_bytes=None, **options):
 def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, force, max_work):
     """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
     try:
-        job = _pcap_options(_load(job_file, preset, sets, detail))
+        job = retime(_pcap_options(_load(job_file, preset, sets, detail)))
         _check_environment()
         try:
             target = _where(out_dir, job, job_file, force)

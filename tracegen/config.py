@@ -232,6 +232,8 @@ class Nccl:
     simple_step_bytes: int = 512 << 10   # NCCL_BUFFSIZE / NCCL_STEPS: Tree chunk, Broadcast/Reduce chunk
     pxn: bool = True                     # a cross-rail send hops over NVLink to the sender node's GPU on the
                                          # destination's rail first (NCCL >= 2.12 default: rail-aligned)
+    fifo_tc: int = -1                    # NCCL_IB_FIFO_TC: traffic class (DSCP << 2 | ECN) of the receiver's
+                                         # QPs - its CTS and ACKs - in pcaps; -1: the data's (output.dscp)
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,8 @@ class Output:
     ecn_mark_fraction: float = 0.0
     ecn_pattern: str = "random"  # random (seeded by ecn_seed) | periodic (every 1/fraction-th)
     ecn_seed: int = 0
+    dcqcn: bool = False          # open-loop reaction: after a CNP the QP's later messages are paced at the
+                                 # rate DCQCN gives it (parameters as the ns-3 export, network.cc_mode=dcqcn)
     # capture files and views (emit/capture_file.py, emit/views.py)
     format: str = "pcap"         # pcap (nanosecond) | pcapng (one interface block per NIC / port)
     comments: bool = False       # pcapng: per-packet comment naming collective, op, step, chunk
@@ -302,6 +306,8 @@ class Output:
     tables: str = "csv"          # flow + op tables: "csv", "parquet" (needs pyarrow) or "csv,parquet"
     perfetto: bool = True        # perfetto.json: the schedule as a Chrome trace (ui.perfetto.dev)
     pictures: bool = True        # gantt.png, traffic_matrix.png, timeline.png
+    lab_gbps: int = 0            # > 0: testers of this rate - the whole trace is scheduled again with
+                                 # NICs (and leaf-spine links, scaled alike) at it (--lab-rate 100G)
 
 
 @dataclass(frozen=True)
@@ -474,6 +480,8 @@ _RANGES = {
     "output.pkey": (1, 0xFFFF, "16-bit BTH P_Key"),
     "output.ecn_mark_fraction": (0.0, 1.0, "a fraction of data packets"),
     "output.ecn_seed": (0, 2**32 - 1, "32-bit seed"),
+    "output.lab_gbps": (0, 1_000_000, "testers' rate; 0: the NICs'"),
+    "nccl.fifo_tc": (-1, 255, "NCCL_IB_FIFO_TC; -1: the data's"),
 }
 _INT_MAX = 2**31 - 1        # integers without a row of their own
 _FLOAT_MAX = 1e9

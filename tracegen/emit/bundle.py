@@ -13,8 +13,8 @@ from .flows import write_flows_csv, write_ops_csv
 
 def with_pcap_estimate(run: Run) -> Run:
     from .pcap import estimate_pcap
-    pkts, nbytes = estimate_pcap(run.flows, run.fabric, run.job.output,
-                                 qps=run.job.nccl.qps_per_connection)
+    pkts, nbytes = estimate_pcap(run.flows, run.fabric, run.job.output, nccl=run.job.nccl,
+                                 network=run.job.network)
     return replace(run, report=replace(run.report, pcap_packets=pkts, pcap_bytes=nbytes))
 
 
@@ -42,7 +42,7 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
         from .pcap import write_pcaps
         (dest / "pcap").mkdir()
         counts["pcaps"] = len(write_pcaps(run.flows, run.fabric, out, dest / "pcap", progress=progress,
-                                          qps=run.job.nccl.qps_per_connection))
+                                          nccl=run.job.nccl, network=run.job.network))
     if out.ns3:
         from .ns3 import write_ns3
         (dest / "ns3").mkdir()

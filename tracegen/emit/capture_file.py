@@ -120,6 +120,14 @@ class Format:
             h["incl_len"], h["orig_len"] = incl, orig
         return h.view(np.uint8).reshape(n, -1)
 
+    def record(self, t_ns: int, frame: bytes, if_id: int = 0) -> bytes:
+        """One whole record of one frame (no options)."""
+        n = len(frame)
+        head = self.headers(np.array([t_ns], np.int64), np.array([n]), np.array([n]), if_id, 0)
+        if not self.pcapng:
+            return head.tobytes() + frame
+        return head.tobytes() + frame + bytes(pad4(n) - n) + self.trailers(np.array([n]), 0).tobytes()
+
     def put_times(self, rows: np.ndarray, t_ns) -> None:
         """Write timestamps into (n, >= rec_hdr_bytes) uint8 rows that start with record headers."""
         at = EPB_HDR.fields["ts_high"][1] if self.pcapng else 0

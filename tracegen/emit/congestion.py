@@ -8,15 +8,24 @@
     sender's QP once it has fully arrived, at most one per QP per CNP_MIN_GAP_NS
     (mlx5 `min_time_between_cnps`, 4 us by default); marks inside that gap are absorbed.
     CNP frame: BTH opcode 0x81, BECN, P_Key, DestQP = sender's QP, PSN 0, 16 reserved zero bytes,
-    ICRC; IP DSCP 48, PCP 6, UDP source port 0 (WIRE.md, ConnectX-4 Lx capture).
+    ICRC; IP DSCP 48, PCP 6, TTL 64, UDP source port 0 (WIRE.md, ConnectX-4 Lx capture).
+  * Reaction (output.dcqcn, off by default): open loop - the CNPs of the trace, as they reach the
+    sender, drive DCQCN's rate decrease and recovery for the QP they name; each later message of
+    that QP is paced at the rate DCQCN gives at its start (timing.py), nothing closes the loop
+    back to the marks.
 Memory stays proportional to the marks, never to the packets.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
+
+from ..errors import ConfigError
 
 CNP_DSCP = 48
 CNP_PCP = 6
+CNP_TTL = 64                 # made by the NIC, not by NCCL's QP: the ConnectX-4 Lx CNP of WIRE.md
 CNP_MIN_GAP_NS = 4000
 ECN_CE = 3
 _CHUNK = 1 << 22     # packets hashed at a time (bounded memory)
@@ -57,3 +66,80 @@ def rate_limit(qp: np.ndarray, t_ns: np.ndarray, gap_ns: int = CNP_MIN_GAP_NS) -
         if q != last_qp or t - last_t >= gap_ns:
             keep[i], last_qp, last_t = True, q, t
     return keep
+
+
+# --- DCQCN reaction point, open loop ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dcqcn:
+    """DCQCN reaction point parameters (Zhu et al., SIGCOMM 2015): those the ns-3 export writes
+    into config.txt for network.cc_mode=dcqcn (HPCC's run.py: AI 5 x, HAI 50 x line/25 Mb/s;
+    MIN_RATE 1 Gb/s, FAST_RECOVERY_TIMES 1) and `tracegen ns3 run`'s NIC applies
+    (ns3_scenarios/roce_nic.h, struct Dcqcn)."""
+    line_bps: float
+    g: float = 1 / 256                      # EWMA_GAIN
+    alpha_interval_ns: int = 1_000          # ALPHA_RESUME_INTERVAL
+    decrease_interval_ns: int = 4_000       # RATE_DECREASE_INTERVAL: at most one cut per interval
+    increase_interval_ns: int = 300_000     # RP_TIMER
+    ai_bps: float = 0.0                     # RATE_AI
+    hai_bps: float = 0.0                    # RATE_HAI
+    min_bps: float = 1e9                    # MIN_RATE
+    fast_recovery: int = 1                  # FAST_RECOVERY_TIMES
+
+    @staticmethod
+    def for_job(network, nic_gbps: int) -> "Dcqcn":
+        """From the job's network section (cc_mode must be dcqcn) and the NIC rate; a network
+        key named like a field (dcqcn_g, dcqcn_ai_bps, ...) overrides its default."""
+        if network is not None and getattr(network, "cc_mode", "dcqcn") != "dcqcn":
+            raise ConfigError(f"output.dcqcn follows DCQCN's rate control; network.cc_mode is "
+                              f"{network.cc_mode!r} - set network.cc_mode=dcqcn or output.dcqcn=false")
+        values = dict(line_bps=nic_gbps * 1e9, ai_bps=5 * nic_gbps / 25 * 1e6, hai_bps=50 * nic_gbps / 25 * 1e6)
+        for f in fields(Dcqcn):
+            if network is not None and hasattr(network, "dcqcn_" + f.name):
+                values[f.name] = getattr(network, "dcqcn_" + f.name)
+        return Dcqcn(**values)
+
+
+def dcqcn_rates(cnp_ns, query_ns, d: Dcqcn) -> np.ndarray:
+    """A QP's sending rate (bit/s) at each query time, given the times its CNPs arrived (both
+    sorted): on a CNP alpha = (1 - g) alpha + g and, at most once per decrease interval, the
+    target becomes the rate and the rate drops to rate (1 - alpha / 2) (not below min); alpha
+    decays by (1 - g) per alpha interval; every RP_TIMER without a cut the rate moves halfway to
+    the target, the target growing by AI after fast_recovery such steps (HAI after twice as many).
+    Starts at line rate, alpha 1 - as roce_nic.h evaluates it lazily."""
+    rate = target = d.line_bps
+    alpha, last_alpha, last_inc, last_cut, steps = 1.0, 0, 0, None, 0
+    if len(cnp_ns):
+        last_alpha = last_inc = int(cnp_ns[0])
+
+    def decay(now):
+        nonlocal alpha, last_alpha
+        periods = (now - last_alpha) // d.alpha_interval_ns
+        if periods > 0:
+            alpha *= (1 - d.g) ** periods
+            last_alpha += periods * d.alpha_interval_ns
+
+    def increase(now):
+        nonlocal rate, target, last_inc, steps
+        decay(now)
+        while rate < d.line_bps and now - last_inc >= d.increase_interval_ns:
+            last_inc += d.increase_interval_ns
+            steps += 1
+            if steps > d.fast_recovery:
+                target = min(d.line_bps, target + (d.hai_bps if steps > 2 * d.fast_recovery else d.ai_bps))
+            rate = min(d.line_bps, (rate + target) / 2)
+
+    out = np.empty(len(query_ns))
+    c, cnp = 0, [int(x) for x in cnp_ns]
+    for i, q in enumerate(int(x) for x in query_ns):
+        while c < len(cnp) and cnp[c] <= q:
+            now = cnp[c]
+            increase(now)
+            alpha = (1 - d.g) * alpha + d.g
+            if last_cut is None or now - last_cut >= d.decrease_interval_ns:
+                last_cut, target = now, rate
+                rate, steps, last_inc = max(d.min_bps, rate * (1 - alpha / 2)), 0, now
+            c += 1
+        increase(q)
+        out[i] = rate
+    return out

@@ -1,18 +1,33 @@
-"""Lab mode: replay a subset of the trace from traffic-generator ports onto a lab switch.
+"""Lab mode: replay a subset of the trace from traffic-generator ports into a lab switch (the DUT).
 
 `output.lab` names a YAML lab plan:
 
     hosts: leaf0                # the NICs behind one leaf; or a list of NIC indices / names
     ports: [eth1, eth2]         # tester port per host, in host order (default: the NIC names)
     mac: "02:aa:00:00:00:01"    # lab MAC of the first host; host k gets mac + k
-    ipv4: "192.168.100.1"       # lab IPv4 of the first host; host k gets ipv4 + k
-                                # (IPv6 traces: fd00::<lab IPv4>, as the fabric's own plan)
-    dut_mac: "02:aa:00:00:01:00"  # the DUT's router MAC, destination of every frame (L3 lab)
-    l2: false                   # true: frames go to the peer host's lab MAC (the DUT bridges)
+    ipv4: 192.168.100.1         # lab address of the first host (IPv6 traces: fd00::<lab IPv4>)
+    prefix: 24                  # subnet prefix length (IPv6: 96 + prefix)
+    l2: false                   # false (routed DUT): every tester port its own subnet - host k at
+                                #   ipv4 + k x 2^(32 - prefix) - and frames go to the DUT's MAC;
+                                # true (bridged DUT): one subnet, host k at ipv4 + k, frames go
+                                #   to the peer host's MAC
+    gateway: 192.168.100.254    # routed: the DUT's address in port 0's subnet (port k: + k x subnet
+                                #   size), or a list, one per port; default: the subnet's last usable
+                                #   address (the first if that is the host's)
+    dut_mac: "02:aa:00:00:01:00"  # routed: the DUT's router MAC (one, or a list per port);
+                                #   default: the fabric's leaf router MAC
+    arp: true                   # each port file starts with a gratuitous ARP and an ARP request for
+                                #   its gateway (IPv6: unsolicited NA + NS; l2: the announcement only)
+    lead_us: 100                # t0 .. the first RoCE frame: time for the DUT to learn/answer
+    merged: false               # also all-ports.pcap: every port's frames in one timeline (for
+                                #   tcpreplay -i/-I with a tcpprep cache, see README)
 
-Only traffic between two chosen hosts is kept. Each port's pcap holds exactly what that host
+Only traffic between two chosen hosts is kept. Each port's file holds exactly what that host
 transmits (data, CTS, ACKs, CNPs), with the lab addresses (ICRC and IPv4 checksum recomputed),
-whole frames, and the trace's nanosecond timestamps, so `tcpreplay -i PORT` preserves timing.
+whole frames. Time reference: every port file counts from one common t0, lead_us before the
+first RoCE frame of any port (or before the time window's start); its ARP/ND frames sit at t0, so
+every port file's first record is at t0 and tools that replay from the first record keep the
+ports' relative timing.
 """
 from __future__ import annotations
 
@@ -23,12 +38,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import Output, read_yaml_file, show, small_int
+from ..config import Job, Output, read_yaml_file, show, small_int
 from ..errors import ConfigError
 from ..topology import Fabric
+from . import neighbors
+from .addresses import Addressing
 from .capture_file import Interface
+from .copies import CTL_SENT, DATA_SENT, FileSpec, Part, first_time, item_endpoints, kept
+from .packets import Plan, wire_ns
 
-_KEYS = {"hosts", "ports", "mac", "ipv4", "dut_mac", "l2"}
+_KEYS = {"hosts", "ports", "mac", "ipv4", "prefix", "gateway", "dut_mac", "l2", "arp", "lead_us", "merged"}
+MERGED_NAME = "all-ports"
 
 
 @dataclass(frozen=True)
@@ -37,18 +57,36 @@ class LabPlan:
     ports: tuple[str, ...]      # tester port per NIC
     mac: np.ndarray             # (n, 6) lab MACs
     ipv4: np.ndarray            # (n,) lab IPv4 as integers
-    dut_mac: bytes | None
+    prefix: int
+    gateway: np.ndarray | None  # (n,) the DUT's address in each port's subnet (routed)
+    dut_mac: np.ndarray | None  # (n, 6) where each port's frames go (routed; None: the leaf's MAC)
     l2: bool
+    arp: bool = True
+    lead_ns: int = 100_000
+    merged: bool = False
 
     def remap(self, fabric: Fabric) -> Fabric:
-        """The fabric with lab addresses on the chosen NICs and the DUT as every leaf router."""
+        """The fabric with lab addresses on the chosen NICs."""
         nic_mac, nic_ip = fabric.nic_mac.copy(), fabric.nic_ip.copy()
         nic_mac[list(self.nics)] = self.mac
         nic_ip[list(self.nics)] = self.ipv4
-        sw_mac = fabric.sw_mac.copy()
+        return replace(fabric, nic_mac=nic_mac, nic_ip=nic_ip)
+
+    def addressing(self, lab_fabric: Fabric) -> Addressing:
+        """Routed: a chosen host's frames go to its port's DUT MAC; bridged: to the peer host."""
+        if self.l2:
+            return Addressing(lab_fabric, peer_direct=True)
+        first_hop = lab_fabric.leaf_mac[lab_fabric.nic_leaf].copy()
         if self.dut_mac is not None:
-            sw_mac[:] = np.frombuffer(self.dut_mac, np.uint8)
-        return replace(fabric, nic_mac=nic_mac, nic_ip=nic_ip, sw_mac=sw_mac)
+            first_hop[list(self.nics)] = self.dut_mac
+        return Addressing(lab_fabric, first_hop=first_hop)
+
+    def address_text(self, k: int, ip_version: int) -> str:
+        fmt = (lambda a: str(ipaddress.IPv6Address((0xFD << 120) | int(a)))) if ip_version == 6 else \
+            (lambda a: str(ipaddress.IPv4Address(int(a))))
+        plen = self.prefix + (96 if ip_version == 6 else 0)
+        via = f" gateway {fmt(self.gateway[k])}" if self.gateway is not None else ""
+        return f"{fmt(self.ipv4[k])}/{plen}{via}"
 
 
 _PORT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*")
@@ -169,7 +207,9 @@ def _check(doc: dict, where: str, n: int | None) -> tuple[list[str] | None, int,
                           "octet (or past ff:ff:ff:ff:ff:ff); start lower")
     ip0 = _ipv4(doc.get("ipv4", "192.168.100.1"), where, n)
     dut = doc.get("dut_mac")
-    return ports, mac0, ip0, (_mac(dut, "dut_mac", where) if dut is not None else None)
+    for x in (dut if isinstance(dut, list) else [dut] if dut is not None else []):
+        _mac(x, "dut_mac", where)                  # one MAC, or one per port (load() checks the count)
+    return ports, mac0, ip0, None
 
 
 def check_plan(out: Output) -> None:
@@ -177,6 +217,58 @@ def check_plan(out: Output) -> None:
     doc, where = _read(out)
     hosts = _host_list(doc["hosts"], where)
     _check(doc, where, len(hosts) if hosts is not None else None)
+
+
+def _ip(text, key: str) -> int:
+    try:
+        return int(ipaddress.IPv4Address(str(text)))
+    except ValueError:
+        raise ConfigError(f"lab plan {key}: {text!r} is not an IPv4 address like 192.168.100.1") from None
+
+
+def _flag(doc: dict, key: str, default: bool) -> bool:
+    v = doc.get(key, default)
+    if not isinstance(v, bool):
+        raise ConfigError(f"lab plan {key}: true or false")
+    return v
+
+
+def _addresses(doc: dict, n: int, l2: bool):
+    """(host addresses, prefix, gateways or None) - checked: usable addresses, a port's gateway
+    in its subnet and not the host."""
+    prefix = doc.get("prefix", 24)
+    if not isinstance(prefix, int) or isinstance(prefix, bool) or not 8 <= prefix <= 31:
+        raise ConfigError(f"lab plan prefix: {prefix!r}; use a prefix length 8..31 (e.g. 24, or 30 per link)")
+    size = 1 << (32 - prefix)
+    ip0 = _ip(doc.get("ipv4", "192.168.100.1"), "ipv4")
+    hosts = ip0 + np.arange(n, dtype=np.int64) * (1 if l2 else size)
+    net = hosts & ~(size - 1)
+    if hosts[-1] > 0xFFFFFFFF or (l2 and (net != net[0]).any()):
+        raise ConfigError(f"lab plan ipv4: {n} hosts from {ipaddress.IPv4Address(ip0)} do not fit "
+                          + ("one /%d subnet" % prefix if l2 else "the address space"))
+    if prefix <= 30 and (((hosts - net) == 0) | ((hosts - net) == size - 1)).any():
+        raise ConfigError(f"lab plan ipv4: {ipaddress.IPv4Address(ip0)}/{prefix} puts a host on a network or "
+                          "broadcast address; pick a host address inside the subnet")
+    if l2:
+        if "gateway" in doc or "dut_mac" in doc:
+            raise ConfigError("lab plan: gateway and dut_mac are for a routed DUT (l2: false)")
+        return hosts.astype(np.uint32), prefix, None
+    gw = doc.get("gateway")
+    if gw is None:
+        last = net + size - 2                       # the last usable address, or the first if that is the host's
+        gws = hosts ^ 1 if prefix == 31 else np.where(last == hosts, net + 1, last)
+    elif isinstance(gw, list):
+        if len(gw) != n:
+            raise ConfigError(f"lab plan gateway: give one address, or {n} (one per port)")
+        gws = np.array([_ip(x, "gateway") for x in gw], np.int64)
+    else:
+        gws = _ip(gw, "gateway") + np.arange(n, dtype=np.int64) * size
+    bad = np.flatnonzero(((gws & ~(size - 1)) != net) | (gws == hosts))
+    if len(bad):
+        k = int(bad[0])
+        raise ConfigError(f"lab plan gateway: {ipaddress.IPv4Address(int(gws[k]) & 0xFFFFFFFF)} is not another "
+                          f"address of port {k}'s subnet {ipaddress.IPv4Address(int(net[k]))}/{prefix}")
+    return hosts.astype(np.uint32), prefix, gws.astype(np.uint32)
 
 
 def load(out: Output, fabric: Fabric) -> LabPlan:
@@ -205,24 +297,91 @@ def load(out: Output, fabric: Fabric) -> LabPlan:
     if ports is None:
         ports = [fabric.nic_name(k) for k in nics]
     mac = np.array([list((mac0 + k).to_bytes(6, "big")) for k in range(n)], np.uint8).reshape(n, 6)
-    return LabPlan(tuple(nics), tuple(ports), mac, np.arange(ip0, ip0 + n, dtype=np.uint32),
-                   dut.to_bytes(6, "big") if dut is not None else None, doc.get("l2", False))
+    l2 = _flag(doc, "l2", False)
+    hosts, prefix, gateways = _addresses(doc, n, l2)
+    dut = doc.get("dut_mac")
+    if isinstance(dut, list):
+        if len(dut) != n:
+            raise ConfigError(f"lab plan dut_mac: give one MAC, or {n} (one per port)")
+        dut_mac = np.array([list(_mac(x, "dut_mac", where).to_bytes(6, "big")) for x in dut], np.uint8)
+    else:
+        dut_mac = None if dut is None else np.tile(
+            np.frombuffer(_mac(dut, "dut_mac", where).to_bytes(6, "big"), np.uint8), (n, 1))
+    lead = doc.get("lead_us", 100)
+    if isinstance(lead, bool) or not isinstance(lead, (int, float)) or not 0 <= lead <= 10**7:
+        raise ConfigError(f"lab plan lead_us: {lead!r}; microseconds from t0 to the first RoCE frame (e.g. 100)")
+    return LabPlan(tuple(nics), tuple(str(p) for p in ports), mac, hosts, prefix, gateways, dut_mac, l2,
+                   arp=_flag(doc, "arp", True), lead_ns=int(round(lead * 1000)), merged=_flag(doc, "merged", False))
 
 
-def lab_specs(p, fabric: Fabric, plan: LabPlan):
-    """One file per tester port: what its host transmits to the other chosen hosts, on link 0."""
-    from . import pcap
+def lab_specs(p: Plan, fabric: Fabric, plan: LabPlan) -> list[FileSpec]:
+    """One file per tester port: what its host transmits to the other chosen hosts, on link 0,
+    after its ARP/ND frames, timed from the lab's t0 (see the module docstring); with
+    plan.merged also all ports in one file. fabric: the lab's (plan.remap)."""
     chosen = np.zeros(fabric.n_nics, bool)
     chosen[list(plan.nics)] = True
+    v, vlan = p.out.ip_version, (p.out.vlan_id if p.out.vlan else None)
     specs = []
-    for nic, port in zip(plan.nics, plan.ports):
+    for k, (nic, port) in enumerate(zip(plan.nics, plan.ports)):
         parts = []
-        for src in (0, 2):                       # sent data segments, sent control frames
-            idx = np.flatnonzero(pcap._kept(p, src))
-            tx, rx, _, _ = pcap._item_endpoints(p, src, idx)
+        for src in (DATA_SENT, CTL_SENT):
+            idx = np.flatnonzero(kept(p, src))
+            tx, rx, _, _ = item_endpoints(p, src, idx)
             mine = idx[(tx == nic) & chosen[rx]]
-            parts.append(pcap._Part(src, mine, np.zeros(len(mine), np.int64), 0, 0))
+            parts.append(Part(src, mine, np.zeros(len(mine), np.int64), 0, 0))
         mac = bytes(fabric.nic_mac[nic])
-        specs.append(pcap._FileSpec(port, [Interface(port, f"tester port {port} as {fabric.nic_name(nic)}",
-                                                     mac, fabric.nic_gbps * 10**9)], parts))
+        iface = Interface(port, f"tester port {port} as {fabric.nic_name(nic)} {plan.address_text(k, v)}",
+                          mac, fabric.nic_gbps * 10**9)
+        frames = _neighbor_frames(plan, k, v, vlan) if plan.arp else []
+        t, lead = 0, []
+        for fr in frames:            # back to back from t0 at the port's rate
+            lead.append((t, fr, 0))
+            t += int(wire_ns(len(fr), fabric.nic_gbps))
+        specs.append(FileSpec(port, [iface], parts, lead=lead))
+    starts = [first_time(p, s.parts) for s in specs]
+    starts = [x for x in starts if x is not None]
+    first = min(starts) if starts else 0
+    if p.sel.window_ns is not None:
+        first = max(first, p.sel.window_ns[0])
+    t0 = first - plan.lead_ns
+    for s in specs:
+        s.t0_ns = t0
+    if plan.merged:
+        parts = [replace(part, iface=k) for k, s in enumerate(specs) for part in s.parts]
+        lead = sorted(((t, fr, k) for k, s in enumerate(specs) for t, fr, _ in s.lead), key=lambda x: (x[0], x[2]))
+        specs.append(FileSpec(MERGED_NAME, [s.interfaces[0] for s in specs], parts, lead=lead, t0_ns=t0))
     return specs
+
+
+def _neighbor_frames(plan: LabPlan, k: int, ip_version: int, vlan_id: int | None) -> list[bytes]:
+    mac, ip = bytes(plan.mac[k]), int(plan.ipv4[k])
+    if ip_version == 6:
+        frames = [neighbors.neighbor_advertisement(mac, ip, vlan_id)]
+        if plan.gateway is not None:
+            frames.append(neighbors.neighbor_solicitation(mac, ip, int(plan.gateway[k]), vlan_id))
+        return frames
+    frames = [neighbors.arp_request(mac, ip, ip, vlan_id)]           # gratuitous: announce
+    if plan.gateway is not None:
+        frames.append(neighbors.arp_request(mac, ip, int(plan.gateway[k]), vlan_id))
+    return frames
+
+
+def parse_rate(text: str) -> int:
+    """'100G', '100', '25g', '400Gb/s' -> Gb/s (the --lab-rate argument)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(g|gb|gbps|gb/s|gbit/s)?\s*", str(text).lower())
+    if not m or int(m.group(1)) <= 0:
+        raise ConfigError(f"--lab-rate {text!r}: give the tester ports' rate in Gb/s, e.g. 100G")
+    return int(m.group(1))
+
+
+def retime(job: Job) -> Job:
+    """output.lab_gbps > 0: the job on tester ports of that rate - NICs (and leaf-spine links,
+    scaled alike) run at it, so the whole trace is scheduled again at the slower rate."""
+    rate = job.output.lab_gbps
+    if not rate:
+        return job
+    c, f = job.cluster, job.fabric
+    scale = lambda g: g and max(1, g * rate // c.nic_gbps)          # noqa: E731 (0 stays "derived")
+    return replace(job, cluster=replace(c, nic_gbps=rate),
+                   fabric=replace(f, leaf_spine_gbps=scale(f.leaf_spine_gbps),
+                                  spine_core_gbps=scale(f.spine_core_gbps)))

@@ -1,11 +1,13 @@
-"""Flows -> the wire plan: QPs, messages, control frames (CTS, ACK, CNP) and their packet-exact
-schedule per NIC and direction. Never per packet: pcap.py turns the plan into bytes.
+"""Flows -> the wire plan: QPs, messages, control frames (CTS, ACK, CNP), never per packet.
+timing.py gives the plan its packet-exact schedule per NIC and direction; views.py / items.py /
+frames.py turn it into the records of each capture file.
 
 What goes on the wire for one NET flow (NCCL net_ib over RC, WIRE.md):
   * the flow is cut into messages of at most `max_msg_bytes`; each message is one RDMA WRITE with
     immediate (First, Middle..., Last-Imm, or Only-Imm), PMTU payload per packet, imm = size;
-  * before each message the receiver writes a 64 B CTS (WRITE Only) into the sender's FIFO on the
-    same QP pair, reverse direction;
+  * for each message the receiver writes a 64 B CTS (WRITE Only: the ncclIbSendFifo element with
+    the receive slot's address, size, rkey, its rank and the FIFO counter) into the sender's CTS
+    FIFO on the connection's first QP pair, reverse direction (nccl_net.py);
   * every RC WRITE is acknowledged: one ACK per message (its A-bit packet), plus one after every
     `ack_every`-th packet of the message when that is > 0.
 
@@ -27,37 +29,37 @@ Choices where NCCL/mlx5 leave freedom (all deterministic):
     WRITE-with-imm per QP (imm = the whole size); the CTS always travels on QP index 0.
   * CE marks and CNPs (congestion.py): a CNP is a control frame like an ACK, due when its
     CE-marked packet has fully arrived.
-  * Data VA = 0x7F00_0000_0000 + (receiver QPN << 32) + bytes written so far on that QP, R_Key =
-    receiver QPN << 8 | 0x5D; CTS VA = sender's FIFO 0x7E00_0000_0000 + (sender QPN << 16) +
-    slot * 512 (32 slots), R_Key = sender QPN << 8 | 0xF1.
-  * Nominal times: a flow's messages back to back from start_ns; a CTS leaves so that it arrives
-    two frames before its message starts (never before t = 0). Causality is then enforced: a
-    message waits for its CTS, an ACK for the packet it acknowledges.
+  * RETH of data: the receive slot NCCL posted (a ring of NCCL_STEPS slots in the connection's
+    registered buffer, below 2^47), R_Key = that buffer's MR key; RETH of a CTS: the sender's
+    FIFO slot (256 slots), R_Key = the FIFO's MR key (nccl_net.py).
+  * Nominal times: a flow's messages back to back from start_ns; a CTS when the receiver posts
+    the receive: at its op's release (an op opens with a burst of CTS), but no later than to
+    arrive two frames before its message starts, and not before PROXY_POST_NS after the message
+    NCCL_STEPS steps back on its connection has arrived (so later CTS arrive well ahead). Causality is then
+    enforced: a message waits for its CTS, an ACK for the packet it acknowledges.
     Frame wire time (FCS, preamble, IFG included) is rounded up to whole ns per frame.
-  * Receivers see src MAC = their leaf's router MAC and TTL 64 - (routers crossed).
-"""
+  * TTL / hop limit 255 (NCCL's GRH hop_limit; ACKs are sent with the responder QP's), CNPs 64
+    (made by the NIC; WIRE.md's ConnectX capture). Receivers see src MAC = their leaf's router MAC
+    and TTL - (routers crossed)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import Output
+from ..config import Nccl, Output
 from ..errors import ConfigError
 from ..tables import CollKind, Dim, Flows
 from ..topology import Fabric
-from . import congestion, roce, select
+from . import congestion, nccl_net, roce, select
 from .capture_file import Format, comment_option_bytes
 from .roce import Opcode
 
 FIRST_QPN = 0x100            # QP 0/1 are SMI/GSI; tshark decodes DestQP 1 as MADs
-CTS_BYTES = 64               # one ncclIbSendFifo element (nreqs = 1)
-FIFO_SLOTS = 32              # NCCL_NET_MAX_REQUESTS
-FIFO_SLOT_BYTES = 8 * 64     # NCCL_NET_IB_MAX_RECVS elements per slot
+CTS_BYTES = nccl_net.FIFO_ELEM_BYTES     # one ncclIbSendFifo element (nreqs = 1)
 MAX_MSG_BYTES = 1 << 31      # IBA limit on one RDMA message
-DATA_VA_BASE = 0x7F00_0000_0000
-FIFO_VA_BASE = 0x7E00_0000_0000
-IP_TTL = 64
+IP_TTL = 255                 # NCCL sets the GRH hop_limit to 255 on RoCE QPs (net_ib/connect.cc,
+                             # ncclIbQpRtr); data, CTS and ACKs leave with it
 FIX_ROUNDS = 16              # fixed-point rounds that move ACKs / messages behind what they wait for
 CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its message (slack for
                              # the packet-boundary waits on both NICs)
@@ -65,20 +67,22 @@ CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its m
 # Control frame kinds (their order is the tie-break at equal time), and DATA for message packets.
 ACK_CTS, ACK_DATA, CTS, DATA, CNP = 0, 1, 2, 3, 4
 CNP_CHECK_ROUNDS = 8         # reschedules that drop CNPs pushed closer than the per-QP gap
+PROXY_POST_NS = 200           # a receive NCCL_STEPS allow is posted this long after its slot freed
+DCQCN_ROUNDS = 4             # output.dcqcn: pace from the CNPs, pick CNPs again on the paced schedule
 
-_PATTERN = (np.arange(8192) & 0xFF).astype(np.uint8)   # "pattern" payload: byte j of a payload = j
+PATTERN = (np.arange(8192) & 0xFF).astype(np.uint8)   # "pattern" payload: byte j of a payload = j
 
 
-def _pad4(n):
+def pad4(n):
     return (n + 3) & ~3
 
 
-def _wire_ns(frame_bytes, gbps: int):
+def wire_ns(frame_bytes, gbps: int):
     """Integer ns a frame occupies the link, FCS + preamble + IFG included (rounded up)."""
     return ((np.asarray(frame_bytes, dtype=np.int64) + roce.WIRE_OVERHEAD_BYTES) * 8 + gbps - 1) // gbps
 
 
-def _data_packet(m_size, m_npk, j, pmtu):
+def data_packet(m_size, m_npk, j, pmtu):
     """Opcode and payload bytes of packet j of a message (vectorized)."""
     last = j == m_npk - 1
     op = np.where(m_npk == 1, Opcode.RC_WRITE_ONLY_IMM,
@@ -89,35 +93,42 @@ def _data_packet(m_size, m_npk, j, pmtu):
 
 
 @dataclass
-class _PerPacket:
-    """A quantity per data packet: First and Middle are the same for every message; Last and
-    Only depend on the message size."""
-    first: int
-    mid: int
+class PerPacket:
+    """A quantity per data packet: First and Middle are the same for every message (or, paced,
+    per message); Last and Only depend on the message size."""
+    first: int | np.ndarray        # int, or per message
+    mid: int | np.ndarray
     last: np.ndarray   # per message
     only: np.ndarray   # per message
     each: np.ndarray | None = None   # per message, added to every packet (pcapng comments)
 
+    def first_of(self, m):
+        return self.first[m] if isinstance(self.first, np.ndarray) else self.first
+
+    def mid_of(self, m):
+        return self.mid[m] if isinstance(self.mid, np.ndarray) else self.mid
+
     def span(self, npk, m, ka, kb):
         """Sum over packets [ka, kb) of messages m (npk = their packet counts)."""
         single = npk == 1
-        s = np.where((ka == 0) & (kb > 0), np.where(single, self.only[m], self.first), 0)
+        s = np.where((ka == 0) & (kb > 0), np.where(single, self.only[m], self.first_of(m)), 0)
         s = s + np.where((kb == npk) & (kb > ka) & ~single, self.last[m], 0)
-        s = s + self.mid * np.maximum(0, np.minimum(kb, npk - 1) - np.maximum(ka, 1))
+        s = s + self.mid_of(m) * np.maximum(0, np.minimum(kb, npk - 1) - np.maximum(ka, 1))
         return s if self.each is None else s + self.each[m] * np.maximum(0, kb - ka)
 
 
 @dataclass
-class _Segs:
+class Segs:
     """Runs of consecutive packets [ka, kb) of message msg, sent/received back to back from t."""
     msg: np.ndarray
     ka: np.ndarray
     kb: np.ndarray
     t: np.ndarray
+    ip_id: np.ndarray | None = None    # IPv4 identification of packet ka (+1 per packet after it)
 
 
 @dataclass
-class _Plan:
+class Plan:
     """Everything about the wire per QP pair / message / control frame (never per packet)."""
     out: Output
     sel: select.Selection
@@ -145,9 +156,18 @@ class _Plan:
     m_row: np.ndarray           # the flow it belongs to (messages of a flow are contiguous)
     m_flight_ns: np.ndarray     # propagation, sender to receiver
     m_nominal_ns: np.ndarray
-    wire: _PerPacket            # ns on the link
-    rec: _PerPacket             # bytes of the pcap record (header + captured frame)
+    wire: PerPacket            # ns a packet holds its link (paced: until the QP's next packet)
+    rec: PerPacket             # bytes of the pcap record (header + captured frame)
     cts_msg: np.ndarray         # messages preceded by a CTS (all, or the first part of a split one)
+    # NCCL's buffers (nccl_net.py): per message, from its NCCL message's entry
+    m_nccl: np.ndarray          # its NCCL message (QP parts of one share it)
+    m_va: np.ndarray            # RETH virtual address (receive slot + the QP part's offset)
+    m_rkey: np.ndarray          # RETH R_Key: the receive buffer's MR key
+    m_cts_va: np.ndarray        # its CTS's RETH: the sender's FIFO slot, and the FIFO's key
+    m_cts_rkey: np.ndarray
+    m_cts_body: np.ndarray      # (M, 64) the ncclIbSendFifo element the CTS writes
+    m_wait: np.ndarray          # NCCL message whose arrival frees its receive slots (-1: none)
+    cts_base_ns: np.ndarray     # per CTS: when NCCL would post it, before waiting for slots
     m_pkt0: np.ndarray          # global number of each message's first data packet (CE marks)
     ce_g: np.ndarray            # sorted global numbers of CE-marked data packets
     # control frames, in order ACK_CTS[C], ACK_DATA[A], CNP[N], CTS[C] (CNPs wait, like ACKs,
@@ -160,19 +180,17 @@ class _Plan:
     k_wire_ns: np.ndarray
     k_rec_bytes: np.ndarray
     k_nominal_ns: np.ndarray
-    # filled by _schedule
-    tx: _Segs | None = None
-    rx: _Segs | None = None
+    # filled by schedule
+    tx: Segs | None = None
+    rx: Segs | None = None
     k_tx_ns: np.ndarray | None = None
     k_rx_ns: np.ndarray | None = None
     m_psn: np.ndarray | None = None        # PSN of the first packet
     m_done: np.ndarray | None = None       # messages before it on its QP direction
-    m_va: np.ndarray | None = None
     m_cts_psn: np.ndarray | None = None
-    m_cts_va: np.ndarray | None = None
+    k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
-    l2_direct: bool = False                # lab mode, bridged DUT: frames go to the peer's MAC
-    lab: object = None                     # lab.LabPlan in lab mode
+    fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
 
     @property
     def n_msgs(self) -> int:
@@ -185,14 +203,14 @@ class _Plan:
     def packets_before(self, m, ka, kb, x):
         """The first of packets [ka, kb) of messages m that starts at or after burst offset x (ns);
         kb if none does."""
-        first, mid = self.wire.first, self.wire.mid
+        first, mid = self.wire.first_of(m), self.wire.mid_of(m)
         k = np.where(x <= 0, 0, np.where(x <= first, 1, 1 + -(-(x - first) // mid)))
         return np.clip(k, ka, kb)
 
 
 # --- plan: connections, QPs, messages, control frames -------------------------------------------
 
-def _check_output(out: Output) -> None:
+def check_output(out: Output) -> None:
     if out.pmtu not in (256, 512, 1024, 2048, 4096):
         raise ConfigError(f"output.pmtu={out.pmtu} is not an IB MTU; use 1024 or 4096")
     if out.payload not in ("zero", "pattern", "none"):
@@ -213,7 +231,7 @@ def _check_output(out: Output) -> None:
         raise ConfigError("output: vlan_id 0..4095, pcp 0..7, dscp 0..63, ecn 0..3")
 
 
-def _communicator(flows: Flows, rows: np.ndarray) -> np.ndarray:
+def communicator(flows: Flows, rows: np.ndarray) -> np.ndarray:
     """Per flow row, which NCCL communicator carries it: the parallelism dimension of its op
     (+1; 0 for rows without an op). Sequence parallelism runs on the tensor-parallel group's
     communicator, as in Megatron-LM."""
@@ -227,8 +245,12 @@ def _communicator(flows: Flows, rows: np.ndarray) -> np.ndarray:
     return comm
 
 
-def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | None:
-    _check_output(out)
+def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None) -> Plan | None:
+    """The wire plan of flows' NET rows; None if there are none. nccl: the job's NCCL settings
+    (qps_per_connection, buffer steps, fifo_tc); default Nccl() with `qps` QPs per connection."""
+    nccl = Nccl(qps_per_connection=qps) if nccl is None else nccl
+    qps = nccl.qps_per_connection
+    check_output(out)
     if not 1 <= qps <= 128:
         raise ConfigError(f"nccl.qps_per_connection={qps}; NCCL accepts 1..128")
     sel = select.parse(out, fabric)
@@ -244,7 +266,7 @@ def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | N
     # GPUs sharing a NIC keep their own NCCL connections: ranks are part of the connection key;
     # so is the communicator (each opens its own connections, even between the same two ranks).
     sr, dr = rows["src_rank"].astype(np.int64), rows["dst_rank"].astype(np.int64)
-    comm = _communicator(flows, rows)
+    comm = communicator(flows, rows)
     order = np.lexsort((np.arange(len(rows)), rows["start_ns"], ch, comm, dr, sr, dst, src))
     rows, src, dst, ch, sr, dr, comm = (a[order] for a in (rows, src, dst, ch, sr, dr, comm))
 
@@ -275,15 +297,18 @@ def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | N
     if m_size.max() > MAX_MSG_BYTES:
         raise ConfigError(f"a network message of {m_size.max()} B exceeds the RDMA limit of 2 GiB")
     m_conn = row_conn[m_row]
+    # Where each NCCL message lands, its CTS, and which earlier message it waits for.
+    bufs = nccl_net.buffers(rows, cap, m_row, m_conn, src[new_conn], dst[new_conn], nccl)
     # Several QPs per connection (NCCL net_ib): whole messages round-robin over the QPs in the
     # order the connection sends them, or (qp_split) every message cut in nqps parts of
     # ceil(size / nqps) rounded up to 128 B, one WRITE-with-imm per QP (empty parts included).
-    m_imm = m_size
+    m_imm, m_nccl, m_part_off = m_size, np.arange(len(m_size)), 0
     if qps > 1 and out.qp_split:
         chunk = -(-(-(-m_size // qps)) // 128) * 128
-        m_row, m_conn, m_imm = (np.repeat(a, qps) for a in (m_row, m_conn, m_size))
+        m_row, m_conn, m_imm, m_nccl = (np.repeat(a, qps) for a in (m_row, m_conn, m_size, m_nccl))
         m_q = np.tile(np.arange(qps), len(m_size))
-        m_size = np.clip(m_imm - m_q * np.repeat(chunk, qps), 0, np.repeat(chunk, qps))
+        m_part_off = m_q * np.repeat(chunk, qps)
+        m_size = np.clip(m_imm - m_part_off, 0, np.repeat(chunk, qps))
     else:
         first_of_conn = np.r_[True, m_conn[1:] != m_conn[:-1]]
         ordinal = np.arange(len(m_conn)) - np.maximum.accumulate(
@@ -297,21 +322,21 @@ def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | N
     hdr = np.zeros(256, dtype=np.int64)
     for op in Opcode:
         hdr[op] = roce.frame_dtype(op, out.vlan, out.ip_version).itemsize
-    frame = lambda op, payload: hdr[op] + _pad4(payload) + roce.ICRC_BYTES
-    cap = _incl_cap(out, hdr)
+    frame = lambda op, payload: hdr[op] + pad4(payload) + roce.ICRC_BYTES
+    cap = incl_cap(out, hdr)
     fmt = Format(out.format == "pcapng", out.snaplen)
     rec = lambda op, f: fmt.rec_bytes(np.minimum(f, cap[op]))
     gbps = fabric.nic_gbps
-    _, last_payload = _data_packet(m_size, m_npk, m_npk - 1, pmtu)
+    _, last_payload = data_packet(m_size, m_npk, m_npk - 1, pmtu)
     frames = [frame(Opcode.RC_WRITE_FIRST, pmtu), frame(Opcode.RC_WRITE_MIDDLE, pmtu),
               frame(Opcode.RC_WRITE_LAST_IMM, last_payload), frame(Opcode.RC_WRITE_ONLY_IMM, m_size)]
-    w = [_wire_ns(f, gbps) for f in frames]
-    wire = _PerPacket(int(w[0]), int(w[1]), w[2], w[3])
-    row_comment = _row_comments(flows, rows) if fmt.pcapng and out.comments else None
+    w = [wire_ns(f, gbps) for f in frames]
+    wire = PerPacket(int(w[0]), int(w[1]), w[2], w[3])
+    row_comment = row_comments(flows, rows) if fmt.pcapng and out.comments else None
     row_clen = np.array([len(x) for x in row_comment] if row_comment else [0] * len(rows), np.int64)
     ctl_opt = lambda kind, msgs: comment_option_bytes(
         (len(COMMENT_PREFIX[kind]) + row_clen[m_row[msgs]]) * (row_comment is not None))
-    recb = _PerPacket(int(rec(Opcode.RC_WRITE_FIRST, frames[0])), int(rec(Opcode.RC_WRITE_MIDDLE, frames[1])),
+    recb = PerPacket(int(rec(Opcode.RC_WRITE_FIRST, frames[0])), int(rec(Opcode.RC_WRITE_MIDDLE, frames[1])),
                       rec(Opcode.RC_WRITE_LAST_IMM, frames[2]), rec(Opcode.RC_WRITE_ONLY_IMM, frames[3]),
                       each=ctl_opt(DATA, np.arange(M)) if row_comment else None)
 
@@ -330,10 +355,13 @@ def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | N
     a_pkt = np.where(i == n_ack[a_msg] - 1, m_npk[a_msg] - 1, (i + 1) * max(out.ack_every, 1) - 1)
     A = len(a_msg)
 
-    # A CTS is due at the sender a little before its message; an ACK once its packet has arrived.
+    # A CTS is posted when the receiver's proxy sees the op (its release) - but never so late
+    # that its message could not start on time (the schedule has no CTS round trip) - and once
+    # NCCL_STEPS allow it (timing.py waits for the slots); an ACK once its packet has arrived.
     f_cts, f_ack = frame(Opcode.RC_WRITE_ONLY, CTS_BYTES), frame(Opcode.RC_ACK, 0)
-    w_cts, w_ack = int(_wire_ns(f_cts, gbps)), int(_wire_ns(f_ack, gbps))
-    cts_nominal = np.maximum(0, m_nominal - flight - w_cts - CTS_LEAD_FRAMES * wire.first)[cts_msg]
+    w_cts, w_ack = int(wire_ns(f_cts, gbps)), int(wire_ns(f_ack, gbps))
+    latest = m_nominal - flight - w_cts - CTS_LEAD_FRAMES * wire.first
+    cts_nominal = np.maximum(0, np.minimum(op_release(flows, rows)[m_row], latest))[cts_msg]
     C = len(cts_msg)
     a_off = wire.span(m_npk[a_msg], a_msg, 0, a_pkt)
     a_wire = wire.span(m_npk[a_msg], a_msg, a_pkt, a_pkt + 1)
@@ -342,13 +370,17 @@ def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | N
     m_keep = sel.keep_rows(flows, rows)[m_row]
     m_pkt0 = np.cumsum(m_npk) - m_npk
     ce_g = congestion.ce_marks(int(m_npk.sum()), out.ecn_mark_fraction, out.ecn_pattern, out.ecn_seed)
-    return _Plan(
+    return Plan(
         out=out, sel=sel, fmt=fmt, row_comment=row_comment, hdr_bytes=hdr, nics=np.unique(np.r_[c_src, c_dst]),
         c_src=c_src, c_dst=c_dst, c_qpn_src=c_qpn_src, c_qpn_dst=c_qpn_dst,
         c_sport=roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64), c_hops=c_hops,
         m_conn=m_conn, m_q=m_q, m_imm=m_imm, m_keep=m_keep,
         m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
         m_nominal_ns=m_nominal, wire=wire, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
+        m_nccl=m_nccl, m_va=bufs.addr[m_nccl] + m_part_off, m_rkey=bufs.rkey[m_nccl],
+        m_cts_va=bufs.cts_va[m_nccl], m_cts_rkey=bufs.cts_rkey[m_nccl],
+        m_cts_body=nccl_net.cts_payload(bufs.addr, bufs.size, bufs.rkey, bufs.tag, bufs.idx)[m_nccl],
+        m_wait=bufs.wait[m_nccl], cts_base_ns=cts_nominal, fifo_tc=nccl.fifo_tc,
         k_kind=np.repeat([ACK_CTS, ACK_DATA, CTS], [C, A, C]).astype(np.int8),
         k_msg=np.r_[cts_msg, a_msg, cts_msg],
         k_pkt=np.r_[np.zeros(C, np.int64), a_pkt, np.zeros(C, np.int64)],
@@ -361,11 +393,24 @@ def _build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1) -> _Plan | N
     )
 
 
+def op_release(flows: Flows, rows: np.ndarray) -> np.ndarray:
+    """Per flow row: when its CommOp was released (flows.op_start_ns), or its own start when the
+    table has none."""
+    start = rows["start_ns"].astype(np.int64)
+    if flows.op_start_ns is None:
+        return start
+    op = rows["op_id"].astype(np.int64)
+    known = (op >= 0) & (op < len(flows.op_start_ns))
+    out = start.copy()
+    out[known] = np.minimum(start[known], np.asarray(flows.op_start_ns, np.int64)[op[known]])
+    return out
+
+
 COMMENT_PREFIX = {k: (v + " |").encode() for k, v in
                   {DATA: "data", CTS: "CTS", ACK_DATA: "ACK", ACK_CTS: "ACK of CTS", CNP: "CNP"}.items()}
 
 
-def _row_comments(flows: Flows, rows: np.ndarray) -> list[bytes]:
+def row_comments(flows: Flows, rows: np.ndarray) -> list[bytes]:
     """Per flow row: the collective, op id, iteration, algorithm step, chunk and channel."""
     ops = flows.ops.rows
     out = []
@@ -380,191 +425,10 @@ def _row_comments(flows: Flows, rows: np.ndarray) -> list[bytes]:
     return out
 
 
-def _incl_cap(out: Output, hdr_bytes: np.ndarray) -> np.ndarray:
+def incl_cap(out: Output, hdr_bytes: np.ndarray) -> np.ndarray:
     """Most bytes of a frame the file records, per opcode: snaplen, and with payload 'none' the
     headers only (like a snaplen at the header boundary; orig_len stays the real length)."""
     snap = out.snaplen if out.snaplen > 0 else np.iinfo(np.int64).max
     cap = np.full(256, snap, np.int64)
     return np.minimum(cap, hdr_bytes) if out.payload == "none" else cap
 
-
-def _prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool) -> _Plan | None:
-    """The plan, scheduled when `times` or when CNPs need it (their rate limit is in time)."""
-    p = _build(flows, fabric, out, qps)
-    if p is None:
-        return None
-    if len(p.ce_g):
-        _add_cnps(p, fabric)
-    elif times:
-        _schedule(p)
-    return p
-
-
-def _add_cnps(p: _Plan, fabric: Fabric) -> None:
-    """CE marks -> CNPs: schedule without them, keep one per QP per gap at the marked packets'
-    arrival, insert them as control frames and reschedule; drop any that the reschedule pushed
-    closer than the gap to the previous one of their QP, until none is."""
-    _schedule(p)
-    g = p.ce_g
-    m = np.searchsorted(p.m_pkt0, g, "right") - 1
-    j = g - p.m_pkt0[m]
-    ready = _arrival(p, p.rx, m, j) + p.wire.span(p.m_npk[m], m, j, j + 1)
-    keep = congestion.rate_limit(p.m_conn[m], ready)
-    m, j, ready = m[keep], j[keep], ready[keep]
-    frame = p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES
-    w_cnp = int(_wire_ns(frame, fabric.nic_gbps))
-    rec_cnp = int(p.fmt.rec_bytes(min(frame, _incl_cap(p.out, p.hdr_bytes)[Opcode.CNP])))
-    base = {k: getattr(p, k) for k in ("k_kind", "k_msg", "k_pkt", "k_tx_nic", "k_rx_nic", "k_wire_ns",
-                                       "k_rec_bytes", "k_nominal_ns")}
-    at = len(base["k_kind"]) - len(p.cts_msg)
-    for _ in range(CNP_CHECK_ROUNDS):
-        n = len(m)
-        opt = (comment_option_bytes(len(COMMENT_PREFIX[CNP]) + np.array([len(p.row_comment[r]) for r in p.m_row[m]],
-                                                                        np.int64)) if p.row_comment else 0)
-        new = dict(k_kind=np.full(n, CNP, np.int8), k_msg=m, k_pkt=j, k_tx_nic=p.m_dst[m],
-                   k_rx_nic=p.m_src[m], k_wire_ns=np.full(n, w_cnp), k_rec_bytes=rec_cnp + opt + 0 * m,
-                   k_nominal_ns=ready)
-        for k, v in base.items():
-            setattr(p, k, np.concatenate([v[:at], new[k].astype(v.dtype), v[at:]]))
-        _schedule(p)
-        t = p.k_tx_ns[at:at + n]
-        ok = congestion.rate_limit(p.m_conn[m], t)
-        if ok.all():
-            break
-        m, j, ready = m[ok], j[ok], ready[ok]
-
-
-# --- schedule -----------------------------------------------------------------------------------
-
-def _running_max(order: np.ndarray, nic: np.ndarray, nominal: np.ndarray, wire: np.ndarray):
-    """Items in `order` (grouped by NIC): t_i = max(nominal_i, t_{i-1} + wire_{i-1}) per NIC.
-    With C_i = wire of earlier items, t_i - C_i is a running max of nominal - C: one accumulate."""
-    s, n, w = nic[order], nominal[order], wire[order]
-    first = np.r_[True, s[1:] != s[:-1]]
-    cw = np.cumsum(w) - w
-    before = cw - cw[np.maximum.accumulate(np.where(first, np.arange(len(s)), 0))]
-    v = n - before
-    seg_id = np.cumsum(first) - 1
-    span = int(v.max() - v.min()) + 1
-    if span * (int(seg_id[-1]) + 1) < 2 ** 62:
-        lift = seg_id * span     # each NIC above the previous: one accumulate restarts per NIC
-        u = np.maximum.accumulate(v + lift) - lift
-    else:
-        u = np.empty_like(v)
-        for a, b in zip(np.flatnonzero(first), np.r_[np.flatnonzero(first)[1:], len(s)]):
-            u[a:b] = np.maximum.accumulate(v[a:b])
-    t = np.empty_like(nominal)
-    t[order] = u + before
-    return t
-
-
-def _serialize(p: _Plan, trains: _Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire):
-    """One direction of every NIC: trains (runs of a message's packets, nominally back to back
-    from trains.t) and single control frames. Trains keep their order by nominal start and are
-    never interleaved; a control frame goes in at the first packet boundary at or after its
-    nominal time. Returns the trains split at those boundaries (with times) and control times."""
-    T, C = len(train_nic), len(ctl_nic)
-    data_order = np.lexsort((trains.t, train_nic))      # lexsort is stable: ties keep index order
-    rank = np.empty(T, np.int64)
-    rank[data_order] = np.arange(T)
-    # The last train on the same NIC that starts at or before each control frame.
-    nic_all, t_all = np.r_[train_nic, ctl_nic], np.r_[trains.t, ctl_nominal]
-    is_ctl = np.r_[np.zeros(T, bool), np.ones(C, bool)]
-    o = np.lexsort((is_ctl, t_all, nic_all))
-    last = np.maximum.accumulate(np.where(is_ctl[o], -1, np.r_[rank, np.zeros(C, np.int64)][o]))
-    pos = np.empty(T + C, np.int64)
-    pos[o] = np.arange(T + C)
-    r = last[pos[T:]]
-    tr = data_order[np.maximum(r, 0)]
-    r = np.where((r >= 0) & (train_nic[tr] == ctl_nic), r, -1)
-    m, ka, kb = trains.msg[tr], trains.ka[tr], trains.kb[tr]
-    x = ctl_nominal - trains.t[tr] + p.offset(m, ka)
-    k = np.where(r >= 0, p.packets_before(m, ka, kb, x), 0)
-    # Split trains where a control frame goes in between two of their packets.
-    inside = (r >= 0) & (k > ka) & (k < kb)
-    cut_r = np.r_[rank, r[inside]]
-    cut_k = np.r_[trains.ka, k[inside]]
-    width = int(trains.kb.max()) + 1
-    cuts = np.sort(cut_r * width + cut_k)
-    cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]]
-    seg_r, seg_ka = np.divmod(cuts, width)
-    seg_tr = data_order[seg_r]
-    same_next = np.r_[seg_r[1:] == seg_r[:-1], False]
-    seg_kb = np.where(same_next, np.r_[seg_ka[1:], 0], trains.kb[seg_tr])
-    seg_m = trains.msg[seg_tr]
-    seg_nominal = trains.t[seg_tr] + p.offset(seg_m, seg_ka) - p.offset(seg_m, trains.ka[seg_tr])
-    seg_wire = p.wire.span(p.m_npk[seg_m], seg_m, seg_ka, seg_kb)
-    # One sequence per NIC: by train rank, packet index, control frames first, nominal time.
-    S = len(seg_r)
-    nic = np.r_[train_nic[seg_tr], ctl_nic]
-    is_seg = np.r_[np.ones(S, np.int64), np.zeros(C, np.int64)]
-    place = ((np.r_[seg_r, r] + 1) * width + np.r_[seg_ka, k]) * 2 + is_seg
-    order = np.lexsort((np.r_[seg_nominal, ctl_nominal], place, nic))
-    t = _running_max(order, nic, np.r_[seg_nominal, ctl_nominal], np.r_[seg_wire, ctl_wire])
-    return _Segs(seg_m, seg_ka, seg_kb, t[:S]), t[S:]
-
-
-def _schedule(p: _Plan) -> None:
-    M, C = p.n_msgs, len(p.cts_msg)
-    n_ack = len(p.k_kind) - C
-    k_flight = p.m_flight_ns[p.k_msg]
-    acked_m, acked_j = p.k_msg[C:n_ack], p.k_pkt[C:n_ack]
-    acked_wire = np.r_[p.k_wire_ns[n_ack:], p.wire.span(p.m_npk[acked_m], acked_m, acked_j, acked_j + 1)]
-    burst = p.wire.span(p.m_npk, np.arange(M), 0, p.m_npk)
-    m_nominal, k_nominal = p.m_nominal_ns.copy(), p.k_nominal_ns.copy()
-    # Nominal times assume an idle fabric. Where an ACK would leave before its packet has arrived,
-    # or a message before its CTS has, move that nominal time later (and the flow's following
-    # messages with it) and reschedule. Nominal times only grow; a few rounds in practice.
-    for _ in range(FIX_ROUNDS):
-        bursts = _Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
-        tx, k_tx = _serialize(p, bursts, p.m_src, p.k_tx_nic, k_nominal, p.k_wire_ns)
-        arriving = _Segs(tx.msg, tx.ka, tx.kb, tx.t + p.m_flight_ns[tx.msg])
-        rx, k_rx = _serialize(p, arriving, p.m_dst[tx.msg], p.k_rx_nic, k_tx + k_flight, p.k_wire_ns)
-        ack_ready = np.r_[k_rx[n_ack:], _arrival(p, rx, acked_m, acked_j)] + acked_wire
-        data_ready = np.zeros(M, np.int64)       # messages without a CTS (later parts) wait for none
-        data_ready[p.cts_msg] = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
-        m_start = _arrival(p, tx, np.arange(M), np.zeros(M, np.int64))
-        late_ack, late_data = k_tx[:n_ack] < ack_ready, m_start < data_ready
-        if not (late_ack.any() or late_data.any()):
-            break
-        k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
-        m_nominal = _running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), burst)
-    p.late = int(late_ack.sum() + late_data.sum())
-    p.tx, p.rx, p.k_tx_ns, p.k_rx_ns = tx, rx, k_tx, k_rx
-
-    # PSNs, MSNs and VAs follow the order messages really left on their QP.
-    m_psn, m_done, m_va = _per_qp_running(p.m_conn, m_start, p.m_npk, p.m_size)
-    p.m_psn, p.m_done = m_psn & roce.PSN_MASK, m_done
-    p.m_va = DATA_VA_BASE + (p.c_qpn_dst[p.m_conn] << 32) + m_va
-    # CTSs travel on the connection's QP 0, receiver to sender.
-    ones = np.ones(C, np.int64)
-    cts_qp = (p.m_conn - p.m_q)[p.cts_msg]
-    cts_psn, _, _ = _per_qp_running(cts_qp, k_tx[n_ack:], ones, ones)
-    p.m_cts_psn, p.m_cts_va = np.zeros(M, np.int64), np.zeros(M, np.int64)
-    p.m_cts_psn[p.cts_msg] = cts_psn & roce.PSN_MASK
-    p.m_cts_va[p.cts_msg] = (FIFO_VA_BASE + (p.c_qpn_src[cts_qp] << 16)
-                             + (cts_psn % FIFO_SLOTS) * FIFO_SLOT_BYTES)
-
-
-def _arrival(p: _Plan, rx: _Segs, m, j):
-    """Time packet j of message m starts in a direction's segments (sent or received)."""
-    width = int(p.m_npk.max()) + 1
-    key = rx.msg * width + rx.ka
-    order = np.argsort(key, kind="stable")
-    seg = order[np.searchsorted(key[order], m * width + j, side="right") - 1]
-    return rx.t[seg] + p.offset(m, j) - p.offset(m, rx.ka[seg])
-
-
-def _per_qp_running(conn, t, npk, size):
-    """In send order per connection: packets before, messages before, bytes before."""
-    order = np.lexsort((t, conn))
-    c = conn[order]
-    first = np.r_[True, c[1:] != c[:-1]]
-    start = np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))
-    res = []
-    for x in (npk[order], np.ones(len(c), np.int64), size[order]):
-        cx = np.cumsum(x) - x
-        r = np.empty(len(c), np.int64)
-        r[order] = cx - cx[start]
-        res.append(r)
-    return res

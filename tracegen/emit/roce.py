@@ -50,6 +50,8 @@ ICRC_BYTES = 4
 WIRE_OVERHEAD_BYTES = 4 + 8 + 12   # FCS + preamble/SFD + inter-frame gap: on the wire, not in a pcap
 PSN_MASK = 0xFFFFFF
 BTH_PSN_OFFSET = 9                # PSN: the last 3 bytes of the 12-byte BTH
+IPV4_ID_OFFSET = 4                # identification: bytes 4-5 of the IPv4 header
+IPV4_CSUM_OFFSET = 10
 
 
 class Opcode(enum.IntEnum):
@@ -255,18 +257,38 @@ def icrc_sized(headers: np.ndarray, payload_bytes, payload_of, ip_version: int =
             ^ t[which, 2, (crc >> 16) & 0xFF] ^ t[which, 3, crc >> 24]).astype(np.uint32)
 
 
-@lru_cache(maxsize=256)
-def _psn_delta_table(tail_bytes: int) -> np.ndarray:
-    """(3, 256): what each PSN byte value adds to the ICRC when `tail_bytes` covered bytes follow
-    the PSN (the rest of the headers, payload, pad)."""
-    return _byte_tables(3 + tail_bytes, range(3))
+@lru_cache(maxsize=512)
+def _delta_table(tail_bytes: int, id_lead: int = 0) -> np.ndarray:
+    """(3 or 5, 256): what each byte value of the PSN (and, with id_lead > 0, first of the IPv4
+    identification, id_lead bytes before the PSN) adds to the ICRC when `tail_bytes` covered bytes
+    follow the PSN (the rest of the headers, payload, pad)."""
+    if not id_lead:
+        return _byte_tables(3 + tail_bytes, range(3))
+    return _byte_tables(id_lead + 3 + tail_bytes, (0, 1, id_lead, id_lead + 1, id_lead + 2))
 
 
-def icrc_psn_delta(psn_xor, tail_bytes) -> np.ndarray:
+def icrc_delta_tables(tail_bytes, id_lead: int = 0) -> np.ndarray:
+    """_delta_table per entry of tail_bytes, stacked: (n, 3 or 5, 256)."""
+    return np.stack([_delta_table(int(x), id_lead) for x in np.asarray(tail_bytes).tolist()])
+
+
+def icrc_delta_lookup(tables: np.ndarray, which, psn_xor, id_xor=None) -> np.ndarray:
+    """Per packet: what to XOR into an ICRC when its PSN (and IPv4 identification) change by
+    psn_xor (id_xor), old ^ new; tables[which] is the packet's icrc_delta_tables entry."""
+    psn_xor = np.asarray(psn_xor, np.int64)
+    k = 0 if id_xor is None else 2
+    d = (tables[which, k, psn_xor >> 16] ^ tables[which, k + 1, (psn_xor >> 8) & 0xFF]
+         ^ tables[which, k + 2, psn_xor & 0xFF])
+    if id_xor is not None:
+        id_xor = np.asarray(id_xor, np.int64)
+        d ^= tables[which, 0, id_xor >> 8] ^ tables[which, 1, id_xor & 0xFF]
+    return d
+
+
+def icrc_psn_delta(psn_xor, tail_bytes, id_xor=None, id_lead: int = 0) -> np.ndarray:
     """Per packet: what to XOR into an ICRC when its PSN changes by psn_xor (old ^ new), with
-    tail_bytes covered bytes after the PSN."""
-    psn_xor, tail_bytes = np.asarray(psn_xor, np.int64), np.asarray(tail_bytes, np.int64)
-    tails, which = np.unique(tail_bytes, return_inverse=True)
-    tables = np.stack([_psn_delta_table(int(x)) for x in tails])
-    return (tables[which, 0, psn_xor >> 16] ^ tables[which, 1, (psn_xor >> 8) & 0xFF]
-            ^ tables[which, 2, psn_xor & 0xFF])
+    tail_bytes covered bytes after the PSN; and its IPv4 identification by id_xor, id_lead bytes
+    before the PSN."""
+    tails, which = np.unique(np.asarray(tail_bytes, np.int64), return_inverse=True)
+    return icrc_delta_lookup(icrc_delta_tables(tails, id_lead if id_xor is not None else 0), which,
+                             psn_xor, id_xor)

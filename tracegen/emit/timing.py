@@ -1,0 +1,347 @@
+"""The wire plan's packet-exact schedule, per NIC and direction (see packets.py for the rules).
+
+Timing, per NIC and direction: t_i = max(nominal_i, t_{i-1} + wire_{i-1}) over frames in order.
+A message's packets go back to back unless a control frame (CTS/ACK/CNP) is due: it slips in at
+the next packet boundary. Computed for all NICs at once on segments (runs of a message's packets
+between two control frames), so memory scales with messages and control frames, never packets.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import Nccl, Network, Output
+from ..tables import Flows
+from ..topology import Fabric
+from . import congestion, roce
+from .capture_file import comment_option_bytes
+from .packets import CNP, CNP_CHECK_ROUNDS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
+from .roce import Opcode
+
+
+def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nccl: Nccl | None = None,
+            network: Network | None = None) -> Plan | None:
+    """The plan, scheduled when `times` or when CNPs need it (their rate limit is in time).
+    network: the job's (DCQCN parameters for output.dcqcn)."""
+    dcqcn = congestion.Dcqcn.for_job(network, fabric.nic_gbps) if out.dcqcn else None
+    p = build(flows, fabric, out, qps, nccl)
+    if p is None:
+        return None
+    if len(p.ce_g):
+        add_cnps(p, fabric, dcqcn)
+    elif times:
+        schedule(p)
+    return p
+
+
+def pace(p: Plan, rate_factor: np.ndarray) -> None:
+    """Per message: pace its packets at line rate / rate_factor (>= 1): packet k starts k slots
+    of wire time x rate_factor after the first (the last packet keeps its own wire time).
+    The seam for per-message rates: DCQCN's reaction here, per-flow fabric rates later; 1
+    everywhere leaves the plan unpaced (bytes unchanged). Call schedule(p) after it."""
+    f = np.asarray(rate_factor, dtype=np.float64)
+    if (f <= 1).all():
+        return
+    w = p.wire
+    first, mid = w.first_of(np.arange(p.n_msgs)), w.mid_of(np.arange(p.n_msgs))
+    p.wire = PerPacket(np.ceil(np.broadcast_to(first, f.shape) * np.maximum(f, 1)).astype(np.int64),
+                       np.ceil(np.broadcast_to(mid, f.shape) * np.maximum(f, 1)).astype(np.int64), w.last, w.only, w.each)
+
+
+def dcqcn_pacing(p: Plan, d: congestion.Dcqcn) -> np.ndarray:
+    """Open loop: per message, line rate / the rate DCQCN gives its QP when it starts, driven by
+    the CNPs that QP received in the current schedule (1: no CNP before it)."""
+    factor = np.ones(p.n_msgs)
+    cnp = np.flatnonzero(p.k_kind == CNP)
+    if not len(cnp):
+        return factor
+    qp = p.m_conn[p.k_msg[cnp]]                       # a CNP names the data sender's QP
+    arrived = p.k_rx_ns[cnp] + p.k_wire_ns[cnp]
+    start = arrival(p, p.tx, np.arange(p.n_msgs), np.zeros(p.n_msgs, np.int64))
+    by_qp = np.lexsort((start, p.m_conn))                  # messages per QP, in send order
+    lo, hi = np.searchsorted(p.m_conn[by_qp], np.unique(qp)), np.searchsorted(p.m_conn[by_qp], np.unique(qp), "right")
+    c_order = np.lexsort((arrived, qp))
+    c_lo = np.searchsorted(qp[c_order], np.unique(qp))
+    c_hi = np.searchsorted(qp[c_order], np.unique(qp), "right")
+    for a, b, ca, cb in zip(lo.tolist(), hi.tolist(), c_lo.tolist(), c_hi.tolist()):
+        msgs = by_qp[a:b]
+        factor[msgs] = d.line_bps / congestion.dcqcn_rates(arrived[c_order[ca:cb]], start[msgs], d)
+    return factor
+
+
+def add_cnps(p: Plan, fabric: Fabric, dcqcn: congestion.Dcqcn | None = None) -> None:
+    """CE marks -> CNPs: schedule without them, keep one per QP per gap at the marked packets'
+    arrival, insert them as control frames and reschedule; drop any that the reschedule pushed
+    closer than the gap to the previous one of their QP, until none is.
+    With dcqcn (open loop): pace each QP's messages as DCQCN reacts to the CNPs it got, and pick
+    the CNPs again on the paced schedule, a few rounds or until the pacing stays the same; the
+    CNPs in the trace are those of the final (paced) schedule."""
+    base = {k: getattr(p, k) for k in ("k_kind", "k_msg", "k_pkt", "k_tx_nic", "k_rx_nic", "k_wire_ns",
+                                       "k_rec_bytes", "k_nominal_ns")}
+    _insert_cnps(p, fabric, base)
+    if dcqcn is None:
+        return
+    unpaced, factor = p.wire, np.ones(p.n_msgs)
+    for _ in range(DCQCN_ROUNDS):
+        new = dcqcn_pacing(p, dcqcn)
+        if np.array_equal(new, factor):
+            break
+        factor = new
+        for k, v in base.items():
+            setattr(p, k, v)
+        p.wire = unpaced
+        pace(p, factor)
+        _insert_cnps(p, fabric, base)
+
+
+def _insert_cnps(p: Plan, fabric: Fabric, base: dict) -> None:
+    schedule(p)
+    g = p.ce_g
+    m = np.searchsorted(p.m_pkt0, g, "right") - 1
+    j = g - p.m_pkt0[m]
+    ready = arrival(p, p.rx, m, j) + p.wire.span(p.m_npk[m], m, j, j + 1)
+    keep = congestion.rate_limit(p.m_conn[m], ready)
+    m, j, ready = m[keep], j[keep], ready[keep]
+    frame = p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES
+    w_cnp = int(wire_ns(frame, fabric.nic_gbps))
+    rec_cnp = int(p.fmt.rec_bytes(min(frame, incl_cap(p.out, p.hdr_bytes)[Opcode.CNP])))
+    at = len(base["k_kind"]) - len(p.cts_msg)
+    for _ in range(CNP_CHECK_ROUNDS):
+        n = len(m)
+        opt = (comment_option_bytes(len(COMMENT_PREFIX[CNP]) + np.array([len(p.row_comment[r]) for r in p.m_row[m]],
+                                                                        np.int64)) if p.row_comment else 0)
+        new = dict(k_kind=np.full(n, CNP, np.int8), k_msg=m, k_pkt=j, k_tx_nic=p.m_dst[m],
+                   k_rx_nic=p.m_src[m], k_wire_ns=np.full(n, w_cnp), k_rec_bytes=rec_cnp + opt + 0 * m,
+                   k_nominal_ns=ready)
+        for k, v in base.items():
+            setattr(p, k, np.concatenate([v[:at], new[k].astype(v.dtype), v[at:]]))
+        schedule(p)
+        t = p.k_tx_ns[at:at + n]
+        ok = congestion.rate_limit(p.m_conn[m], t)
+        if ok.all():
+            break
+        m, j, ready = m[ok], j[ok], ready[ok]
+
+
+# --- schedule -----------------------------------------------------------------------------------
+
+def running_max(order: np.ndarray, nic: np.ndarray, nominal: np.ndarray, wire: np.ndarray):
+    """Items in `order` (grouped by NIC): t_i = max(nominal_i, t_{i-1} + wire_{i-1}) per NIC.
+    With C_i = wire of earlier items, t_i - C_i is a running max of nominal - C: one accumulate."""
+    s, n, w = nic[order], nominal[order], wire[order]
+    first = np.r_[True, s[1:] != s[:-1]]
+    cw = np.cumsum(w) - w
+    before = cw - cw[np.maximum.accumulate(np.where(first, np.arange(len(s)), 0))]
+    v = n - before
+    seg_id = np.cumsum(first) - 1
+    span = int(v.max() - v.min()) + 1
+    if span * (int(seg_id[-1]) + 1) < 2 ** 62:
+        lift = seg_id * span     # each NIC above the previous: one accumulate restarts per NIC
+        u = np.maximum.accumulate(v + lift) - lift
+    else:
+        u = np.empty_like(v)
+        for a, b in zip(np.flatnonzero(first), np.r_[np.flatnonzero(first)[1:], len(s)]):
+            u[a:b] = np.maximum.accumulate(v[a:b])
+    t = np.empty_like(nominal)
+    t[order] = u + before
+    return t
+
+
+def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire):
+    """One direction of every NIC: trains (runs of a message's packets, nominally back to back
+    from trains.t) and single control frames. Trains keep their order by nominal start and are
+    never interleaved; a control frame goes in at the first packet boundary at or after its
+    nominal time. Returns the trains split at those boundaries (with times) and control times."""
+    T, C = len(train_nic), len(ctl_nic)
+    data_order = np.lexsort((trains.t, train_nic))      # lexsort is stable: ties keep index order
+    rank = np.empty(T, np.int64)
+    rank[data_order] = np.arange(T)
+    # The last train on the same NIC that starts at or before each control frame.
+    nic_all, t_all = np.r_[train_nic, ctl_nic], np.r_[trains.t, ctl_nominal]
+    is_ctl = np.r_[np.zeros(T, bool), np.ones(C, bool)]
+    o = np.lexsort((is_ctl, t_all, nic_all))
+    last = np.maximum.accumulate(np.where(is_ctl[o], -1, np.r_[rank, np.zeros(C, np.int64)][o]))
+    pos = np.empty(T + C, np.int64)
+    pos[o] = np.arange(T + C)
+    r = last[pos[T:]]
+    tr = data_order[np.maximum(r, 0)]
+    r = np.where((r >= 0) & (train_nic[tr] == ctl_nic), r, -1)
+    m, ka, kb = trains.msg[tr], trains.ka[tr], trains.kb[tr]
+    x = ctl_nominal - trains.t[tr] + p.offset(m, ka)
+    k = np.where(r >= 0, p.packets_before(m, ka, kb, x), 0)
+    # Split trains where a control frame goes in between two of their packets.
+    inside = (r >= 0) & (k > ka) & (k < kb)
+    cut_r = np.r_[rank, r[inside]]
+    cut_k = np.r_[trains.ka, k[inside]]
+    width = int(trains.kb.max()) + 1
+    cuts = np.sort(cut_r * width + cut_k)
+    cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]]
+    seg_r, seg_ka = np.divmod(cuts, width)
+    seg_tr = data_order[seg_r]
+    same_next = np.r_[seg_r[1:] == seg_r[:-1], False]
+    seg_kb = np.where(same_next, np.r_[seg_ka[1:], 0], trains.kb[seg_tr])
+    seg_m = trains.msg[seg_tr]
+    seg_nominal = trains.t[seg_tr] + p.offset(seg_m, seg_ka) - p.offset(seg_m, trains.ka[seg_tr])
+    seg_wire = p.wire.span(p.m_npk[seg_m], seg_m, seg_ka, seg_kb)
+    # One sequence per NIC: by train rank, packet index, control frames first, nominal time.
+    S = len(seg_r)
+    nic = np.r_[train_nic[seg_tr], ctl_nic]
+    is_seg = np.r_[np.ones(S, np.int64), np.zeros(C, np.int64)]
+    place = ((np.r_[seg_r, r] + 1) * width + np.r_[seg_ka, k]) * 2 + is_seg
+    order = np.lexsort((np.r_[seg_nominal, ctl_nominal], place, nic))
+    t = running_max(order, nic, np.r_[seg_nominal, ctl_nominal], np.r_[seg_wire, ctl_wire])
+    return Segs(seg_m, seg_ka, seg_kb, t[:S]), t[S:]
+
+
+def schedule(p: Plan) -> None:
+    M, C = p.n_msgs, len(p.cts_msg)
+    n_ack = len(p.k_kind) - C
+    k_flight = p.m_flight_ns[p.k_msg]
+    acked_m, acked_j = p.k_msg[C:n_ack], p.k_pkt[C:n_ack]
+    acked_wire = np.r_[p.k_wire_ns[n_ack:], p.wire.span(p.m_npk[acked_m], acked_m, acked_j, acked_j + 1)]
+    burst = p.wire.span(p.m_npk, np.arange(M), 0, p.m_npk)
+    m_nominal, k_nominal = p.m_nominal_ns.copy(), p.k_nominal_ns.copy()
+    cts_wait = p.m_wait[p.cts_msg]
+    cts_conn = (p.m_conn - p.m_q)[p.cts_msg]
+    last = p.m_npk - 1
+    windowed = bool((cts_wait >= 0).any())
+    if windowed:                 # idle fabric: a message's parts back to back, a CTS one flight away
+        nccl_burst = np.zeros(int(p.m_nccl.max()) + 1, np.int64)
+        np.add.at(nccl_burst, p.m_nccl, burst)
+        span = nccl_burst[p.m_nccl[p.cts_msg]]
+        flight = p.m_flight_ns[p.cts_msg]
+        m_nominal, k_nominal[n_ack:] = _window_bounds(p, m_nominal, k_nominal[n_ack:], span, span + flight,
+                                                      flight + p.k_wire_ns[n_ack:])
+    # Nominal times assume an idle fabric. Where an ACK would leave before its packet has arrived,
+    # a message before its CTS has, or a CTS before NCCL_STEPS let its receive be posted (the
+    # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
+    # flow's following messages with it) and reschedule. Nominal times only grow.
+    for _ in range(FIX_ROUNDS):
+        bursts = Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
+        tx, k_tx = serialize(p, bursts, p.m_src, p.k_tx_nic, k_nominal, p.k_wire_ns)
+        arriving = Segs(tx.msg, tx.ka, tx.kb, tx.t + p.m_flight_ns[tx.msg])
+        rx, k_rx = serialize(p, arriving, p.m_dst[tx.msg], p.k_rx_nic, k_tx + k_flight, p.k_wire_ns)
+        ack_ready = np.r_[k_rx[n_ack:], arrival(p, rx, acked_m, acked_j)] + acked_wire
+        data_ready = np.zeros(M, np.int64)       # messages without a CTS (later parts) wait for none
+        data_ready[p.cts_msg] = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
+        m_start = arrival(p, tx, np.arange(M), np.zeros(M, np.int64))
+        late_ack, late_data = k_tx[:n_ack] < ack_ready, m_start < data_ready
+        cts_ready = np.zeros(C, np.int64)
+        if windowed:
+            m_end = arrival(p, rx, np.arange(M), last) + p.wire.span(p.m_npk, np.arange(M), last, p.m_npk)
+            nccl_end = np.zeros(int(p.m_nccl.max()) + 1, np.int64)
+            np.maximum.at(nccl_end, p.m_nccl, m_end)
+            cts_ready = np.where(cts_wait >= 0, nccl_end[np.maximum(cts_wait, 0)], 0)
+        late_cts = k_nominal[n_ack:] < cts_ready
+        if not (late_ack.any() or late_data.any() or late_cts.any()):
+            break
+        k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
+        if windowed and (late_cts.any() or late_data.any()):     # the window, with measured spans
+            tx_end = m_start + burst
+            nccl_tx = np.zeros(len(nccl_end), np.int64)
+            np.maximum.at(nccl_tx, p.m_nccl, tx_end)
+            s0 = m_start[p.cts_msg]
+            cts_lat = np.maximum(k_rx[n_ack:] + p.k_wire_ns[n_ack:] - k_nominal[n_ack:], 0)
+            m_nominal, k_nominal[n_ack:] = _window_bounds(
+                p, m_nominal, k_nominal[n_ack:], nccl_tx[p.m_nccl[p.cts_msg]] - s0,
+                nccl_end[p.m_nccl[p.cts_msg]] - s0, cts_lat, floor=s0)
+        # a connection posts its receives in order; a late one a little after its slot freed (the
+        # receiver's proxy polls for the arrival), so that small shifts of arrivals in the next
+        # round do not make it late again
+        post = np.where(late_cts, cts_ready + PROXY_POST_NS, k_nominal[n_ack:])
+        k_nominal[n_ack:] = running_max(np.arange(C), cts_conn, np.maximum(k_nominal[n_ack:], post),
+                                        np.zeros(C, np.int64))
+        m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), burst)
+    p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
+    p.tx, p.rx, p.k_tx_ns, p.k_rx_ns = tx, rx, k_tx, k_rx
+    _ip_ids(p)
+
+    # PSNs and MSNs follow the order messages really left on their QP.
+    m_psn, m_done, _ = per_qp_running(p.m_conn, m_start, p.m_npk, p.m_size)
+    p.m_psn, p.m_done = m_psn & roce.PSN_MASK, m_done
+    # CTSs travel on the connection's QP 0, receiver to sender.
+    ones = np.ones(C, np.int64)
+    cts_psn, _, _ = per_qp_running(cts_conn, k_tx[n_ack:], ones, ones)
+    p.m_cts_psn = np.zeros(M, np.int64)
+    p.m_cts_psn[p.cts_msg] = cts_psn & roce.PSN_MASK
+
+
+def _window_bounds(p: Plan, m_nominal, cts_nominal, tx_span, arr_span, cts_lat, floor=None):
+    """Raise message and CTS nominal times to what NCCL's receive window allows: a connection's
+    messages one after the other, each after its CTS has arrived, each CTS after the message
+    NCCL_STEPS steps back has arrived. Per NCCL message (at its CTS): tx_span (first packet sent
+    to last one done), arr_span (first packet sent to last one arrived) and cts_lat (CTS posted
+    to arrived) - on an idle fabric, or as the last schedule measured them. One pass over the
+    message ordinals of all connections at once carries a delay down a whole window-limited
+    connection (small messages, long round trip), where the fixed-point rounds of schedule()
+    would move one window per round."""
+    cm, C = p.cts_msg, len(p.cts_msg)
+    conn = (p.m_conn - p.m_q)[cm]
+    pos_of = np.full(int(p.m_nccl.max()) + 1, -1, np.int64)
+    pos_of[p.m_nccl[cm]] = np.arange(C)
+    wait = p.m_wait[cm]
+    wpos = np.where(wait >= 0, pos_of[np.maximum(wait, 0)], -1)
+    first = np.r_[True, conn[1:] != conn[:-1]]
+    level = np.arange(C) - np.maximum.accumulate(np.where(first, np.arange(C), 0))
+    order = np.argsort(level, kind="stable")
+    bounds = np.searchsorted(level[order], np.arange(int(level.max()) + 2))
+    nom, cts = m_nominal[cm], cts_nominal.copy()
+    if floor is not None:           # where the last schedule started them (contention included)
+        nom = np.maximum(nom, floor)
+    start, end = np.zeros(C, np.int64), np.zeros(C, np.int64)
+    for lv in range(int(level.max()) + 1):
+        i = order[bounds[lv]:bounds[lv + 1]]
+        w = wpos[i]
+        cts[i] = np.where(w >= 0, np.maximum(cts[i], end[np.maximum(w, 0)] + PROXY_POST_NS), cts[i])
+        st = np.maximum(nom[i], cts[i] + cts_lat[i])
+        if lv:
+            st = np.maximum(st, start[i - 1] + tx_span[i - 1])
+        start[i], end[i] = st, st + arr_span[i]
+    m_nominal = m_nominal.copy()
+    m_nominal[cm] = np.maximum(m_nominal[cm], start)
+    return running_max(np.arange(p.n_msgs), p.m_row, m_nominal, p.wire.span(p.m_npk, np.arange(p.n_msgs), 0, p.m_npk)), cts
+
+
+def _ip_ids(p: Plan) -> None:
+    """IPv4 identification: per sending NIC a 16-bit counter from 0, +1 for every frame the NIC
+    sends (data packets, CTS, ACKs, CNPs) in send order. A segment's packets are consecutive
+    frames of its NIC, so a segment needs only its first packet's; a received segment lies
+    inside one sent segment (arrivals are only ever split further) and takes its numbers."""
+    tx, S = p.tx, len(p.tx.msg)
+    nic = np.r_[p.m_src[tx.msg], p.k_tx_nic]
+    n = np.r_[tx.kb - tx.ka, np.ones(len(p.k_tx_nic), np.int64)]
+    order = np.lexsort((np.r_[tx.t, p.k_tx_ns], nic))
+    c = np.cumsum(n[order]) - n[order]
+    s_nic = nic[order]
+    first = np.r_[True, s_nic[1:] != s_nic[:-1]]
+    ids = np.empty(len(c), np.int64)
+    ids[order] = (c - c[np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))]) & 0xFFFF
+    tx.ip_id, p.k_ip_id = ids[:S], ids[S:]
+    width = int(p.m_npk.max()) + 1
+    key = tx.msg * width + tx.ka
+    o = np.argsort(key, kind="stable")
+    seg = o[np.searchsorted(key[o], p.rx.msg * width + p.rx.ka, "right") - 1]
+    p.rx.ip_id = (tx.ip_id[seg] + p.rx.ka - tx.ka[seg]) & 0xFFFF
+
+
+def arrival(p: Plan, rx: Segs, m, j):
+    """Time packet j of message m starts in a direction's segments (sent or received)."""
+    width = int(p.m_npk.max()) + 1
+    key = rx.msg * width + rx.ka
+    order = np.argsort(key, kind="stable")
+    seg = order[np.searchsorted(key[order], m * width + j, side="right") - 1]
+    return rx.t[seg] + p.offset(m, j) - p.offset(m, rx.ka[seg])
+
+
+def per_qp_running(conn, t, npk, size):
+    """In send order per connection: packets before, messages before, bytes before."""
+    order = np.lexsort((t, conn))
+    c = conn[order]
+    first = np.r_[True, c[1:] != c[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))
+    res = []
+    for x in (npk[order], np.ones(len(c), np.int64), size[order]):
+        cx = np.cumsum(x) - x
+        r = np.empty(len(c), np.int64)
+        r[order] = cx - cx[start]
+        res.append(r)
+    return res
