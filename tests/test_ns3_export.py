@@ -636,7 +636,7 @@ def test_qps_are_the_pcap_writers_connections(tmp_path):
     """manifest `qps`: one RC QP per NCCL connection with the QPNs and UDP source port the pcap
     writer gives that connection, so the ns-3 packets hash like the captured ones; every line
     names its connection's QP."""
-    from tracegen.emit.packets import _build
+    from tracegen.emit.packets import build
     from tracegen.pipeline import run_pipeline
     from tracegen.config import job_from_dict
     job = job_from_dict({"parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 16},
@@ -644,12 +644,15 @@ def test_qps_are_the_pcap_writers_connections(tmp_path):
     run = run_pipeline(job)
     d, _ = export(tmp_path, run.flows, run.fabric, job)
     man = load_all(d)["manifest"]
-    plan = _build(run.flows, run.fabric, job.output)
+    plan = build(run.flows, run.fabric, job.output)
     pcap_conns = set(zip(plan.c_src.tolist(), plan.c_dst.tolist(), plan.c_qpn_src.tolist(),
                          plan.c_qpn_dst.tolist(), plan.c_sport.tolist()))
     qps = man["qps"]
     assert [q["qp"] for q in qps] == list(range(len(qps)))
     assert {(q["src"], q["dst"], q["sqpn"], q["dqpn"], q["sport"]) for q in qps} <= pcap_conns
+    c = run.flows.conns                                        # and the schedule's (connections.py)
+    assert pcap_conns == set(zip(c.src_nic.tolist(), c.dst_nic.tolist(), c.qpn_src.tolist(),
+                                 c.qpn_dst.tolist(), c.sport.tolist()))
     rows = run.flows.rows
     dim_of = {o["op_id"]: o["dim"] for o in man["ops"]}
     conn = {}

@@ -338,6 +338,9 @@ def lab_specs(p: Plan, fabric: Fabric, plan: LabPlan) -> list[FileSpec]:
             lead.append((t, fr, 0))
             t += int(wire_ns(len(fr), fabric.nic_gbps))
         specs.append(FileSpec(port, [iface], parts, lead=lead))
+    if not any(len(part.idx) for s in specs for part in s.parts):
+        for s in specs:              # hosts that exchange nothing: no replay to announce
+            s.lead = []
     starts = [first_time(p, s.parts) for s in specs]
     starts = [x for x in starts if x is not None]
     first = min(starts) if starts else 0
