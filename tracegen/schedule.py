@@ -159,6 +159,20 @@ def send_queues(ops: CommOps, rows, row_conn) -> np.ndarray:
     return q
 
 
+def nic_only_links(fabric: Fabric, src_rank, dst_rank, net):
+    """The NIC-only model: NIC ports (whole NIC rate) and NVLink ports only, every item crosses
+    exactly two, the switches never limit anything. (ptr, links, weights, capacities)."""
+    nic_tx = 2 * fabric.rank_nic[src_rank].astype(np.int64)
+    nic_rx = 2 * fabric.rank_nic[dst_rank].astype(np.int64) + 1
+    base = 2 * fabric.n_nics
+    tx = np.where(net, nic_tx, base + 2 * np.asarray(src_rank, np.int64))
+    rx = np.where(net, nic_rx, base + 2 * np.asarray(dst_rank, np.int64) + 1)
+    lk = np.stack([tx, rx], axis=1).reshape(-1)
+    cap = np.r_[np.full(2 * fabric.n_nics, fabric.nic_gbps / 8.0),
+                np.full(2 * fabric.world, fabric.nvlink_gbps / 8.0)]
+    return np.arange(0, 2 * len(tx) + 1, 2), lk, np.ones(len(lk)), cap
+
+
 def net_latency_ns(conns: Connections, row_conn, on_wire, pmtu: int, vlan: bool = True,
                    ip_version: int = 4) -> np.ndarray:
     """Propagation + store-and-forward of each NET row (the slowest of its connection's QPs)."""
@@ -169,7 +183,8 @@ def net_latency_ns(conns: Connections, row_conn, on_wire, pmtu: int, vlan: bool 
     return lat
 
 
-def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
+def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job, shared_fabric: bool = True) -> Flows:
+    """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison."""
     rows = tr.rows
     n = len(rows)
     net = rows["link"] == LinkKind.NET
@@ -182,10 +197,14 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job) -> Flows:
                                            out.pmtu, out.vlan, out.ip_version), rows["wire_bytes"])
     lat = np.zeros(n, np.int64)
     lat[net] = net_latency_ns(conns, row_conn[net], on_wire[net], out.pmtu, out.vlan, out.ip_version)
-    ptr, lk, w = item_links(fabric, conns, row_conn, src, dst)
+    if shared_fabric:
+        ptr, lk, w = item_links(fabric, conns, row_conn, src, dst)
+        cap = link_capacity(fabric)
+    else:
+        ptr, lk, w, cap = nic_only_links(fabric, src, dst, net)
     start, finish, end, op_start, op_end = fluid.run(
         ops.rows["gap_ns"], stream_ordered(ops).deps, rows["op_id"], tr.deps, on_wire.astype(np.float64), lat,
-        ptr, lk, w, link_capacity(fabric), jit=n >= JIT_MIN_TRANSFERS, queue=send_queues(ops, rows, row_conn))
+        ptr, lk, w, cap, jit=n >= JIT_MIN_TRANSFERS, queue=send_queues(ops, rows, row_conn))
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     for name in rows.dtype.names:
         flows[name] = rows[name]

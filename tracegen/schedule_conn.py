@@ -27,6 +27,7 @@ from .collectives import expand, op_templates
 from .collectives.edges import pxn_split, template_edges
 from .config import Job
 from .connections import build_connections, communicator
+from .schedule import nic_only_links
 from .tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged
 from .topology import Fabric
 
@@ -96,19 +97,6 @@ def group_items(op_id, channel, kind, queue, nbytes, ptr, lk, w):
     return item, it_op, big, it_ptr, (k2 % width).astype(np.int64), ww
 
 
-def _ideal_links(fabric: Fabric, src_rank, dst_rank, net):
-    """NIC ports (whole NIC rate) and NVLink ports only: every item crosses exactly two."""
-    nic_tx = 2 * fabric.rank_nic[src_rank].astype(np.int64)
-    nic_rx = 2 * fabric.rank_nic[dst_rank].astype(np.int64) + 1
-    base = 2 * fabric.n_nics
-    tx = np.where(net, nic_tx, base + 2 * np.asarray(src_rank, np.int64))
-    rx = np.where(net, nic_rx, base + 2 * np.asarray(dst_rank, np.int64) + 1)
-    lk = np.stack([tx, rx], axis=1).reshape(-1)
-    cap = np.r_[np.full(2 * fabric.n_nics, fabric.nic_gbps / 8.0),
-                np.full(2 * fabric.world, fabric.nvlink_gbps / 8.0)]
-    return np.arange(0, 2 * len(tx) + 1, 2), lk, np.ones(len(lk)), cap
-
-
 def _alone(item_deps, nbytes, extra, links, queue=None):
     """One op alone from t = 0: (its end, its items' last byte)."""
     ptr, lk, w, cap = links
@@ -161,13 +149,14 @@ class _Fill:
             rc = row_conn[net] = self.conns.lookup(r["src_rank"][net], r["dst_rank"][net], comm, r["channel"][net])
             lat[net] = net_latency_ns(self.conns, rc, wire[net].astype(np.int64), self.pmtu, out.vlan,
                                       out.ip_version)
-        links = _ideal_links(f, r["src_rank"], r["dst_rank"], net)
+        links = nic_only_links(f, r["src_rank"], r["dst_rank"], net)
         t_chunk, _ = _alone(tr.deps, wire, lat, links, send_queues(self.ops, r, row_conn))
         self.cache[sig] = t_chunk
         return self.cache[sig]
 
 
-def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
+def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: bool = True) -> Flows:
+    """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison."""
     from .schedule import item_links, link_capacity, net_latency_ns
     pmtu = job.output.pmtu
     rows = edge_table(ops, fabric, job)
@@ -197,7 +186,11 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
     # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,
     # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
     ebytes = np.where(net, rows["net_wire"], rows["nvl_wire"]).astype(np.float64)
-    ptr, lk, w = item_links(fabric, conns, row_conn, rows["src_rank"], rows["dst_rank"])
+    if shared_fabric:
+        ptr, lk, w = item_links(fabric, conns, row_conn, rows["src_rank"], rows["dst_rank"])
+        cap = link_capacity(fabric)
+    else:
+        ptr, lk, w, cap = nic_only_links(fabric, rows["src_rank"], rows["dst_rank"], net)
     from .schedule import send_queues
     row_q = send_queues(ops, rows, row_conn)
     item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
@@ -213,7 +206,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job) -> Flows:
     from .schedule import stream_ordered
     start, finish, end, op_start, op_end = fluid.run(
         ops.rows["gap_ns"], stream_ordered(ops).deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
-        link_capacity(fabric), jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue)
+        cap, jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue)
     r_start, r_end, r_fin = start[item], end[item], finish[item]
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     flows["transfer_id"] = np.arange(n)
