@@ -247,3 +247,36 @@ def test_non_blocking_fabric_reproduces_the_nic_only_schedule(detail):
     shared, nic_only = (r.op_end_ns.max() for r in runs)
     assert (runs[0].conns.hops > 2).any()                     # some traffic does cross the spines
     assert abs(shared - nic_only) <= 0.01 * nic_only, (shared, nic_only)
+
+
+def test_link_loads_over_time_match_the_bytes_and_never_exceed_the_rate():
+    """The engine's record of every link's load (fluid.LinkLoad), binned over the iteration, adds
+    up to the bytes the routes put on each link, and no bin carries more than the link's rate."""
+    j = fabric_job("leaf-spine-2to1", dp=16, gpn=2)
+    run = run_pipeline(j)
+    rep, fl = run.report, run.flows
+    end = int(fl.op_end_ns.max())
+    n = 2 * len(run.fabric.links)
+    busy = fl.link_load.binned(n, 1000, -(-end // 1000) + 1)
+    # (items end on whole ns: each holds its link up to 1 ns longer at its rate)
+    assert np.allclose(busy.sum(axis=1), rep.link_bytes, rtol=1e-3, atol=64)
+    gbps = np.repeat(run.fabric.links["gbps"], 2)
+    assert (busy * 8 <= gbps[:, None] * 1000 * (1 + 1e-9)).all()
+    assert (rep.link_peak <= 1 + 1e-9).all() and rep.link_peak.max() > 0.99   # the uplinks saturate
+
+
+def test_link_utilisation_picture_from_a_run_and_from_disk(tmp_path):
+    from click.testing import CliRunner
+    from tracegen.cli import main
+    out = tmp_path / "t"
+    res = CliRunner().invoke(main, ["generate", "-q", "--no-pcap", "--no-ns3", "--set", "fabric=leaf-spine-2to1",
+                                    "--set", "parallelism.dp=8", "--set", "parallelism.global_batch=32", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    import json
+    lu = json.loads((out / "summary.json").read_text())["link_utilisation"]
+    assert len(lu["name"]) == 8 and max(max(u) for u in lu["util"]) <= 1 + 1e-6
+    header = (out / "flows.csv").read_text().split("\n", 1)[0].split(",")
+    assert header[-2:] == ["route", "net_wire_bytes"]
+    res = CliRunner().invoke(main, ["report", str(out), "-o", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r" / "link_utilisation.png").read_bytes() == (out / "link_utilisation.png").read_bytes()

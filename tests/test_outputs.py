@@ -43,8 +43,12 @@ def _codes(enum, names):
 
 def test_flows_parquet_round_trips_to_the_numpy_table(run, trace):
     t = pq.read_table(trace / "flows.parquet")
-    assert t.column_names == flowmod.COLUMNS
+    assert t.column_names == flowmod.COLUMNS + ["route", "net_wire_bytes"]     # + the fabric's
     f, r, ops = run.flows, run.flows.rows, run.flows.ops.rows
+    net = r["link"] == 1
+    assert np.array_equal(np.array(t.column("net_wire_bytes").to_pylist())[net], f.row_net_wire[net])
+    routes = t.column("route").to_pylist()
+    assert all(len(routes[i]) >= 2 for i in np.flatnonzero(net)) and all(not routes[i] for i in np.flatnonzero(~net))
     for c in flowmod.flow_table_columns(f):
         if c.kind == "int":
             assert t.schema.field(c.name).type == pa.from_numpy_dtype(np.dtype(c.dtype)), c.name
@@ -91,9 +95,9 @@ def test_parquet_and_csv_hold_the_same_rows(trace):
     t = pq.read_table(trace / "flows.parquet")
     with open(trace / "flows.csv") as fh:
         rows = list(csv.reader(fh))
-    assert rows[0] == flowmod.COLUMNS and len(rows) - 1 == t.num_rows
+    assert rows[0] == t.column_names and len(rows) - 1 == t.num_rows
     first = [str(v) if not isinstance(v, list) else ";".join(map(str, v)) for v in
-             [t.column(c)[5].as_py() for c in flowmod.COLUMNS]]
+             [t.column(c)[5].as_py() for c in t.column_names]]
     assert rows[6] == first
     with open(trace / "ops.csv") as fh:
         assert next(csv.reader(fh))[-2:] == ["group", "deps"]

@@ -20,6 +20,7 @@ float64 between events.
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -40,8 +41,11 @@ def reverse_csr(r: Ragged, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_ptr, lk_id, lk_w,
-        cap_bytes_per_ns, jit: bool = True, rate_cap=None, queue=None):
-    """Schedule everything. Returns (start, finish, end, op_start, op_end) as int64 arrays.
+        cap_bytes_per_ns, jit: bool = True, rate_cap=None, queue=None, record_links: int = 0,
+        record_max: int = 0):
+    """Schedule everything. Returns (start, finish, end, op_start, op_end) as int64 arrays, and
+    with record_links = L > 0 also the load of links 0..L-1 over time: (t, link, bytes per ns)
+    whenever a link's load changes, at most record_max records (0: 64 per item, up to 4 M) (LinkLoad).
 
     op_gap [n_ops]; op_deps: op ids each op waits for; op_of [n]: op of each item; item_deps: item
     ids each item needs (items of its own op); nbytes [n] (float); extra_ns [n]; lk_ptr/lk_id/lk_w:
@@ -62,12 +66,63 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
             np.asarray(lk_ptr, np.int64), np.asarray(lk_id, np.int64), np.asarray(lk_w, np.float64),
             np.asarray(cap_bytes_per_ns, np.float64),
             np.full(n, np.inf) if rate_cap is None else np.asarray(rate_cap, np.float64),
-            np.full(n, -1, np.int64) if queue is None else np.asarray(queue, np.int64))
+            np.full(n, -1, np.int64) if queue is None else np.asarray(queue, np.int64),
+            int(record_links), (int(record_max) or min(4_000_000, 64 * n + 1024)) if record_links else 0)
     fn = _engine if jit else getattr(_engine, "py_func", _engine)   # NUMBA_DISABLE_JIT: plain
-    start, finish, end, op_start, op_end, done = fn(*args)
+    start, finish, end, op_start, op_end, done, rec_t, rec_l, rec_v, n_rec = fn(*args)
     if not done:
         raise RuntimeError("schedule: dependency cycle, some items never became ready")
+    if record_links:
+        k = min(n_rec, len(rec_t))
+        return start, finish, end, op_start, op_end, LinkLoad(rec_t[:k], rec_l[:k], rec_v[:k], n_rec > len(rec_t))
     return start, finish, end, op_start, op_end
+
+
+class LinkLoad(NamedTuple):
+    """Piecewise-constant load of links: from t[k] on, link[k] carries bytes_per_ns[k]."""
+    t: np.ndarray
+    link: np.ndarray
+    bytes_per_ns: np.ndarray
+    truncated: bool
+
+    def binned(self, n_links: int, bin_ns: int, bins: int) -> np.ndarray:
+        """Bytes each link carried in each bin [k bin_ns, (k+1) bin_ns)."""
+        out = np.zeros((n_links, bins + 2))
+        if not len(self.t):
+            return out[:, :bins]
+        o = np.lexsort((self.t, self.link))
+        t, ln, v = self.t[o], self.link[o], self.bytes_per_ns[o]
+        last = np.r_[ln[1:] != ln[:-1], True]
+        b = np.where(last, t, np.r_[t[1:], 0])       # each record holds until the link's next one
+        keep = (b > t) & (v > 0) & (t < bins * bin_ns)
+        a, b, v, ln = t[keep], np.minimum(b[keep], bins * bin_ns), v[keep], ln[keep]
+        b0, b1 = a // bin_ns, (b - 1) // bin_ns
+        one = b0 == b1
+        np.add.at(out, (ln[one], b0[one]), v[one] * (b[one] - a[one]))
+        m = ~one
+        np.add.at(out, (ln[m], b0[m]), v[m] * ((b0[m] + 1) * bin_ns - a[m]))
+        np.add.at(out, (ln[m], b1[m]), v[m] * (b[m] - b1[m] * bin_ns))
+        inner = m & (b1 > b0 + 1)
+        diff = np.zeros_like(out)
+        np.add.at(diff, (ln[inner], b0[inner] + 1), v[inner] * bin_ns)
+        np.add.at(diff, (ln[inner], b1[inner]), -v[inner] * bin_ns)
+        return (out + np.cumsum(diff, axis=1))[:, :bins]
+        o = np.lexsort((self.t, self.link))
+        t, ln, v = self.t[o], self.link[o], self.bytes_per_ns[o]
+        nxt = np.r_[t[1:], t[-1]]
+        last = np.r_[ln[1:] != ln[:-1], True]
+        nxt = np.where(last, t, nxt)                      # a link's last record: load 0 from then on
+        edges = np.arange(bins + 1) * bin_ns
+        # integral of v over [a, b) split on bin edges: via the cumulative load at every edge
+        a, b = t, nxt
+        keep = (b > a) & (v > 0)
+        a, b, v, ln = a[keep], b[keep], v[keep], ln[keep]
+        for_a = np.minimum(a[:, None], edges[None, 1:])
+        for_b = np.minimum(b[:, None], edges[None, 1:])
+        lo = np.maximum(np.maximum(a[:, None], edges[None, :-1]), 0)
+        span = np.maximum(0, np.minimum(for_b, edges[None, 1:]) - np.maximum(lo, for_a * 0 + lo))
+        np.add.at(out, ln, span * v[:, None])
+        return out
 
 
 @numba.njit(cache=True)
@@ -140,7 +195,7 @@ def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, fro
 
 @numba.njit(cache=True)
 def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_ptr, ot_val, op_of,
-            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap, queue):
+            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap, queue, rec_links, rec_max):
     n_ops, n = len(gap), len(op_of)
     n_links = len(cap)
     op_deps_left, tr_deps_left = op_deps_left.copy(), tr_deps_left.copy()
@@ -176,6 +231,17 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     t = np.int64(0)
     dirty = False
     fin = np.zeros(n, np.int64)
+    # link load records (record_links): per link the load last recorded, and the links loaded
+    rec_t = np.zeros(rec_max, np.int64)
+    rec_l = np.zeros(rec_max, np.int64)
+    rec_v = np.zeros(rec_max, np.float64)
+    n_rec = 0
+    last_load = np.zeros(max(rec_links, 1), np.float64)
+    cur_load = np.zeros(max(rec_links, 1), np.float64)
+    loaded = np.zeros(max(rec_links, 1), np.int64)
+    n_loaded = 0
+    mark = np.zeros(max(rec_links, 1), np.bool_)
+    tl = np.zeros(max(rec_links, 1), np.int64)
     n_q = queue.max() + 1 if n > 0 else 0
     q_busy = np.zeros(max(n_q, 1), np.bool_)     # a queue's item is active
     q_head = np.full(max(n_q, 1), -1, np.int64)  # parked items per queue: a linked list, FIFO
@@ -212,6 +278,12 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
                     ready[it] = t0
                 if tr_deps_left[it] == 0:
                     heapq.heappush(heap, (ready[it], it))
+        if rec_links > 0 and dirty:
+            if n_act > 0:
+                _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen, rate_cap)
+                dirty = False
+            n_rec, n_loaded = _record(t, act, n_act, rate, lk_ptr, lk_id, lk_w, rec_links, cur_load, last_load,
+                                      loaded, n_loaded, mark, tl, rec_t, rec_l, rec_v, n_rec)
         if len(heap) == 0 and n_act == 0:
             break
         t_arr = heap[0][0] if len(heap) > 0 else INF
@@ -315,4 +387,45 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     for o in range(n_ops):
         if op_left[o] > 0 or op_deps_left[o] > 0:
             done = False
-    return start, finish, end, op_start, op_end, done
+    return start, finish, end, op_start, op_end, done, rec_t, rec_l, rec_v, n_rec
+
+
+@numba.njit(cache=True)
+def _record(t, act, n_act, rate, lk_ptr, lk_id, lk_w, rec_links, cur, last, loaded, n_loaded, mark, tl,
+            rec_t, rec_l, rec_v, n_rec):
+    """Record every link (< rec_links) whose load changed at t; returns (n_rec, n_loaded)."""
+    n_t = 0
+    for a in range(n_act):
+        i = act[a]
+        r = rate[i]
+        if r == np.inf:
+            continue
+        for k in range(lk_ptr[i], lk_ptr[i + 1]):
+            ln = lk_id[k]
+            if ln < rec_links:
+                if not mark[ln]:
+                    mark[ln] = True
+                    tl[n_t] = ln
+                    n_t += 1
+                cur[ln] += r * lk_w[k]
+    for j in range(n_loaded):                # loaded before, idle now
+        ln = loaded[j]
+        if not mark[ln]:
+            mark[ln] = True
+            tl[n_t] = ln
+            n_t += 1
+    m = 0
+    for j in range(n_t):
+        ln = tl[j]
+        c, p = cur[ln], last[ln]
+        if abs(c - p) > 1e-9 * max(c, p):
+            if n_rec < len(rec_t):
+                rec_t[n_rec], rec_l[n_rec], rec_v[n_rec] = t, ln, c
+            n_rec += 1
+            last[ln] = c
+        if last[ln] > 0.0:
+            loaded[m] = ln
+            m += 1
+        cur[ln] = 0.0
+        mark[ln] = False
+    return n_rec, m

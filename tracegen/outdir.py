@@ -49,7 +49,7 @@ FORCE_PREFIX = ".tracegen.tmp-"     # temp folders inside the target (--force)
 # Top-level names a trace uses (checked against the user's files before a --force run; the
 # files actually written are checked again before anything is moved).
 TRACE_NAMES = ("flows.csv", "flows.parquet", "ops.csv", "ops.parquet", "pcap", "ns3", "summary.md",
-               "summary.json", "job.resolved.yaml", "timeline.png", "gantt.png", "traffic_matrix.png",
+               "summary.json", "job.resolved.yaml", "timeline.png", "gantt.png", "traffic_matrix.png", "link_utilisation.png",
                "perfetto.json", MANIFEST)
 NAME_MAX = 255
 PATH_MAX = 4000

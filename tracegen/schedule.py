@@ -202,13 +202,13 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job, shared_fabri
         cap = link_capacity(fabric)
     else:
         ptr, lk, w, cap = nic_only_links(fabric, src, dst, net)
-    start, finish, end, op_start, op_end = fluid.run(
+    start, finish, end, op_start, op_end, *load = fluid.run(
         ops.rows["gap_ns"], stream_ordered(ops).deps, rows["op_id"], tr.deps, on_wire.astype(np.float64), lat,
-        ptr, lk, w, cap, jit=n >= JIT_MIN_TRANSFERS, queue=send_queues(ops, rows, row_conn))
+        ptr, lk, w, cap, record_links=fabric.n_link_dirs if shared_fabric else 0, jit=n >= JIT_MIN_TRANSFERS, queue=send_queues(ops, rows, row_conn))
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     for name in rows.dtype.names:
         flows[name] = rows[name]
     flows["src_nic"], flows["dst_nic"] = src_nic, dst_nic
     flows["start_ns"], flows["end_ns"] = start, end
     return Flows(flows, tr.deps, ops, op_start, op_end, conns=conns, row_conn=row_conn, finish_ns=finish,
-                 row_net_wire=np.where(net, on_wire, 0))
+                 row_net_wire=np.where(net, on_wire, 0), link_load=load[0] if load else None)

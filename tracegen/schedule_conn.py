@@ -204,9 +204,10 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     it_queue = np.full(len(it_op), -1, np.int64)
     it_queue[item[::-1]] = row_q[::-1]
     from .schedule import stream_ordered
-    start, finish, end, op_start, op_end = fluid.run(
+    start, finish, end, op_start, op_end, *load = fluid.run(
         ops.rows["gap_ns"], stream_ordered(ops).deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
-        cap, jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue)
+        cap, jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue,
+        record_links=fabric.n_link_dirs if shared_fabric else 0)
     r_start, r_end, r_fin = start[item], end[item], finish[item]
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     flows["transfer_id"] = np.arange(n)
@@ -220,4 +221,4 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     return Flows(flows, Ragged.empty(n), ops, op_start, op_end, conns=conns, row_conn=row_conn,
                  finish_ns=r_fin, detail="conn", fill_ns=op_fill, row_transfers=rows["transfers"],
                  row_messages=rows["messages"], row_packets=rows["packets"],
-                 row_net_wire=np.where(net, rows["net_wire"], 0))
+                 row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load[0] if load else None)

@@ -186,6 +186,7 @@ class Flows:
     row_packets: np.ndarray | None = None    # conn: RoCE data packets of those messages
     row_net_wire: np.ndarray | None = None   # per row: bytes it puts on each fabric link (RoCE headers
                                              # included; 0 on NVLink)
+    link_load: object = None                # fluid.LinkLoad: every fabric link's load over time
     nic_sharing: str = "fair"               # how a NIC serves its QPs: fair (max-min among QPs with
                                             # pending work, each QP in order) - what ns-3 replays
 

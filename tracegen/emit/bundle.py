@@ -8,7 +8,7 @@ from typing import Callable
 
 from ..pipeline import Run
 from ..config import table_formats
-from .flows import write_flows_csv, write_ops_csv
+from .flows import fabric_columns, write_flows_csv, write_ops_csv
 
 
 def with_pcap_estimate(run: Run) -> Run:
@@ -23,12 +23,13 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
     counts = {}
     out = run.job.output
     formats = table_formats(out)
+    fab_cols = fabric_columns(run.flows)
     if "csv" in formats:
-        write_flows_csv(run.flows, dest / "flows.csv")
+        write_flows_csv(run.flows, dest / "flows.csv", extra=fab_cols)
         write_ops_csv(run.flows, dest / "ops.csv")
     if "parquet" in formats:
         from .tables_out import write_flows_parquet, write_ops_parquet
-        write_flows_parquet(run.flows, dest / "flows.parquet", run.job.name)
+        write_flows_parquet(run.flows, dest / "flows.parquet", run.job.name, extra=fab_cols)
         write_ops_parquet(run.flows, dest / "ops.parquet", run.job.name)
     counts["flows"] = len(run.flows)
     extra = {}

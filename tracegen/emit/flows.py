@@ -94,6 +94,27 @@ def flow_table_columns(flows: Flows) -> list[Column]:
     ]
 
 
+def fabric_columns(flows: Flows) -> list[Column]:
+    """The fabric's per-flow columns, when the schedule routed its flows (Flows.conns):
+    `route` - the link-direction ids (summary.json `links`) of its connection's first QP, NIC tx
+    first (empty on NVLink); `net_wire_bytes` - what it puts on each of those links, RoCE
+    headers, FCS, preamble and gap included (0 on NVLink)."""
+    if flows.conns is None or flows.row_conn is None or flows.row_net_wire is None:
+        return []
+    conns, row_conn, net_wire = flows.conns, flows.row_conn, flows.row_net_wire
+
+    def route(lo, hi):
+        c = row_conn[lo:hi]
+        r = conns.route[np.maximum(c, 0) * conns.qps]
+        keep = (r >= 0) & (c >= 0)[:, None]
+        ptr = np.zeros(hi - lo + 1, np.int64)
+        np.cumsum(keep.sum(axis=1), out=ptr[1:])
+        return Ragged(ptr, r[keep].astype(np.int64))
+    return [Column("route", "list", route, "i8", doc="link directions crossed (summary.json links)"),
+            Column("net_wire_bytes", "int", lambda lo, hi: net_wire[lo:hi].astype(np.int64), "i8",
+                   doc="bytes on each link of the route, headers included")]
+
+
 def op_table_columns(flows: Flows) -> list[Column]:
     """The op table: one row per CommOp, with its scheduled release and end."""
     ops = flows.ops.rows

@@ -56,6 +56,7 @@ class TraceView:
     op_end_ns: np.ndarray
     op_group: Ragged
     extra: dict = field(default_factory=dict)   # further flow columns by name (e.g. route)
+    links: dict = field(default_factory=dict)   # "utilisation": top_link_utilisation (summary.json)
 
     @property
     def n_nics(self) -> int:
@@ -75,7 +76,8 @@ class TraceView:
             nbytes=r["bytes"], start_ns=r["start_ns"], end_ns=r["end_ns"],
             op_kind=ops["kind"], op_dim=ops["dim"], op_iteration=ops["iteration"], op_gap_ns=ops["gap_ns"],
             op_start_ns=f.op_start_ns if f.op_start_ns is not None else none,
-            op_end_ns=f.op_end_ns if f.op_end_ns is not None else none, op_group=f.ops.groups)
+            op_end_ns=f.op_end_ns if f.op_end_ns is not None else none, op_group=f.ops.groups,
+            links=_links_meta(run))
 
     @staticmethod
     def from_dir(trace_dir: Path) -> "TraceView":
@@ -98,7 +100,12 @@ class TraceView:
             nbytes=flows["bytes"], start_ns=flows["start_ns"], end_ns=flows["end_ns"],
             op_kind=np.array([coll[x] for x in ops["collective"]], np.uint8), op_dim=code(Dim, ops["dim"]),
             op_iteration=ops["iteration"], op_gap_ns=ops["gap_ns"], op_start_ns=ops["start_ns"],
-            op_end_ns=ops["end_ns"], op_group=ops["group"])
+            op_end_ns=ops["end_ns"], op_group=ops["group"],
+            links={"utilisation": meta.get("link_utilisation", {})})
+
+
+def _links_meta(run) -> dict:
+    return {"utilisation": top_link_utilisation(run.flows, run.fabric)}
 
 
 def _read_table(trace_dir: Path, name: str, columns: list[str]) -> dict:
@@ -319,10 +326,61 @@ def timeline(view: TraceView, path: Path) -> Path:
     return draw_timeline(view, path)
 
 
+TOP_LINKS = 8
+UTIL_BINS = 200
+
+
+def top_link_utilisation(flows, fabric, top: int = TOP_LINKS) -> dict:
+    """The busiest fabric links' utilisation over the iteration, from the schedule's own link
+    loads (fluid.LinkLoad: exact, piecewise constant): {bin_ns, name, gbps, util[top][bins]} -
+    what link_utilisation.png draws and summary.json keeps (so `tracegen report` redraws it)."""
+    load = getattr(flows, "link_load", None)
+    end = int(flows.op_end_ns.max()) if flows.op_end_ns is not None and len(flows.op_end_ns) else 0
+    if load is None or end <= 0 or not len(load.t):
+        return {}
+    from ..report import UTIL_BINS
+    n = 2 * len(fabric.links)
+    width = max(1, -(-end // UTIL_BINS))
+    gbps = np.repeat(fabric.links["gbps"], 2).astype(np.float64)
+    util = load.binned(n, width, UTIL_BINS) * 8 / (gbps[:, None] * width)
+    order = np.argsort(-util.sum(axis=1), kind="stable")[:top]          # busiest over the iteration
+    order = order[util[order].max(axis=1) > 0]
+    return {"bin_ns": int(width), "name": [fabric.link_dir_name(int(d)) for d in order],
+            "gbps": gbps[order].astype(int).tolist(),
+            "util": np.round(util[order], 5).tolist(), "truncated": bool(load.truncated)}
+
+
+def link_utilisation(view: TraceView, path: Path) -> Path:
+    """Utilisation over time (% of line rate) of the busiest fabric links (most bytes over the
+    iteration), as the schedule's
+    fluid model loads them (bins of 1/200 of the iteration)."""
+    plt = _plt()
+    lu = view.links.get("utilisation") or {}
+    fig, ax = plt.subplots(figsize=(12, 5), dpi=110)
+    if not lu.get("name"):
+        ax.text(0.5, 0.5, "no traffic crosses the fabric", ha="center", va="center", fontsize=14)
+        ax.set_axis_off()
+        return _save(fig, path)
+    width = lu["bin_ns"]
+    util = np.asarray(lu["util"], np.float64)
+    t_end = width * util.shape[1]
+    unit, div = _time_unit(t_end)
+    x = (np.arange(util.shape[1]) + 0.5) * width / div
+    for name, g, u in zip(lu["name"], lu["gbps"], util):
+        ax.step(x, 100 * u, where="mid", lw=1.4, label=f"{name} ({g}G, peak {u.max():.0%})")
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_ylabel("utilisation (% of line rate)")
+    ax.set_ylim(0, 105)
+    ax.set_title(f"{view.title}: the {len(util)} busiest fabric links, bins of {width / div:.3g} {unit}")
+    ax.grid(alpha=0.3)
+    return _save(_legend_below(fig, ax.get_legend_handles_labels()[0], 2), path)
+
+
 PICTURES: dict[str, Callable[[TraceView, Path], Path]] = {
     "timeline.png": timeline,
     "gantt.png": gantt,
     "traffic_matrix.png": traffic_matrix,
+    "link_utilisation.png": link_utilisation,
 }
 
 

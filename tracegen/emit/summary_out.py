@@ -27,9 +27,28 @@ def summary_data(run, files: dict | None = None, extra: dict | None = None) -> d
         "rank_nic": np.asarray(fab.rank_nic).tolist(),
         "nic_tx_bytes": rep.nic_tx_bytes.tolist(), "nic_rx_bytes": rep.nic_rx_bytes.tolist(),
         "pcap_estimate": {"packets": rep.pcap_packets, "bytes": rep.pcap_bytes},
+        "links": _links(fab),
+        "link_utilisation": _top_links(run),
         "files": files or {},
         **(extra or {}),
     }
+
+
+def _top_links(run) -> dict:
+    from .plots import top_link_utilisation
+    return top_link_utilisation(run.flows, run.fabric)
+
+
+def _links(fab) -> dict:
+    """Per link direction (the ids of flows' `route`): name, Gb/s, tier."""
+    n = 2 * len(fab.links)
+    if n > 400_000:
+        return {}
+    from ..report import LINK_TIERS
+    tier = np.repeat(fab.link_tier(), 2) * 2 + np.tile([0, 1], len(fab.links))
+    return {"name": [fab.link_dir_name(d) for d in range(n)],
+            "gbps": np.repeat(fab.links["gbps"], 2).astype(int).tolist(),
+            "tier": [LINK_TIERS[t] for t in tier.tolist()]}
 
 
 def write_summaries(run, dest: Path, files: dict | None = None, extra: dict | None = None) -> None:
