@@ -36,10 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (name, file, old, new): each a bug found to slip through the suite once (issue 18), or weakly guarded.
 MUTATIONS = [
-    ("rx-port-ignored", "tracegen/schedule.py",
-     "s = max(r, tx_free[tp], rx_free[rp] - lt)", "s = max(r, tx_free[tp])"),
-    ("store-and-forward-dropped", "tracegen/schedule.py",
-     "hops * fabric.link_latency_ns + (hops - 1) * last_pkt", "hops * fabric.link_latency_ns"),
+    # the six of issue 18's probe, on today's engine
+    ("rx-ports-not-shared", "tracegen/connections.py", "        ok = links >= 0\n",
+     "        ok = (links >= 0) & (links % 2 == 0)   # only a -> b directions: NIC receive ports dropped\n"),
+    ("store-and-forward-dropped", "tracegen/connections.py",
+     "sf = np.where(gbps > 0, -(-bits // np.maximum(gbps, 1)), 0).sum(axis=1)", "sf = 0"),
     ("psn-2^23", "tracegen/emit/roce.py", "PSN_MASK = 0xFFFFFF", "PSN_MASK = 0x7FFFFF"),
     ("attention-core-halved", "tracegen/workload/compute.py",
      "attn_core_ns=ns(4 * tokens", "attn_core_ns=ns(2 * tokens"),
@@ -47,14 +48,22 @@ MUTATIONS = [
      'rx = np.bincount(r["dst_nic"][net]', 'rx = np.bincount(r["src_nic"][net]'),
     ("moe-capacity-floor", "tracegen/workload/compute.py", "math.ceil(", "math.floor("),
     # weakly guarded before issue 18
-    ("transfer-dep-dropped", "tracegen/schedule.py",
-     "            if e > ready[d]:\n                ready[d] = e\n", ""),
+    ("transfer-dep-dropped", "tracegen/fluid.py",
+     "                    if e > ready[d]:\n                        ready[d] = e\n", ""),
     ("wire-time-halved", "tracegen/schedule.py",
-     "duration_ns(on_wire, fabric.nic_gbps)", "duration_ns(on_wire // 2, fabric.nic_gbps)"),
+     "tr.deps, on_wire.astype(np.float64), lat,", "tr.deps, (on_wire // 2).astype(np.float64), lat,"),
     ("tree-bandwidth-untuned", "tracegen/collectives/tuning.py", "bus *= 0.92 * 0.85", "bus *= 1.0"),
+    # the fabric model
+    ("links-not-shared", "tracegen/fluid.py", "            wsum[ln] += lk_w[k]\n", "            wsum[ln] = lk_w[k]\n"),
+    ("ecmp-always-first-next-hop", "tracegen/routing.py",
+     "pick = (h % np.maximum(cnt, 1).astype(np.uint32)).astype(np.int64)",
+     "pick = (np.asarray(crc[r] * 0 + 0, np.int64) % np.maximum(cnt, 1))"),
+    ("qp-send-queue-ignored", "tracegen/schedule.py",
+     "queue=send_queues(ops, rows, row_conn))", "queue=None)"),
 ]
 
-DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_compute_closed_forms.py tests/test_psn_wrap.py "
+DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
+                 "tests/test_compute_closed_forms.py tests/test_psn_wrap.py "
                  "tests/test_report_asym.py tests/test_timing_closed_forms.py tests/test_examples.py "
                  "tests/test_workload.py tests/test_topology.py tests/test_collectives.py")
 
