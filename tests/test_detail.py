@@ -79,3 +79,26 @@ def test_auto_picks_full_for_small_jobs_and_conn_beyond(monkeypatch):
     assert run_pipeline(j).flows.detail == "full"
     monkeypatch.setattr(pipeline, "FULL_DETAIL_MAX_TRANSFERS", 10)
     assert run_pipeline(j).flows.detail == "conn"
+
+
+def test_pcap_estimate_per_connection_matches_the_chunks(pair):
+    """Unfiltered, the connection-level estimate counts the same records as the chunk-level plan
+    (data packets, and per message a CTS, its ACK and the data's ACK, in two files each)."""
+    from tracegen.emit.pcap import estimate_pcap
+    full, conn = pair
+    a = estimate_pcap(full.flows, full.fabric, full.job.output, nccl=full.job.nccl)
+    b = estimate_pcap(conn.flows, conn.fabric, conn.job.output, nccl=conn.job.nccl)
+    assert b[0] == a[0] and abs(b[1] - a[1]) <= 0.01 * a[1]
+
+
+def test_generate_refuses_pcaps_from_a_connection_schedule(tmp_path):
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--detail", "conn", "-q",
+                          "-o", str(tmp_path / "t")], capture_output=True, text=True)
+    assert res.returncode == 2 and "--detail full" in res.stderr and len(res.stderr.splitlines()) == 1
+    assert not (tmp_path / "t").exists()
+    res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--detail", "conn", "-q", "--no-pcap",
+                          "--no-ns3", "-o", str(tmp_path / "t")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "route" in (tmp_path / "t" / "flows.csv").read_text().split("\n", 1)[0]

@@ -166,7 +166,7 @@ def _run(job, quiet: bool, pcap: bool = True, budget: bool = True):
     from .emit.select import check_budget, check_not_empty
     from .pipeline import run_pipeline
     with _stages(quiet) as stage:
-        run = run_pipeline(job, stage)
+        run = run_pipeline(job, stage, emit=budget and (job.output.pcap or job.output.ns3))
         if pcap:
             stage("pcap estimate")
             run = with_pcap_estimate(run)

@@ -6,6 +6,7 @@ from typing import Callable
 
 from .collectives import expand, op_templates
 from .config import Job
+from .errors import ConfigError
 from .report import Report, build_report
 from .schedule import schedule
 from .schedule_conn import schedule_connections
@@ -33,16 +34,21 @@ def chunk_transfer_count(ops: CommOps, fabric: Fabric, job: Job) -> int:
     return sum(len(t) for _, _, t, _ in op_templates(ops, fabric, job.nccl))
 
 
-def run_pipeline(job: Job, stage: Callable[[str], None] | None = None) -> Run:
-    """`stage(text)` is told what runs next (the CLI shows it; big jobs take minutes)."""
+def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: bool = False) -> Run:
+    """`stage(text)` is told what runs next (the CLI shows it; big jobs take minutes). emit: pcaps
+    or an ns-3 scenario will be written from the flows, which need every chunk (detail full)."""
     say = stage or (lambda text: None)
     say("topology")
     fabric = build_fabric(job)
     say("workload: collectives of one iteration")
     ops = build_commops(job)
     detail = job.detail
+    if detail == "conn" and emit:
+        raise ConfigError("detail=conn times the job per NCCL connection; pcaps and ns-3 scenarios "
+                          "are made of its chunks: use --detail full (or auto), or --no-pcap --no-ns3")
     if detail == "auto":
-        detail = "full" if chunk_transfer_count(ops, fabric, job) <= FULL_DETAIL_MAX_TRANSFERS else "conn"
+        detail = "full" if emit or chunk_transfer_count(ops, fabric, job) <= FULL_DETAIL_MAX_TRANSFERS \
+            else "conn"
     if detail == "full":
         say(f"collectives: {len(ops):,} ops -> transfers")
         transfers = expand(ops, fabric, job.nccl)

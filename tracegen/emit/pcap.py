@@ -30,7 +30,10 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
                   network: Network | None = None) -> tuple[int, int]:
     """(packet records, bytes on disk) over all files write_pcaps would write; exact.
     Host view unfiltered: every packet is recorded twice, in its sender's file and its receiver's.
-    Only a time window (or CNPs) needs the schedule; the other filters count from the plan."""
+    Only a time window (or CNPs) needs the schedule; the other filters count from the plan.
+    A schedule per connection (detail conn) has no chunks: an estimate from its counts instead."""
+    if flows.detail == "conn":
+        return _conn_estimate(flows, out)
     p = timing.prepare(flows, fabric, out, qps, times=views.needs_schedule(out), nccl=nccl, network=network)
     if p is None:
         return 0, 0
@@ -55,6 +58,22 @@ def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
     files = np.flatnonzero(pk > 0)
     headers = sum(len(p.fmt.file_header([nic_interface(fabric, int(k), p.out.ip_version)])) for k in files)
     return int(pk.sum()), int(nbytes.sum()) + headers
+
+
+def _conn_estimate(flows: Flows, out: Output) -> tuple[int, int]:
+    """Unfiltered host view from a connection-level flow table: every data packet and, per
+    message, its CTS, the ACK of the CTS and the ACK of the data, each in two files; bytes from the
+    wire bytes less each frame's FCS, preamble and gap, plus a 16 B record header (24 B with
+    pcapng's EPB). Filters are not applied: an upper estimate."""
+    net = flows.rows["link"] == 1
+    pkts = int(flows.row_packets[net].sum())
+    msgs = int(flows.row_messages[net].sum())
+    ctl = 3 * msgs
+    frame_bytes = int(flows.row_net_wire[net].sum()) - pkts * 24 + ctl * 90
+    if out.snaplen:
+        frame_bytes = min(frame_bytes, (pkts + ctl) * out.snaplen)
+    rec = 28 if out.format == "pcapng" else 16
+    return 2 * (pkts + ctl), 2 * (frame_bytes + (pkts + ctl) * rec)
 
 
 def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
