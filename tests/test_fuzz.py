@@ -201,6 +201,11 @@ def test_random_small_jobs_keep_the_schedule_invariants(doc):
     assert (op_end[od.values] <= op_start[op_owner]).all(), "an op released before its dependencies ended"
 
 
-@pytest.mark.skipif(not LONG, reason="long profile only (TRACEGEN_FUZZ=long)")
-def test_long_profile_is_on():
-    assert settings.get_profile(PROFILE).max_examples >= 100
+def test_profile_follows_the_environment():
+    """CI runs the derandomized profile (same examples every run); TRACEGEN_FUZZ=long runs 25x as
+    many random ones."""
+    prof = settings.get_profile(PROFILE)
+    if LONG:
+        assert not prof.derandomize and budget(8).max_examples == 200
+    else:
+        assert prof.derandomize and budget(8).max_examples == 8
