@@ -208,16 +208,24 @@ def test_switch_port_view_is_exactly_the_packets_crossing_the_port(tmp_path, hos
                     want.setdefault(port, []).append((t + i * LAT, i, fr))
     assert set(got) == set(want)
     assert any("spine" in k for k in got)
+    waited = 0
     for port, recs in got.items():
         if "spine" not in port:
             assert recs == want[port]
             continue
         assert [r[0] for r in recs] == sorted(r[0] for r in recs)
-        # Same packets (UDP onward: BTH, payload, ICRC), same times; this link's MACs and TTL.
-        assert Counter((t, fr[38:]) for t, _, _, fr in recs) == Counter((t, fr[38:]) for t, _, fr in want[port])
-        link_of = {(t, fr[38:]): i for t, i, fr in want[port]}
+        # Same packets (UDP onward: BTH, payload, ICRC) as route the host files; this link's MACs
+        # and TTL; each leaves the port no earlier than it arrived (sent + i x latency).
+        assert Counter(fr[38:] for _, _, _, fr in recs) == Counter(fr[38:] for _, _, fr in want[port])
+        arrivals: dict[bytes, list] = {}
+        for t, i, fr in sorted(want[port], key=lambda r: r[0]):
+            arrivals.setdefault(fr[38:], []).append((t, i))
+        per_dir: dict[int, list] = {}
         for t, incl, orig, fr in recs:
-            i = link_of[(t, fr[38:])]
+            arr, i = arrivals[fr[38:]].pop(0)
+            assert t >= arr
+            waited += t > arr
+            per_dir.setdefault(i, []).append((arr, t, orig))
             src, dst = tp.NIC_OF_IP[".".join(str(b) for b in fr[30:34])], tp.NIC_OF_IP[".".join(str(b) for b in fr[34:38])]
             spine = _route_links(src, dst, int(struct.unpack(">H", fr[38:40])[0]))[1][1] - FABRIC.spine_node_id(0)
             leaf_a, leaf_b = bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[src]]), bytes(FABRIC.leaf_mac[FABRIC.nic_leaf[dst]])
@@ -225,7 +233,28 @@ def test_switch_port_view_is_exactly_the_packets_crossing_the_port(tmp_path, hos
             assert (fr[:6], fr[6:12], fr[26]) == macs + ((64 if fr[46] == 0x81 else 255) - i,)
             if fr[46] != 0x81:
                 tw.decode(fr, Output(), t, orig, ce_ok=True)        # IPv4 checksum and ICRC still valid
+        # Each direction is a work-conserving FIFO at the link's rate: first come first served,
+        # frames never overlap, and a frame waits only while the port is sending another.
+        for i, seq in per_dir.items():
+            assert_fifo_port(seq, FABRIC.leaf_spine_gbps)
+    if switch in ("leaf0", "spine0"):      # where CROSS makes two NICs burst into one uplink
+        assert waited, "no frame queued at any port: the scenario does not test the port FIFO"
     assert estimate_pcap(CROSS, FABRIC, out) == (sum(map(len, got.values())), sum(p.stat().st_size for p in paths))
+
+
+def wire_ns_exact(orig_len: int, gbps: int) -> float:
+    """ns a frame holds a link: frame + FCS + preamble/SFD + IFG (IEEE 802.3)."""
+    return (orig_len + 4 + 8 + 12) * 8 / gbps
+
+
+def assert_fifo_port(seq, gbps: int, slack_ns: int = 2):
+    """seq: (arrival, departure, frame length) in file order, one direction of one port."""
+    for (a0, t0, n0), (a1, t1, n1) in zip(seq, seq[1:]):
+        assert a1 >= a0, "served out of arrival order"
+        w = wire_ns_exact(n0, gbps)
+        assert t1 - t0 >= w - 1e-9, f"frames overlap: {t1 - t0} ns < {w:.1f} ns at {gbps} Gb/s"
+        if t1 > a1:
+            assert t1 - t0 <= w + slack_ns, f"the port idled {t1 - t0 - w:.1f} ns while a frame waited"
 
 
 def _mk(p: Path) -> Path:

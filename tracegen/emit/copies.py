@@ -46,6 +46,8 @@ class FileSpec:
     parts: list
     lead: list = field(default_factory=list)   # frames before the plan's: (t_ns in the file, bytes, iface)
     t0_ns: int = 0                              # subtracted from the plan's times (lab: the common t0)
+    port_gbps: int = 0                          # a fabric link's port: each direction a FIFO at this
+                                                # rate (port_queue.py); 0: times as scheduled (NICs)
 
 
 def item_endpoints(p: Plan, src: int, idx):

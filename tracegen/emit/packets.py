@@ -82,6 +82,24 @@ def wire_ns(frame_bytes, gbps: int):
     return ((np.asarray(frame_bytes, dtype=np.int64) + roce.WIRE_OVERHEAD_BYTES) * 8 + gbps - 1) // gbps
 
 
+def spread(offset_ns, burst_ns, m_row, n_rows: int, send_ns) -> np.ndarray:
+    """Per message: its start within its flow. offset_ns: back to back at line rate; stretched
+    by send_ns / (the flow's line-rate time) when the schedule gives the flow more than 1 % beyond
+    it, so the last message ends at send_ns at the latest."""
+    total = np.bincount(m_row, burst_ns, minlength=n_rows).astype(np.int64)
+    slack = send_ns - total
+    stretch = (slack > 0) & (slack > total // 100)
+    f = np.where(stretch, send_ns / np.maximum(total, 1), 1.0)
+    return np.where(stretch[m_row], np.floor(offset_ns * f[m_row]).astype(np.int64), offset_ns)
+
+
+def _row_first(v, m_row, n_rows: int) -> np.ndarray:
+    """Per flow: v of its first message."""
+    out = np.zeros(n_rows, np.int64)
+    out[m_row[::-1]] = np.asarray(v)[::-1]
+    return out
+
+
 def data_packet(m_size, m_npk, j, pmtu):
     """Opcode and payload bytes of packet j of a message (vectorized)."""
     last = j == m_npk - 1
@@ -191,6 +209,8 @@ class Plan:
     k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
     fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
+    line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
+    line_gbps: int = 0                     # that line rate: the NICs'
 
     @property
     def n_msgs(self) -> int:
@@ -340,13 +360,21 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
                       rec(Opcode.RC_WRITE_LAST_IMM, frames[2]), rec(Opcode.RC_WRITE_ONLY_IMM, frames[3]),
                       each=ctl_opt(DATA, np.arange(M)) if row_comment else None)
 
-    # Nominal: a flow's messages back to back from its start_ns.
+    # Nominal: a flow's messages from its start_ns, each a line-rate burst, spread over the time
+    # the schedule gives the flow to send (its end less the route's flight and store-and-forward
+    # packet times) in proportion to their bytes: a flow that shares a link at half its NIC's
+    # rate sends a message every two message times, so its messages interleave with the other
+    # QPs' on the NIC (timing.py) and no link carries more than the schedule gave it, averaged
+    # over a message. A flow alone at line rate keeps its messages back to back.
     burst = wire.span(m_npk, np.arange(M), 0, m_npk)
     excl = np.cumsum(burst) - burst
     first_of_row = np.r_[True, m_row[1:] != m_row[:-1]]
     row_base = np.maximum.accumulate(np.where(first_of_row, np.arange(M), 0))
-    m_nominal = rows["start_ns"].astype(np.int64)[m_row] + excl - excl[row_base]
     flight = (c_hops * fabric.link_latency_ns)[m_conn]
+    m_nominal = rows["start_ns"].astype(np.int64)[m_row] + spread(
+        excl - excl[row_base], burst, m_row, len(rows),
+        (rows["end_ns"] - rows["start_ns"]).astype(np.int64) - _row_first(flight, m_row, len(rows))
+        - (_row_first(c_hops[m_conn], m_row, len(rows)) - 1) * int(wire.first))
 
     # ACKs of data: the A-bit packet, plus every ack_every-th packet of the message.
     n_ack = 1 + ((m_npk - 1) // out.ack_every if out.ack_every > 0 else 0 * m_npk)
@@ -376,7 +404,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         c_sport=roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64), c_hops=c_hops,
         m_conn=m_conn, m_q=m_q, m_imm=m_imm, m_keep=m_keep,
         m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
-        m_nominal_ns=m_nominal, wire=wire, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
+        m_nominal_ns=m_nominal, wire=wire, line_wire=wire, line_gbps=gbps, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
         m_nccl=m_nccl, m_va=bufs.addr[m_nccl] + m_part_off, m_rkey=bufs.rkey[m_nccl],
         m_cts_va=bufs.cts_va[m_nccl], m_cts_rkey=bufs.cts_rkey[m_nccl],
         m_cts_body=nccl_net.cts_payload(bufs.addr, bufs.size, bufs.rkey, bufs.tag, bufs.idx)[m_nccl],

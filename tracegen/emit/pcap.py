@@ -16,7 +16,7 @@ import numpy as np
 from ..config import Nccl, Network, Output
 from ..tables import Flows
 from ..topology import Fabric
-from . import frames, items, select, timing, views
+from . import frames, items, port_queue, select, timing, views
 from .copies import nic_interface
 from .addresses import spine_mac  # noqa: F401  (the spine MAC plan, for users of this module)
 from .packets import Plan
@@ -135,7 +135,10 @@ def build_without_writing(flows: Flows, fabric: Fabric, out: Output, qps: int = 
 def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
     """The file's records in time order, one buffer per window."""
     it = items.Items.gather(p, spec.parts)
-    for pos, li, j, t in items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES, spec.t0_ns):
+    packets = items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES, spec.t0_ns)
+    if spec.port_gbps:
+        packets = port_queue.queued(p, it, packets, p.line_gbps, spec.port_gbps)
+    for pos, li, j, t in packets:
         yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
 
 

@@ -11,9 +11,11 @@
 
 Switch views: a leaf's port to a NIC holds exactly that NIC's own capture (its sent and received
 copies, at the NIC's timestamps); a port between leaf L and spine S holds the packets going up
-L -> S (route link 1) and down S -> L (route link 2), each stamped when it is put on that link:
-sent time + link index x link latency (switch queueing is not modelled; the NICs' serialization
-is), with the Ethernet addresses and TTL of that link (spine MACs 02:53:00:00:<hi>:<lo>, see
+L -> S (route link 1) and down S -> L (route link 2): each arrives at the port at sent time +
+link index x link latency, then leaves through the port's egress FIFO per direction at the link's
+rate (port_queue.py: two NICs bursting into one uplink queue there, as on a real port, so a
+capture never holds more than the link's rate), with the Ethernet addresses and TTL of that link
+(spine MACs 02:53:00:00:<hi>:<lo>, see
 addresses.spine_mac). The spine is the route's ECMP choice (routes.py, routing.py).
 """
 from __future__ import annotations
@@ -114,6 +116,7 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
     pairs = ([(sw, s) for s in range(fabric.n_spines)] if kind == "leaf" else
              [(lf, sw) for lf in range(fabric.n_leaves)])
     for leaf, spine in pairs:
+        ls_bps = _link_gbps(fabric, leaf, spine) * 10**9
         parts = []
         for src in (DATA_SENT, CTL_SENT):                   # the sender's copies, moved down the route
             idx = np.flatnonzero(kept(p, src))
@@ -132,5 +135,13 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
             iface = Interface(f"spine{spine}:leaf{leaf}", f"spine{spine} port to leaf{leaf}",
                               bytes(spine_mac(spine)), ls_bps)
             fname = f"spine{spine}-leaf{leaf}"
-        specs.append(FileSpec(fname, [iface], parts))
+        specs.append(FileSpec(fname, [iface], parts, port_gbps=ls_bps // 10**9))
     return specs
+
+
+def _link_gbps(fabric: Fabric, leaf: int, spine: int) -> int:
+    """Rate of the leaf-spine link (the fabric's leaf-spine rate if a file fabric has none)."""
+    a, b = fabric.leaf_node_id(leaf), fabric.spine_node_id(spine)
+    L = fabric.links
+    hit = ((L["a"] == a) & (L["b"] == b)) | ((L["a"] == b) & (L["b"] == a))
+    return int(L["gbps"][hit][0]) if hit.any() else fabric.leaf_spine_gbps
