@@ -56,11 +56,45 @@ def test_no_port_file_exceeds_its_link_rate(tmp_path, fabric, switch):
     assert total > 1000
 
 
-def test_host_files_keep_each_nic_direction_at_line_rate(tmp_path):
-    res = CliRunner().invoke(main, ["generate", "-q", "--collective", "pp,dp", "--set", "parallelism.dp=8",
-                                    "--set", "parallelism.global_batch=32", "--set", "fabric=leaf-spine-2to1",
-                                    "--no-ns3", "-o", str(tmp_path / "h")])
+JOB = ["--collective", "pp,dp", "--set", "parallelism.dp=8", "--set", "parallelism.global_batch=32",
+       "--set", "fabric=leaf-spine-2to1", "--no-ns3"]
+
+
+@pytest.mark.parametrize("view", ["host", "host-ipv6-qp4", "merged", "lab"])
+def test_every_file_of_the_host_merged_and_lab_views_keeps_line_rate(tmp_path, view):
+    extra = {"host": [], "host-ipv6-qp4": ["--set", "output.ip_version=6", "--set", "nccl.qps_per_connection=4"],
+             "merged": ["--merge"], "lab": ["--lab", str(tmp_path / "lab.yaml")]}[view]
+    (tmp_path / "lab.yaml").write_text("hosts: leaf0\narp: false\n")
+    res = CliRunner().invoke(main, ["generate", "-q", *JOB, *extra, "-o", str(tmp_path / "h")])
     assert res.exit_code == 0, res.output
-    for f in sorted((tmp_path / "h" / "pcap").glob("*.pcap")):
+    files = sorted((tmp_path / "h" / "pcap").glob("*.pcap"))
+    assert files
+    for f in files:
         pairs, bad = _gaps_ok(read_pcap(f), NIC_GBPS)
         assert pairs and bad == 0, f"{f.name}: {bad} of {pairs} overlapping"
+
+
+def test_fifo_per_path(tmp_path):
+    """A packet never overtakes one sent earlier on the same path: per path (sender, receiver and
+    UDP source port, which fixes the ECMP route), the receiver's capture has the frames in the
+    order the sender's capture sent them (matched by destination QP, PSN and opcode)."""
+    res = CliRunner().invoke(main, ["generate", "-q", *JOB, "--set", "nccl.qps_per_connection=4",
+                                    "-o", str(tmp_path / "h")])
+    assert res.exit_code == 0, res.output
+    sent, got = {}, defaultdict(list)
+    for f in sorted((tmp_path / "h" / "pcap").glob("*.pcap")):
+        for t, _, fr in read_pcap(f):
+            off = 18 if fr[12:14] == b"\x81\x00" else 14
+            ttl, src, dst = fr[off + 8], fr[off + 12:off + 16], fr[off + 16:off + 20]
+            sport, bth = fr[off + 20:off + 22], fr[off + 28:off + 40]
+            key = (src, dst, sport, bth[5:8], bth[8:12], bth[0])     # dest QP, PSN, opcode
+            if ttl in (255, 64):                                     # as sent (NCCL's 255, CNPs 64)
+                sent[key] = t
+            else:                                                    # received: routers crossed
+                got[(src, dst, sport)].append((t, key))
+    pairs = 0
+    for path, recs in got.items():
+        order = [sent[k] for _, k in sorted(recs, key=lambda r: r[0])]
+        assert order == sorted(order), f"path {path}: a frame overtook one sent before it"
+        pairs += 1
+    assert pairs > 10
