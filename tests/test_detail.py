@@ -102,3 +102,27 @@ def test_generate_refuses_pcaps_from_a_connection_schedule(tmp_path):
                           "--no-ns3", "-o", str(tmp_path / "t")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "route" in (tmp_path / "t" / "flows.csv").read_text().split("\n", 1)[0]
+
+
+def test_the_work_estimate_follows_the_detail_the_pipeline_picks():
+    """Timed per connection a job makes no chunk transfer: the estimate counts its ops (and the
+    memory they take), not the transfers a chunk-level expansion would make, and the pipeline
+    reuses the CommOp table the estimate built instead of building it again."""
+    from tracegen import work
+    from tracegen.errors import ConfigError
+    j = job_from_dict(MATRIX["dense dp8 tp2 pp2 2:1"], name="eq")
+    full, conn = dataclasses.replace(j, detail="full"), dataclasses.replace(j, detail="conn")
+    w_full, w_conn = work.estimate(full, emit=False), work.estimate(conn, emit=False)
+    assert (w_full.detail, w_conn.detail) == ("full", "conn")
+    assert w_full.transfers == w_conn.transfers > 0 and w_full.ops == w_conn.ops
+    assert w_conn.units == (work.OP_UNITS + work.CONN_OP_UNITS) * w_conn.ops
+    assert "collective calls timed per connection" in str(pytest.raises(ConfigError, work.estimate, conn, w_conn.units - 1,
+                                                           emit=False).value)
+    work.estimate(conn, w_conn.units, emit=False)                    # exactly at the budget: runs
+    auto = dataclasses.replace(j, detail="auto")
+    assert work.estimate(auto, emit=True).detail == "full"           # pcaps are made of chunks
+    ops = work.built_commops(auto)
+    assert ops is not None and work.built_commops(auto) is None      # handed over once
+    work.estimate(conn, emit=False)
+    kept = work._built[id(conn)][1]
+    assert run_pipeline(conn).ops is kept

@@ -34,6 +34,14 @@ def chunk_transfer_count(ops: CommOps, fabric: Fabric, job: Job) -> int:
     return sum(len(t) for _, _, t, _ in op_templates(ops, fabric, job.nccl))
 
 
+def pick_detail(detail: str, emit: bool, transfers: int) -> str:
+    """full or conn: `auto` is full when pcaps or ns-3 are written (they are made of chunks) or
+    the job has at most FULL_DETAIL_MAX_TRANSFERS chunk transfers."""
+    if detail != "auto":
+        return detail
+    return "full" if emit or transfers <= FULL_DETAIL_MAX_TRANSFERS else "conn"
+
+
 def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: bool = False) -> Run:
     """`stage(text)` is told what runs next (the CLI shows it; big jobs take minutes). emit: pcaps
     or an ns-3 scenario will be written from the flows, which need every chunk (detail full)."""
@@ -41,14 +49,16 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: boo
     say("topology")
     fabric = build_fabric(job)
     say("workload: collectives of one iteration")
-    ops = build_commops(job)
+    from .work import built_commops
+    ops = built_commops(job)
+    if ops is None:
+        ops = build_commops(job)
     detail = job.detail
     if detail == "conn" and emit:
         raise ConfigError("detail=conn times the job per NCCL connection; pcaps and ns-3 scenarios "
                           "are made of its chunks: use --detail full (or auto), or --no-pcap --no-ns3")
     if detail == "auto":
-        detail = "full" if emit or chunk_transfer_count(ops, fabric, job) <= FULL_DETAIL_MAX_TRANSFERS \
-            else "conn"
+        detail = pick_detail(detail, emit, 0 if emit else chunk_transfer_count(ops, fabric, job))
     if detail == "full":
         say(f"collectives: {len(ops):,} ops -> transfers")
         transfers = expand(ops, fabric, job.nccl)

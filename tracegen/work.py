@@ -11,7 +11,9 @@ Three cheap steps, each refusing before the next costs anything:
      x ranks, ...), grouped by distinct op shape; NCCL network messages from the bytes.
 Work units = transfers + 4 x ops + 1.3 x messages: a transfer costs ~330 B of peak memory (and
 ~3 us) through schedule and report, a network message ~430 B (and ~2 us) in the pcap estimate,
-measured on the 2-core development VM. The default budget, DEFAULT_MAX_WORK, fits a 2-core
+measured on the 2-core development VM. Timed per connection (the detail the pipeline picks,
+pipeline.pick_detail), no transfer is made: an op costs ~6.2 KB (its connections' items and
+flows), counted as CONN_OP_UNITS units, and nothing per transfer. The default budget, DEFAULT_MAX_WORK, fits a 2-core
 24 GB machine shared with others: ~13 GB and a few minutes; every shipped preset fits.
 
 The estimate follows the workload and collectives stages; tests/test_bad_input.py compares it
@@ -31,6 +33,8 @@ BYTES_PER_UNIT = 330                 # peak memory per transfer (llama3-8b plan:
 BYTES_PER_MESSAGE = 430              # per network message (deepseek-v3 plan: 11.5 GB, 26.4 M messages)
 BASE_BYTES = 150 << 20               # interpreter, numpy, numba
 OP_UNITS = 4
+CONN_OP_UNITS = 19                   # per op timed per connection: ~6.2 KB (llama3-70b dp8, 72,825 ops:
+                                     # 0.60 GB peak, bench/bench_schedule.py)
 MAX_OP_BYTES = 1 << 44               # one collective's buffer (16 TiB): byte x 8 x ranks stays in int64
 MAX_ITERATION_NS = 1 << 56           # ~2.3 years of compute: time sums stay far inside int64
 MAX_LINKS = 10_000_000
@@ -42,9 +46,12 @@ class Work:
     transfers: int
     messages: int
     memory_bytes: int
+    detail: str = "full"          # how the pipeline will time it (full: per chunk, conn: per connection)
 
     @property
     def units(self) -> int:
+        if self.detail == "conn":
+            return (OP_UNITS + CONN_OP_UNITS) * self.ops
         return self.transfers + OP_UNITS * self.ops + self.messages * BYTES_PER_MESSAGE // BYTES_PER_UNIT
 
 
@@ -228,9 +235,14 @@ def _net_share(algo: str, n: int, N: int, L: int) -> float:
     return 1.0
 
 
-def estimate(job: Job, max_work: int = 0, pcap: bool = True) -> Work:
+def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None = None) -> Work:
     """The work of `job`; with max_work > 0, refuses (ConfigError) as soon as it is exceeded.
-    pcap: count the NCCL network messages the pcap estimate and writer expand (plan always does)."""
+    pcap: count the NCCL network messages the pcap estimate and writer expand (plan always does).
+    emit: pcaps or an ns-3 scenario will be written (None: as the job's output says), which
+    decides the detail the pipeline times the job at (pipeline.pick_detail)."""
+    from .pipeline import pick_detail
+    if emit is None:
+        emit = job.output.pcap or job.output.ns3
     import numpy as np
     from .collectives import DATA_KINDS, node_layout, tuning
     from .tables import CollKind
@@ -239,6 +251,7 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True) -> Work:
     if max_work and (OP_UNITS * ops_est > max_work or entries > 4 * max_work):
         _refuse(job, Work(ops_est, 0, 0, _memory(ops_est, 0, 0, entries)), max_work, "collective calls")
     ops = build_commops(job)
+    _keep_for_pipeline(job, ops)
     rows = ops.rows
     world, gpn = job.world, job.cluster.gpus_per_node
     light = SimpleNamespace(rank_node=np.arange(world, dtype=np.int64) // gpn)
@@ -277,22 +290,42 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True) -> Work:
         if pcap:
             net = _net_share(plan.algo, n, N, L)
             messages += int(net * (t + moved // max(plan.max_msg_bytes, 1))) * count
-        if max_work and transfers > max_work:
+        if max_work and transfers > max_work and pick_detail(job.detail, emit, transfers) == "full":
             break
-    w = Work(len(rows), transfers, messages, _memory(len(rows), transfers, messages, int(ops.groups.values.size)
-                                                     if hasattr(ops.groups, "values") else 0))
+    detail = pick_detail(job.detail, emit, transfers)
+    entries = int(ops.groups.values.size) if hasattr(ops.groups, "values") else 0
+    w = Work(len(rows), transfers, messages, _memory(len(rows), transfers, messages, entries, detail), detail)
     if max_work and w.units > max_work:
-        _refuse(job, w, max_work, "transfers")
+        _refuse(job, w, max_work, "transfers" if detail == "full" else "ops timed per connection")
     return w
 
 
-def _memory(ops: int, transfers: int, messages: int, entries: int) -> int:
+def _memory(ops: int, transfers: int, messages: int, entries: int, detail: str = "full") -> int:
+    if detail == "conn":
+        return BASE_BYTES + (300 + CONN_OP_UNITS * BYTES_PER_UNIT) * ops + 16 * entries
     return BASE_BYTES + BYTES_PER_UNIT * transfers + BYTES_PER_MESSAGE * messages + 300 * ops + 16 * entries
+
+
+# The CommOp table the estimate built, handed to the pipeline that runs next on the same job
+# (building it is most of the estimate's time: ~10 us per op).
+_built: dict = {}
+
+
+def _keep_for_pipeline(job: Job, ops) -> None:
+    _built.clear()
+    _built[id(job)] = (job, ops)
+
+
+def built_commops(job: Job):
+    """The CommOps estimate() built for this very job object, once (None if it built none)."""
+    hit = _built.pop(id(job), None)
+    return hit[1] if hit is not None and hit[0] is job else None
 
 
 def _refuse(job: Job, w: Work, max_work: int, what: str) -> None:
     p = job.parallelism
-    size = (f"~{w.transfers:,} transfers, {w.messages:,} network messages, {w.ops:,} collective calls"
+    size = (f"{w.ops:,} collective calls timed per connection" if w.detail == "conn" else
+            f"~{w.transfers:,} transfers, {w.messages:,} network messages, {w.ops:,} collective calls"
             if w.transfers else f"~{w.ops:,} collective calls before any transfer")
     raise ConfigError(
         f"job too big for --max-work {max_work:,}: {size}, ~{w.memory_bytes / (1 << 30):,.1f} GiB of "
