@@ -36,7 +36,8 @@ MATRIX = {
 @pytest.fixture(scope="module", params=list(MATRIX))
 def pair(request):
     j = job_from_dict(MATRIX[request.param], name="eq")
-    return run_pipeline(dataclasses.replace(j, detail="full")), run_pipeline(dataclasses.replace(j, detail="conn"))
+    return (run_pipeline(dataclasses.replace(j, detail="full")),
+            run_pipeline(dataclasses.replace(j, detail="conn"), fold=False))
 
 
 def test_bytes_per_nic_and_link_identical(pair):
@@ -115,7 +116,11 @@ def test_the_work_estimate_follows_the_detail_the_pipeline_picks():
     w_full, w_conn = work.estimate(full, emit=False), work.estimate(conn, emit=False)
     assert (w_full.detail, w_conn.detail) == ("full", "conn")
     assert w_full.transfers == w_conn.transfers > 0 and w_full.ops == w_conn.ops
-    assert w_conn.units == (work.OP_UNITS + work.CONN_OP_UNITS) * w_conn.ops
+    assert w_conn.timed_ops < w_conn.ops and w_conn.conn_edges > 0             # folded: replica 0
+    assert w_conn.units == (work.OP_UNITS * w_conn.timed_ops
+                            + w_conn.conn_edges * work.CONN_EDGE_BYTES // work.BYTES_PER_UNIT)
+    run = run_pipeline(conn)
+    assert len(run.flows) <= w_conn.conn_edges <= 1.25 * len(run.flows)   # an upper estimate of its rows
     assert "collective calls timed per connection" in str(pytest.raises(ConfigError, work.estimate, conn, w_conn.units - 1,
                                                            emit=False).value)
     work.estimate(conn, w_conn.units, emit=False)                    # exactly at the budget: runs
@@ -126,3 +131,40 @@ def test_the_work_estimate_follows_the_detail_the_pipeline_picks():
     work.estimate(conn, emit=False)
     kept = work._built[id(conn)][1]
     assert run_pipeline(conn).ops is kept
+
+
+FOLDABLE = [k for k in MATRIX if "moe" not in k]
+
+
+@pytest.mark.parametrize("name", FOLDABLE)
+def test_folded_workload_times_the_job_as_unfolded(name):
+    """Timed per connection, a job whose DP replicas are the same up to a rank offset is built
+    for replica 0 alone (CommOps.replicas): its NVLink edges stand for every replica, its network
+    edges are made for each replica (they share the fabric). Against the unfolded build: the same
+    iteration (within 1 %), bytes per NIC, rank, dimension and fabric link, and transfers."""
+    from tracegen.workload import build_commops, foldable
+    j = dataclasses.replace(job_from_dict(MATRIX[name], name="eq"), detail="conn")
+    assert foldable(j)
+    whole, folded = run_pipeline(j, fold=False), run_pipeline(j, fold=True)
+    assert whole.ops.replicas == 1 and folded.ops.replicas == j.parallelism.dp
+    assert len(folded.ops) < len(whole.ops) == int(folded.ops.copies().sum())
+    a, b = whole.report, folded.report
+    assert abs(b.iteration_ns / a.iteration_ns - 1) < 0.01
+    for field in ("nic_tx_bytes", "nic_rx_bytes", "rank_net_bytes", "rank_nvlink_bytes", "link_bytes"):
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+    assert a.rank_sent.keys() == b.rank_sent.keys()
+    assert all(np.array_equal(a.rank_sent[k], b.rank_sent[k]) for k in a.rank_sent)
+    assert a.dims == b.dims and a.transfers == b.transfers
+    assert len(build_commops(j, fold=True)) == len(folded.ops)
+    assert_valid(folded.flows, folded.fabric, folded.job.output, fabric_routes, exact=False)
+
+
+def test_jobs_that_cannot_fold_are_built_whole():
+    from tracegen.workload import build_commops, foldable
+    moe = job_from_dict(MATRIX["moe ep4 dp4 tp2 sp"], name="eq")          # EP groups cut across replicas
+    dgx_tp2 = job_from_dict(dict(model=M, parallelism=dict(dp=4, tp=2, pp=1, global_batch=16),
+                                 cluster="dgx-h100"), name="eq")          # replicas share nodes
+    for j in (moe, dgx_tp2):
+        assert not foldable(j) and build_commops(j, fold=True).replicas == 1
+    full = run_pipeline(dataclasses.replace(job_from_dict(MATRIX["dense dp8 tp2 4:1"], name="eq"), detail="full"))
+    assert full.ops.replicas == 1 and full.transfers is not None          # chunks of every replica

@@ -219,7 +219,7 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
             where = f"generate would write {target.shown}/ ({target.note})"
         except OutputError as e:
             where = f"generate would refuse: {e}"
-        estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK, pcap=True)
+        estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK, pcap=True, emit=False)
         run = _run(job, as_json, budget=False)
         if as_json:
             import json

@@ -12,7 +12,7 @@ from .schedule import schedule
 from .schedule_conn import schedule_connections
 from .tables import CommOps, Flows, Transfers
 from .topology import Fabric, build_fabric
-from .workload import build_commops
+from .workload import build_commops, foldable
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,15 @@ FULL_DETAIL_MAX_TRANSFERS = 2_000_000
 
 
 def chunk_transfer_count(ops: CommOps, fabric: Fabric, job: Job) -> int:
-    """Transfers a chunk-level expansion would make (templates are cached: cheap)."""
-    return sum(len(t) for _, _, t, _ in op_templates(ops, fabric, job.nccl))
+    """Transfers a chunk-level expansion of the whole job would make (templates are cached:
+    cheap; a folded op counts once per replica it stands for)."""
+    copies = ops.copies()
+    return sum(len(t) * int(copies[i]) for i, _, t, _ in op_templates(ops, fabric, job.nccl))
+
+
+def want_fold(job: Job, emit: bool) -> bool:
+    """Build the workload folded (DP replica 0 alone) when it may be timed per connection."""
+    return not emit and job.detail != "full" and foldable(job)
 
 
 def pick_detail(detail: str, emit: bool, transfers: int) -> str:
@@ -42,30 +49,41 @@ def pick_detail(detail: str, emit: bool, transfers: int) -> str:
     return "full" if emit or transfers <= FULL_DETAIL_MAX_TRANSFERS else "conn"
 
 
-def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: bool = False) -> Run:
+def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: bool = False,
+                 fold: bool = True) -> Run:
     """`stage(text)` is told what runs next (the CLI shows it; big jobs take minutes). emit: pcaps
-    or an ns-3 scenario will be written from the flows, which need every chunk (detail full)."""
+    or an ns-3 scenario will be written from the flows, which need every chunk (detail full).
+    fold: timed per connection, build and time DP replica 0's ops once for all replicas where the
+    job allows it (workload.foldable; the network edges of every replica are still timed)."""
     say = stage or (lambda text: None)
     say("topology")
     fabric = build_fabric(job)
     say("workload: collectives of one iteration")
-    from .work import built_commops
+    from .work import built_commops, built_transfers
+    known_transfers = built_transfers(job)
     ops = built_commops(job)
-    if ops is None:
-        ops = build_commops(job)
+    if ops is None or (ops.replicas > 1 and not fold):
+        ops = build_commops(job, fold=fold and want_fold(job, emit))
     detail = job.detail
     if detail == "conn" and emit:
         raise ConfigError("detail=conn times the job per NCCL connection; pcaps and ns-3 scenarios "
                           "are made of its chunks: use --detail full (or auto), or --no-pcap --no-ns3")
     if detail == "auto":
-        detail = pick_detail(detail, emit, 0 if emit else chunk_transfer_count(ops, fabric, job))
+        # the estimate's closed-form count where it is far beyond the line (counting exactly
+        # would build every template, a whole job's grad-norm ring among them), else exact
+        far = known_transfers is not None and known_transfers > 4 * FULL_DETAIL_MAX_TRANSFERS
+        detail = pick_detail(detail, emit, 0 if emit else known_transfers if far
+                             else chunk_transfer_count(ops, fabric, job))
+    if detail == "full" and ops.replicas > 1:
+        ops = build_commops(job)            # every chunk of every replica
     if detail == "full":
         say(f"collectives: {len(ops):,} ops -> transfers")
         transfers = expand(ops, fabric, job.nccl)
         say(f"schedule: {len(transfers):,} transfers")
         flows = schedule(ops, transfers, fabric, job)
     else:
-        say(f"schedule: {len(ops):,} ops, per connection")
+        folded = f" (DP replica 0 of {ops.replicas}, network edges of all)" if ops.replicas > 1 else ""
+        say(f"schedule: {len(ops):,} ops{folded}, per connection")
         transfers = None
         flows = schedule_connections(ops, fabric, job)
     say("report")

@@ -64,15 +64,17 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
     ops = flows.ops.rows
     dim_of = ops["dim"][r["op_id"]]
     net = r["link"] == LinkKind.NET
-    expected = [expected_rank_bytes(job, rank) for rank in range(fabric.world)]
-    n_tr = flows.row_transfers if flows.row_transfers is not None else np.ones(len(r), np.int64)
+    copies = flows.row_copies if flows.row_copies is not None else np.ones(len(r), np.int64)
+    op_copies = flows.ops.copies()
+    n_tr = (flows.row_transfers if flows.row_transfers is not None else np.ones(len(r), np.int64)) * copies
+    per_rank = lambda mask: _rank_sums(flows, r["src_rank"], r["bytes"], mask, fabric.world)
     dims = []
     for dim in Dim:
         sel = dim_of == dim
-        n_ops = int((ops["dim"] == dim).sum())
+        n_ops = int(op_copies[ops["dim"] == dim].sum())
         if n_ops == 0 or dim == Dim.NONE:
             continue
-        sent = np.bincount(r["src_rank"][sel], weights=r["bytes"][sel], minlength=fabric.world)
+        sent = per_rank(sel)
         busiest = int(np.argmax(sent))
         on_net = r[sel & net]
         if flows.row_messages is not None:
@@ -80,16 +82,13 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
         else:
             msgs = int(np.maximum(1, -(-on_net["wire_bytes"] // np.maximum(on_net["max_msg_bytes"], 1))).sum())
         dims.append(DimVolume(dim.name, n_ops, int(n_tr[sel].sum()), int(on_net["bytes"].sum()),
-                              int(r["bytes"][sel & ~net].sum()), msgs, int(sent[busiest]),
-                              round(expected[busiest].get(dim, 0)), DIM_FORMULAS[dim]))
+                              int((r["bytes"][sel & ~net] * copies[sel & ~net]).sum()), msgs, int(sent[busiest]),
+                              round(expected_rank_bytes(job, busiest).get(dim, 0)), DIM_FORMULAS[dim]))
     rank_sent = {}
     for dim in Dim:
         sel = dim_of == dim
         if sel.any():
-            rank_sent[dim.name] = np.bincount(r["src_rank"][sel], weights=r["bytes"][sel],
-                                              minlength=fabric.world).astype(np.int64)
-    per_rank = lambda mask: np.bincount(r["src_rank"][mask], weights=r["bytes"][mask],
-                                        minlength=fabric.world).astype(np.int64)
+            rank_sent[dim.name] = per_rank(sel)
     tx = np.bincount(r["src_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     rx = np.bincount(r["dst_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     B = m.bytes_per_elem
@@ -108,6 +107,20 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
         (int(r["end_ns"].max()) if len(r) else 0),
         transfers=int(n_tr.sum()), net_transfers=int(n_tr[net].sum()), memory=memory,
         notes=[warning] if warning else [], **_link_loads(fabric, flows))
+
+
+def _rank_sums(flows: Flows, rank, w, mask, world: int) -> np.ndarray:
+    """Per rank: sum of w over the rows in mask, by `rank`; a folded job's rows that stand for
+    every DP replica (row_copies) count for each replica's rank (rank + d x stride)."""
+    if flows.row_copies is None:
+        return np.bincount(rank[mask], weights=w[mask], minlength=world).astype(np.int64)
+    many = mask & (flows.row_copies > 1)
+    out = np.bincount(rank[mask & ~many], weights=w[mask & ~many], minlength=world).astype(np.int64)
+    base = np.bincount(rank[many], weights=w[many], minlength=world).astype(np.int64)
+    at = np.flatnonzero(base)
+    for d in range(flows.ops.replicas):
+        out[at + d * flows.ops.replica_stride] += base[at]
+    return out.astype(np.int64)
 
 
 # Tiers of link directions, as shown in plan and summary.md.

@@ -25,6 +25,7 @@ import numpy as np
 from . import fluid
 from .collectives import expand, op_templates
 from .collectives.edges import pxn_split, template_edges
+from .collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
 from .config import Job
 from .connections import build_connections, communicator
 from .schedule import nic_only_links
@@ -32,20 +33,27 @@ from .tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged
 from .topology import Fabric
 
 
+# A ring AllReduce listing more chunks than this (a whole 16k-GPU job's grad-norm AllReduce: half a
+# billion) has its edges and its time alone in closed form (collectives/ring_edges.py).
+CLOSED_FORM_ROWS = 16_000_000
+
+
 def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns."""
     nccl, pmtu = job.nccl, job.output.pmtu
     groups: dict[tuple, list] = {}
-    for i, group, t, plan in op_templates(ops, fabric, nccl, which):
-        groups.setdefault((id(t), plan), [t, plan, [], []])
-        g = groups[(id(t), plan)]
+    for i, group, t, plan in op_templates(ops, fabric, nccl, which, max_rows=CLOSED_FORM_ROWS):
+        tkey = t if isinstance(t, RingShape) else id(t)
+        groups.setdefault((tkey, plan), [t, plan, [], []])
+        g = groups[(tkey, plan)]
         g[2].append(i)
         g[3].append(group)
     cols: dict[str, list] = {k: [] for k in ("op_id", "src_rank", "dst_rank", "channel", "transfers",
                                              "messages", "packets", "payload", "nvl_wire", "net_wire",
                                              "algo", "proto", "max_msg_bytes")}
     for t, plan, op_ids, grps in groups.values():
-        e = template_edges(t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
+        e = (ring_allreduce_edges if isinstance(t, RingShape) else template_edges)(
+            t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
         G = np.asarray(grps, dtype=np.int64)                      # [k, n] ranks by position
         k, m = len(op_ids), len(e)
         cols["op_id"].append(np.repeat(np.asarray(op_ids, np.int64), m))
@@ -67,8 +75,30 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
                                          *(out[c] for c in names))
         out = dict(zip(names, rest), src_rank=s, dst_rank=d)
     out["link"] = link
+    out["copies"] = np.ones(len(link), np.int64)
+    if ops.replicas > 1 and len(link):
+        out = _unfold_net_edges(out, ops)
     order = np.argsort(out["op_id"], kind="stable")
     return {k: v[order] for k, v in out.items()}
+
+
+def _unfold_net_edges(out: dict, ops: CommOps) -> dict:
+    """A folded job's edges (CommOps.replicas): an op of replica 0 gets its NET edges once per
+    replica, ranks shifted by d x stride - they share the fabric with every other replica's and
+    their routes differ (ECMP) - while its NVLink edges stay once, standing for all replicas
+    (`copies`): each GPU's NVLink port carries only its own replica's traffic."""
+    tiled = ops.tiled()[out["op_id"]]
+    net = out["link"] == LinkKind.NET
+    out["copies"] = np.where(tiled & ~net, ops.replicas, 1)
+    idx = np.flatnonzero(tiled & net)
+    if not len(idx):
+        return out
+    shift = np.repeat(np.arange(1, ops.replicas, dtype=np.int64) * ops.replica_stride, len(idx))
+    rep = np.tile(idx, ops.replicas - 1)
+    extra = {k: v[rep] for k, v in out.items()}
+    extra["src_rank"] = extra["src_rank"] + shift
+    extra["dst_rank"] = extra["dst_rank"] + shift
+    return {k: np.concatenate([out[k], extra[k]]) for k in out}
 
 
 def group_items(op_id, channel, kind, queue, nbytes, ptr, lk, w):
@@ -129,11 +159,20 @@ class _Fill:
             self.groups[key] = b"|".join(parts)
         return self.groups[key]
 
-    def alone_ns(self, op: int, sig: bytes) -> int:
+    def alone_ns(self, op: int, sig: bytes, latency_ns: int = 0) -> int:
         hit = self.cache.get(sig)
         if hit is not None:
             return hit
         f, job = self.fabric, self.job
+        big = op_templates(self.ops, f, job.nccl, [op], max_rows=CLOSED_FORM_ROWS)
+        if big and isinstance(big[0][2], RingShape):
+            _, group, shape, plan = big[0]
+            net = not f.same_node(group, np.roll(group, -1)).all()
+            e = ring_allreduce_edges(shape, int(plan.proto), plan.max_msg_bytes, self.pmtu, job.output.vlan,
+                                     job.output.ip_version)
+            rate = f.port_gbps if net else f.nvlink_gbps
+            self.cache[sig] = ring_allreduce_alone_ns(shape, e, rate, latency_ns)
+            return self.cache[sig]
         # chunk level, this op alone
         tr = expand(self.ops, f, job.nccl, which=[op])
         r = tr.rows
@@ -181,7 +220,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         lo, hi = int(op_lo[op]), int(op_lo[op] + cnt[op])
         sig = b"%d|%d|%d|%d|" % (ops.rows["kind"][op], ops.rows["bytes"][op], ops.rows["elem_bytes"][op],
                                  ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
-        op_alone[op] = fill.alone_ns(op, sig)
+        op_alone[op] = fill.alone_ns(op, sig, int(lat[lo:hi].max()))
         op_fill[op] = int(lat[lo:hi].max())     # the last arrival (0 on NVLink)
     # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,
     # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
@@ -221,4 +260,5 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     return Flows(flows, Ragged.empty(n), ops, op_start, op_end, conns=conns, row_conn=row_conn,
                  finish_ns=r_fin, detail="conn", fill_ns=op_fill, row_transfers=rows["transfers"],
                  row_messages=rows["messages"], row_packets=rows["packets"],
-                 row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load[0] if load else None)
+                 row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load[0] if load else None,
+                 row_copies=rows["copies"] if ops.replicas > 1 else None)

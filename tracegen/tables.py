@@ -153,9 +153,28 @@ class CommOps:
     rows: np.ndarray   # COMMOP_DTYPE, rows[i].op_id == i
     groups: Ragged     # ranks taking part, in ring order (p2p: [src, dst])
     deps: Ragged       # op ids that must complete before this op starts (plus gap_ns compute)
+    # Folded (workload.fold): only DP replica 0's streams were built; an op whose ranks all sit
+    # in replica 0 stands for `replicas` copies, the copy of replica d on ranks + d x stride.
+    replicas: int = 1
+    replica_stride: int = 0
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def tiled(self) -> np.ndarray:
+        """Per op: does it stand for one copy per DP replica (all its ranks in replica 0)?"""
+        if self.replicas <= 1 or not len(self.rows):
+            return np.zeros(len(self.rows), bool)
+        rep = (self.groups.values // self.replica_stride) % self.replicas
+        lens = self.groups.lengths()
+        top = np.zeros(len(self.rows), np.int64)
+        nz = lens > 0
+        top[nz] = np.maximum.reduceat(rep, self.groups.ptr[:-1][nz])
+        return nz & (top == 0)
+
+    def copies(self) -> np.ndarray:
+        """Per op: how many ops of the unfolded job it stands for (1 unless folded)."""
+        return np.where(self.tiled(), self.replicas, 1)
 
 
 @dataclass(frozen=True)
@@ -187,6 +206,8 @@ class Flows:
     row_net_wire: np.ndarray | None = None   # per row: bytes it puts on each fabric link (RoCE headers
                                              # included; 0 on NVLink)
     link_load: object = None                # fluid.LinkLoad: every fabric link's load over time
+    row_copies: np.ndarray | None = None    # folded job (CommOps.replicas): per row, the DP replicas
+                                            # it stands for (its NVLink rows: all; None: 1 each)
     nic_sharing: str = "fair"               # how a NIC serves its QPs: fair (max-min among QPs with
                                             # pending work, each QP in order) - what ns-3 replays
 

@@ -12,8 +12,9 @@ Three cheap steps, each refusing before the next costs anything:
 Work units = transfers + 4 x ops + 1.3 x messages: a transfer costs ~330 B of peak memory (and
 ~3 us) through schedule and report, a network message ~430 B (and ~2 us) in the pcap estimate,
 measured on the 2-core development VM. Timed per connection (the detail the pipeline picks,
-pipeline.pick_detail), no transfer is made: an op costs ~6.2 KB (its connections' items and
-flows), counted as CONN_OP_UNITS units, and nothing per transfer. The default budget, DEFAULT_MAX_WORK, fits a 2-core
+pipeline.pick_detail), no transfer is made: the cost is per row of the connection-level schedule
+(op x NCCL connection: a ring's n edges per channel, a pair's channels; a folded job's network
+rows once per DP replica), ~CONN_EDGE_BYTES each, plus 4 units per op timed. The default budget, DEFAULT_MAX_WORK, fits a 2-core
 24 GB machine shared with others: ~13 GB and a few minutes; every shipped preset fits.
 
 The estimate follows the workload and collectives stages; tests/test_bad_input.py compares it
@@ -33,8 +34,9 @@ BYTES_PER_UNIT = 330                 # peak memory per transfer (llama3-8b plan:
 BYTES_PER_MESSAGE = 430              # per network message (deepseek-v3 plan: 11.5 GB, 26.4 M messages)
 BASE_BYTES = 150 << 20               # interpreter, numpy, numba
 OP_UNITS = 4
-CONN_OP_UNITS = 19                   # per op timed per connection: ~6.2 KB (llama3-70b dp8, 72,825 ops:
-                                     # 0.60 GB peak, bench/bench_schedule.py)
+CONN_EDGE_BYTES = 500                # per connection-level row (op x connection): edge columns, its
+                                     # fluid item's share, flow row (llama3-405b plan: 2.5 GB at 2,048
+                                     # GPUs, 5.8 M rows; 1.8 GB at 16,384, 3.1 M rows)
 MAX_OP_BYTES = 1 << 44               # one collective's buffer (16 TiB): byte x 8 x ranks stays in int64
 MAX_ITERATION_NS = 1 << 56           # ~2.3 years of compute: time sums stay far inside int64
 MAX_LINKS = 10_000_000
@@ -47,11 +49,14 @@ class Work:
     messages: int
     memory_bytes: int
     detail: str = "full"          # how the pipeline will time it (full: per chunk, conn: per connection)
+    timed_ops: int = -1           # ops the schedule times (folded job: replica 0's and the shared; -1: ops)
+    conn_edges: int = 0           # connection-level rows (op x NCCL connection) the schedule times
 
     @property
     def units(self) -> int:
         if self.detail == "conn":
-            return (OP_UNITS + CONN_OP_UNITS) * self.ops
+            return (OP_UNITS * (self.ops if self.timed_ops < 0 else self.timed_ops)
+                    + self.conn_edges * CONN_EDGE_BYTES // BYTES_PER_UNIT)
         return self.transfers + OP_UNITS * self.ops + self.messages * BYTES_PER_MESSAGE // BYTES_PER_UNIT
 
 
@@ -247,11 +252,15 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     from .collectives import DATA_KINDS, node_layout, tuning
     from .tables import CollKind
     from .workload import build_commops
+    from .pipeline import want_fold
     ops_est, entries = _closed_forms(job)
+    if want_fold(job, emit):                  # replica 0's streams: about 1/dp of the ops
+        ops_est, entries = -(-ops_est // job.parallelism.dp), -(-entries // job.parallelism.dp)
     if max_work and (OP_UNITS * ops_est > max_work or entries > 4 * max_work):
         _refuse(job, Work(ops_est, 0, 0, _memory(ops_est, 0, 0, entries)), max_work, "collective calls")
-    ops = build_commops(job)
+    ops = build_commops(job, fold=want_fold(job, emit))
     _keep_for_pipeline(job, ops)
+    copies = ops.copies()
     rows = ops.rows
     world, gpn = job.world, job.cluster.gpus_per_node
     light = SimpleNamespace(rank_node=np.arange(world, dtype=np.int64) // gpn)
@@ -259,6 +268,7 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     groups: dict[tuple, object] = {}
     layouts: dict[bytes, tuple[int, int]] = {}
     shapes: dict[tuple, int] = {}
+    timed: dict[tuple, int] = {}          # ops the schedule times (folded: replica 0's once)
     for i in range(len(rows)):
         kind = int(rows["kind"][i])
         group = np.asarray(ops.groups[i])
@@ -270,8 +280,9 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
         shape = (kind, len(group), *layouts[key], int(rows["bytes"][i]), int(rows["elem_bytes"][i]),
                  key if job.nccl.pxn else b"")
         groups.setdefault(key, group)
-        shapes[shape] = shapes.get(shape, 0) + 1
-    transfers = messages = 0
+        shapes[shape] = shapes.get(shape, 0) + int(copies[i])
+        timed[shape] = timed.get(shape, 0) + 1
+    transfers = messages = edges = 0
     c = job.cluster
     pxn_share: dict[tuple, float] = {}
     for (kind, n, N, L, nbytes, eb, gkey), count in shapes.items():
@@ -279,6 +290,10 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
             continue
         plan = tuning.plan(CollKind(kind), job.nccl, n, N, L, nbytes, c.nic_gbps, c.nvlink_gbps)
         t = _transfers(kind, plan, n, N, L, nbytes, eb)
+        # connection-level rows: a ring's or tree's n edges per channel, a pair's channels; a
+        # folded op's network edges once per replica, its NVLink ones once
+        per_op = plan.channels * (1 if kind == CollKind.SENDRECV else n)
+        edges += per_op * (count if N > 1 else timed[(kind, n, N, L, nbytes, eb, gkey)])
         if gkey:
             if (gkey, plan.algo) not in pxn_share:
                 pxn_share[gkey, plan.algo] = _cross_rail(plan.algo, groups[gkey], light.rank_node,
@@ -293,16 +308,21 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
         if max_work and transfers > max_work and pick_detail(job.detail, emit, transfers) == "full":
             break
     detail = pick_detail(job.detail, emit, transfers)
+    if id(job) in _built and not (max_work and transfers > max_work and detail == "full"):
+        _built[id(job)][2] = transfers
     entries = int(ops.groups.values.size) if hasattr(ops.groups, "values") else 0
-    w = Work(len(rows), transfers, messages, _memory(len(rows), transfers, messages, entries, detail), detail)
+    # A folded job times one replica's NVLink edges and every replica's network edges: its cost
+    # per op counted once, the unfolded op count shown.
+    w = Work(int(copies.sum()), transfers, messages, _memory(len(rows), transfers, messages, entries, detail, edges),
+             detail, timed_ops=len(rows), conn_edges=edges)
     if max_work and w.units > max_work:
         _refuse(job, w, max_work, "transfers" if detail == "full" else "ops timed per connection")
     return w
 
 
-def _memory(ops: int, transfers: int, messages: int, entries: int, detail: str = "full") -> int:
+def _memory(ops: int, transfers: int, messages: int, entries: int, detail: str = "full", edges: int = 0) -> int:
     if detail == "conn":
-        return BASE_BYTES + (300 + CONN_OP_UNITS * BYTES_PER_UNIT) * ops + 16 * entries
+        return BASE_BYTES + 300 * ops + CONN_EDGE_BYTES * edges + 16 * entries
     return BASE_BYTES + BYTES_PER_UNIT * transfers + BYTES_PER_MESSAGE * messages + 300 * ops + 16 * entries
 
 
@@ -313,7 +333,13 @@ _built: dict = {}
 
 def _keep_for_pipeline(job: Job, ops) -> None:
     _built.clear()
-    _built[id(job)] = (job, ops)
+    _built[id(job)] = [job, ops, None]
+
+
+def built_transfers(job: Job) -> int | None:
+    """The chunk transfers estimate() counted for this job (closed forms: no template built)."""
+    hit = _built.get(id(job))
+    return hit[2] if hit is not None and hit[0] is job else None
 
 
 def built_commops(job: Job):

@@ -57,6 +57,9 @@ ALGORITHMS = {
 DATA_KINDS = frozenset(kind for _, kind in ALGORITHMS)
 
 
+from .ring_edges import RingShape  # noqa: E402
+
+
 def node_layout(group: np.ndarray, fabric: Fabric) -> tuple[int, int]:
     """(N, L) if the group is node-major with L members on each of N nodes, else (n, 1)."""
     n = len(group)
@@ -79,8 +82,10 @@ def build_template(kind: CollKind, nodes: int, local: int, nbytes: int, elem_byt
                     plan.chunk_bytes)
 
 
-def op_templates(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None):
-    """(op index, group, Template, Plan) of every op that moves data (or of ops `which`)."""
+def op_templates(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None, max_rows: int = 0):
+    """(op index, group, Template, Plan) of every op that moves data (or of ops `which`).
+    max_rows > 0: a ring AllReduce whose template would list more chunks than that comes as a
+    ring_edges.RingShape instead (its edges in closed form; for the connection-level schedule)."""
     tuning.check(nccl)
     parts: list[tuple[int, np.ndarray, Template, tuning.Plan]] = []
     layouts: dict[bytes, tuple[int, int]] = {}     # a job has few distinct groups, used many times
@@ -95,6 +100,12 @@ def op_templates(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None):
         if key not in layouts:
             layouts[key] = node_layout(group, fabric)
         N, L = layouts[key]
+        if max_rows and kind == CollKind.ALLREDUCE:
+            plan = tuning.plan(kind, nccl, N * L, N, L, int(nbytes[i]), fabric.nic_gbps, fabric.nvlink_gbps)
+            shape = RingShape(N, L, int(nbytes[i]) // int(elem[i]), int(elem[i]), plan.channels, plan.chunk_bytes)
+            if plan.algo == "ring" and shape.rows() > max_rows:
+                parts.append((int(i), group, shape, plan))
+                continue
         plan, t = build_template(kind, N, L, int(nbytes[i]), int(elem[i]), nccl, fabric.nic_gbps,
                                  fabric.nvlink_gbps)
         if len(t):

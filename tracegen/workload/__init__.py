@@ -3,8 +3,12 @@ from __future__ import annotations
 
 from ..config import Job
 from ..tables import CommOps
-from .iteration import build_iteration
+from .iteration import build_iteration, foldable
 
 
-def build_commops(job: Job) -> CommOps:
-    return build_iteration(job)
+def build_commops(job: Job, fold: bool = False) -> CommOps:
+    """fold: build DP replica 0 alone when the job allows it (foldable); CommOps.replicas says."""
+    return build_iteration(job, fold)
+
+
+__all__ = ["build_commops", "foldable"]

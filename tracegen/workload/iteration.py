@@ -30,6 +30,8 @@ waits; DP buckets and ZeRO-3 prefetches are forked so they overlap compute.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..config import Job, grad_elem_bytes
 from ..tables import CollKind, CommOps, Dim, Phase
 from .compute import ComputeModel, moe_rows
@@ -59,8 +61,17 @@ def batch_broadcasts(job: Job, first: bool, last: bool) -> list[tuple[int, int]]
     return [tokens, positions] if first else [labels, loss_mask]
 
 
+def foldable(job: Job) -> bool:
+    """Can the workload be built for DP replica 0 alone (CommOps.replicas)? Needs DP replicas
+    whose ops are the same up to a rank offset and whose ranks fill whole nodes, so an offset
+    keeps every rank's NVLink peers, rail and PXN proxy: dp > 1, no expert parallelism (EP groups
+    cut across replicas) and tp x cp a multiple of the GPUs per node."""
+    par = job.parallelism
+    return par.dp > 1 and par.ep == 1 and (par.tp * par.cp) % job.cluster.gpus_per_node == 0
+
+
 class IterationBuilder:
-    def __init__(self, job: Job):
+    def __init__(self, job: Job, fold: bool = False):
         self.job, m, par = job, job.model, job.parallelism
         self.m, self.par = m, par
         self.lay = Layout.of(par)
@@ -77,8 +88,11 @@ class IterationBuilder:
         self.a2a_bytes = rows * m.hidden * self.B                      # one rank's dispatch buffer
         self.etp_bytes = par.etp * self.a2a_bytes                      # gathered over expert TP
         self.chunk_layers = m.layers // (par.pp * par.vpp)
+        # Folded: replica 0's streams only; ops it shares with the other replicas (DP buckets,
+        # the loss and grad-norm AllReduces) are still made whole, once.
+        self.fold = fold and foldable(job)
         self.streams = {(c, d, p): Stream(self.ops, self.lay.tp_group(d, p, c), p)
-                        for p in range(par.pp) for d in range(par.dp) for c in range(par.cp)}
+                        for p in range(par.pp) for d in range(1 if self.fold else par.dp) for c in range(par.cp)}
         self.it = 0
 
     # ---- op helpers -------------------------------------------------------------------------
@@ -486,8 +500,11 @@ class IterationBuilder:
                     else:
                         self._backward(st, sk, chunk, mb, acc)
                 self._end_of_iteration(st, sk, acc)
-        return self.ops.table()
+        ops = self.ops.table()
+        if self.fold:
+            ops = dataclasses.replace(ops, replicas=par.dp, replica_stride=par.tp * par.cp)
+        return ops
 
 
-def build_iteration(job: Job) -> CommOps:
-    return IterationBuilder(job).build()
+def build_iteration(job: Job, fold: bool = False) -> CommOps:
+    return IterationBuilder(job, fold).build()
