@@ -170,6 +170,11 @@ def _run(job, quiet: bool, pcap: bool = True, budget: bool = True):
         if pcap:
             stage("pcap estimate")
             run = with_pcap_estimate(run)
+    if job.output.pcap and pcap and budget and run.flows.detail == "conn":
+        from .emit.bundle import pcap_flows
+        if pcap_flows(run) is None:
+            raise ConfigError("this job is timed per connection (detail conn): its pcaps are written for "
+                              "the NICs they show - select some (--nics, --ranks, --switch or --lab), or --no-pcap")
     if pcap:
         check_not_empty(run.report.pcap_packets, run.flows, run.fabric, job.output)
     if job.output.pcap and pcap and budget:

@@ -36,14 +36,20 @@ def chunk_transfer_count(ops: CommOps, fabric: Fabric, job: Job) -> int:
     return sum(len(t) * int(copies[i]) for i, _, t, _ in op_templates(ops, fabric, job.nccl))
 
 
+def needs_chunks(job: Job, emit: bool) -> bool:
+    """Will every chunk of the job be written? An ns-3 scenario replays them all; pcaps take
+    the chunks of the NICs they show from a connection-level schedule too (emit/placed.py)."""
+    return bool(emit and job.output.ns3)
+
+
 def want_fold(job: Job, emit: bool) -> bool:
     """Build the workload folded (DP replica 0 alone) when it may be timed per connection."""
-    return not emit and job.detail != "full" and foldable(job)
+    return not needs_chunks(job, emit) and job.detail != "full" and foldable(job)
 
 
 def pick_detail(detail: str, emit: bool, transfers: int) -> str:
-    """full or conn: `auto` is full when pcaps or ns-3 are written (they are made of chunks) or
-    the job has at most FULL_DETAIL_MAX_TRANSFERS chunk transfers."""
+    """full or conn: `auto` is full when every chunk is written (emit: an ns-3 scenario) or the
+    job has at most FULL_DETAIL_MAX_TRANSFERS chunk transfers."""
     if detail != "auto":
         return detail
     return "full" if emit or transfers <= FULL_DETAIL_MAX_TRANSFERS else "conn"
@@ -51,8 +57,9 @@ def pick_detail(detail: str, emit: bool, transfers: int) -> str:
 
 def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: bool = False,
                  fold: bool = True) -> Run:
-    """`stage(text)` is told what runs next (the CLI shows it; big jobs take minutes). emit: pcaps
-    or an ns-3 scenario will be written from the flows, which need every chunk (detail full).
+    """`stage(text)` is told what runs next (the CLI shows it; big jobs take minutes). emit: the
+    job's outputs will be written: an ns-3 scenario needs every chunk (detail full); pcaps of a
+    connection-level schedule expand only the NICs they show (emit/placed.py).
     fold: timed per connection, build and time DP replica 0's ops once for all replicas where the
     job allows it (workload.foldable; the network edges of every replica are still timed)."""
     say = stage or (lambda text: None)
@@ -65,14 +72,15 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: boo
     if ops is None or (ops.replicas > 1 and not fold):
         ops = build_commops(job, fold=fold and want_fold(job, emit))
     detail = job.detail
-    if detail == "conn" and emit:
-        raise ConfigError("detail=conn times the job per NCCL connection; pcaps and ns-3 scenarios "
-                          "are made of its chunks: use --detail full (or auto), or --no-pcap --no-ns3")
+    whole = needs_chunks(job, emit)
+    if detail == "conn" and whole:
+        raise ConfigError("detail=conn times the job per NCCL connection; an ns-3 scenario replays "
+                          "every chunk of it: use --detail full (or auto), or --no-ns3")
     if detail == "auto":
         # the estimate's closed-form count where it is far beyond the line (counting exactly
         # would build every template, a whole job's grad-norm ring among them), else exact
         far = known_transfers is not None and known_transfers > 4 * FULL_DETAIL_MAX_TRANSFERS
-        detail = pick_detail(detail, emit, 0 if emit else known_transfers if far
+        detail = pick_detail(detail, whole, 0 if whole else known_transfers if far
                              else chunk_transfer_count(ops, fabric, job))
     if detail == "full" and ops.replicas > 1:
         ops = build_commops(job)            # every chunk of every replica

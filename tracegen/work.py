@@ -245,7 +245,7 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     pcap: count the NCCL network messages the pcap estimate and writer expand (plan always does).
     emit: pcaps or an ns-3 scenario will be written (None: as the job's output says), which
     decides the detail the pipeline times the job at (pipeline.pick_detail)."""
-    from .pipeline import pick_detail
+    from .pipeline import needs_chunks, pick_detail
     if emit is None:
         emit = job.output.pcap or job.output.ns3
     import numpy as np
@@ -305,9 +305,9 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
         if pcap:
             net = _net_share(plan.algo, n, N, L)
             messages += int(net * (t + moved // max(plan.max_msg_bytes, 1))) * count
-        if max_work and transfers > max_work and pick_detail(job.detail, emit, transfers) == "full":
+        if max_work and transfers > max_work and pick_detail(job.detail, needs_chunks(job, emit), transfers) == "full":
             break
-    detail = pick_detail(job.detail, emit, transfers)
+    detail = pick_detail(job.detail, needs_chunks(job, emit), transfers)
     if id(job) in _built and not (max_work and transfers > max_work and detail == "full"):
         _built[id(job)][2] = transfers
     entries = int(ops.groups.values.size) if hasattr(ops.groups, "values") else 0

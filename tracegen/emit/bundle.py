@@ -6,15 +6,37 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from ..pipeline import Run
 from ..config import table_formats
+from ..errors import OutputError
+from ..pipeline import Run
 from .flows import fabric_columns, write_flows_csv, write_ops_csv
+
+
+def pcap_flows(run: Run):
+    """The flows the pcaps are written from: the schedule's chunks, or - timed per connection -
+    the chunks of the selected NICs placed in it (emit/placed.py; built once per run). Without a
+    NIC selection (nics, ranks, a switch or lab view) a connection-level run has none: None."""
+    if run.flows.detail != "conn":
+        return run.flows
+    out = run.job.output
+    if not (out.nics or out.ranks or out.switch or out.lab):
+        return None
+    key = id(run.flows)
+    if key not in _PLACED:
+        from .placed import placed_flows
+        _PLACED.clear()
+        _PLACED[key] = (run.flows, placed_flows(run))
+    return _PLACED[key][1]
+
+
+_PLACED: dict = {}
 
 
 def with_pcap_estimate(run: Run) -> Run:
     from .pcap import estimate_pcap
-    pkts, nbytes = estimate_pcap(run.flows, run.fabric, run.job.output, nccl=run.job.nccl,
-                                 network=run.job.network)
+    flows = pcap_flows(run)
+    pkts, nbytes = estimate_pcap(flows if flows is not None else run.flows, run.fabric, run.job.output,
+                                 nccl=run.job.nccl, network=run.job.network)
     return replace(run, report=replace(run.report, pcap_packets=pkts, pcap_bytes=nbytes))
 
 
@@ -41,8 +63,12 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
                                            nic_mask=sel.nic_mask if (out.nics or out.ranks) else None)
     if out.pcap:
         from .pcap import write_pcaps
+        flows = pcap_flows(run)
+        if flows is None:
+            raise OutputError("pcaps of a job timed per connection are written for the NICs they show: "
+                              "select some (--nics, --ranks, --switch or --lab), or --no-pcap")
         (dest / "pcap").mkdir()
-        counts["pcaps"] = len(write_pcaps(run.flows, run.fabric, out, dest / "pcap", progress=progress,
+        counts["pcaps"] = len(write_pcaps(flows, run.fabric, out, dest / "pcap", progress=progress,
                                           nccl=run.job.nccl, network=run.job.network))
     if out.ns3:
         from .ns3 import write_ns3

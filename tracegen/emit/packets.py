@@ -304,6 +304,11 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     if qpn.max() > roce.PSN_MASK:
         raise ConfigError("more than 2^24 QPs on one NIC; use fewer channels")
     c_qpn_src, c_qpn_dst = qpn[0::2], qpn[1::2]
+    if flows.detail == "placed":
+        # chunks of some connections only (emit/placed.py): the whole job's QP numbers
+        ci = flows.conns.lookup(sr[new_conn], dr[new_conn], comm[new_conn], ch[new_conn])
+        q = (ci[:, None] * flows.conns.qps + np.arange(qps)[None, :]).ravel()
+        c_qpn_src, c_qpn_dst = flows.conns.qpn_src[q], flows.conns.qpn_dst[q]
     c_hops = np.asarray(fabric.hops(c_src, c_dst), dtype=np.int64)
 
     # Messages: NCCL cuts a transfer into network messages of at most max_msg_bytes. What the NIC
