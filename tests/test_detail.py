@@ -92,7 +92,7 @@ def test_pcap_estimate_per_connection_matches_the_chunks(pair):
     assert b[0] == a[0] and abs(b[1] - a[1]) <= 0.01 * a[1]
 
 
-def test_generate_refuses_pcaps_from_a_connection_schedule(tmp_path):
+def test_generate_refuses_ns3_from_a_connection_schedule(tmp_path):
     import subprocess
     import sys
     res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--detail", "conn", "-q",
