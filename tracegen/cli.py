@@ -119,11 +119,17 @@ def main() -> None:
               help="Testers slower than the NICs (e.g. 100G): schedule the whole trace again at that rate.")
 @click.option("--no-pcap", is_flag=True, help="Skip the pcap files.")
 @click.option("--no-ns3", is_flag=True, help="Skip the ns-3 scenario files.")
+@click.option("--workers", type=click.IntRange(0, 256), default=0, metavar="N",
+              help="Write the pcap files on a local Dask cluster of N worker processes (same bytes; "
+                   "pip install 'tracegen[dask]').")
+@click.option("--scheduler", default="", metavar="tcp://HOST:PORT",
+              help="Write the pcap files on an existing Dask cluster (the output folder must be one "
+                   "every worker sees).")
 @_output_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
-             collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, force,
-             max_work, quiet):
+             collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, workers,
+             scheduler, force, max_work, quiet):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
     with outdir.signals_as_interrupts():
         try:
@@ -144,7 +150,8 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                 run = _run(job, quiet, pcap=job.output.pcap)
                 counts = {}
                 with _progress(quiet) as bar:
-                    w.write(lambda tmp: counts.update(write_bundle(run, tmp, progress=bar)))
+                    w.write(lambda tmp: counts.update(write_bundle(run, tmp, progress=bar, workers=workers,
+                                                                   scheduler=scheduler)))
             for warning in [*w.warnings, *run.report.notes]:
                 click.echo(f"warning: {warning}", err=True)
             if not quiet:

@@ -40,8 +40,10 @@ def with_pcap_estimate(run: Run) -> Run:
     return replace(run, report=replace(run.report, pcap_packets=pkts, pcap_bytes=nbytes))
 
 
-def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-    """Write every output of `run` into `dest` (an empty folder); returns counts for the user."""
+def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | None = None,
+                 workers: int = 0, scheduler: str = "") -> dict[str, int]:
+    """Write every output of `run` into `dest` (an empty folder); returns counts for the user.
+    workers / scheduler: the pcap files on a Dask cluster (pcap.write_pcaps)."""
     counts = {}
     out = run.job.output
     formats = table_formats(out)
@@ -69,7 +71,8 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
                               "select some (--nics, --ranks, --switch or --lab), or --no-pcap")
         (dest / "pcap").mkdir()
         counts["pcaps"] = len(write_pcaps(flows, run.fabric, out, dest / "pcap", progress=progress,
-                                          nccl=run.job.nccl, network=run.job.network))
+                                          nccl=run.job.nccl, network=run.job.network, workers=workers,
+                                          scheduler=scheduler))
     if out.ns3:
         from .ns3 import write_ns3
         (dest / "ns3").mkdir()

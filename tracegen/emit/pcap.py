@@ -78,11 +78,16 @@ def _conn_estimate(flows: Flows, out: Output) -> tuple[int, int]:
 
 def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
                 progress: Callable[[int, int], None] | None = None, qps: int = 1,
-                nccl: Nccl | None = None, network: Network | None = None) -> list[Path]:
+                nccl: Nccl | None = None, network: Network | None = None, workers: int = 0,
+                scheduler: str = "") -> list[Path]:
     """Write the capture files of out's view into dest_dir; returns their paths. Host view
     (default): <nic name>.pcap[ng] per NIC with a selected packet. Refuses (OutputError, nothing
     written) when they would exceed output.max_bytes. nccl: the job's NCCL settings (default:
-    NCCL's, with qps QPs per connection); network: the job's (output.dcqcn's parameters)."""
+    NCCL's, with qps QPs per connection); network: the job's (output.dcqcn's parameters).
+    workers > 0: the files are written by a local Dask cluster of that many worker processes;
+    scheduler 'tcp://host:port': by an existing Dask cluster (dest_dir must be a path every worker
+    sees). The plan is built once here and sent to the workers; each file is written whole by one
+    of them, so the bytes are the same whatever the worker count."""
     p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl, network=network)
     if p is None:
         return []
@@ -90,31 +95,43 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     counts = [items.count(p, spec) for spec in fset.specs]
     specs = [spec for spec, c in zip(fset.specs, counts) if c[0] > 0]
     select.check_budget(sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0), out)
-    paths = []
+    total_bytes = sum(c[1] for c in counts if c[0] > 0)
+    if workers or scheduler:
+        from .distributed import write_files
+        return write_files(p, fset, specs, Path(dest_dir), total_bytes, progress, workers, scheduler)
+    paths, done_bytes = [], 0
     scratch = _Scratch()
-    total_bytes, done_bytes = sum(c[1] for c in counts if c[0] > 0), 0
-    # Plain sequential writes: a writer thread overlapping build and write measured slower here
-    # (2 shared cores; bench/bench_pcap.py), and unbuffered I/O avoids a copy of each slice.
     for spec in specs:
-        path = Path(dest_dir) / (spec.name + p.fmt.suffix)
-        tmp = path.with_name(path.name + ".part")
-        with open(tmp, "wb", buffering=0) as f:
-            header = p.fmt.file_header(spec.interfaces)
-            f.write(header)
-            lead = b"".join(p.fmt.record(t, frame, iface) for t, frame, iface in spec.lead)
-            f.write(lead)
-            file_bytes = len(header) + len(lead)
-            scratch.align_to(file_bytes)
-            for buf in _slices(p, fset, spec, scratch):
-                _write_all(f, buf)
-                file_bytes += len(buf)
-                scratch.align_to(file_bytes)          # where the next slice goes
-                if progress is not None:
-                    progress(done_bytes + file_bytes, total_bytes)
-            done_bytes += file_bytes
-        os.replace(tmp, path)
+        step = (lambda n, base=done_bytes: progress(base + n, total_bytes)) if progress is not None else None
+        path, nbytes = write_file(p, fset, spec, Path(dest_dir), scratch, step)
+        done_bytes += nbytes
         paths.append(path)
     return paths
+
+
+def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
+               progress: Callable[[int], None] | None = None) -> tuple[Path, int]:
+    """One capture file of the view, written whole (to .part, then renamed): (path, bytes)."""
+    scratch = scratch or _Scratch()
+    path = Path(dest_dir) / (spec.name + p.fmt.suffix)
+    tmp = path.with_name(path.name + ".part")
+    # Plain sequential writes: a writer thread overlapping build and write measured slower here
+    # (2 shared cores; bench/bench_pcap.py), and unbuffered I/O avoids a copy of each slice.
+    with open(tmp, "wb", buffering=0) as f:
+        header = p.fmt.file_header(spec.interfaces)
+        f.write(header)
+        lead = b"".join(p.fmt.record(t, frame, iface) for t, frame, iface in spec.lead)
+        f.write(lead)
+        file_bytes = len(header) + len(lead)
+        scratch.align_to(file_bytes)
+        for buf in _slices(p, fset, spec, scratch):
+            _write_all(f, buf)
+            file_bytes += len(buf)
+            scratch.align_to(file_bytes)          # where the next slice goes
+            if progress is not None:
+                progress(file_bytes)
+    os.replace(tmp, path)
+    return path, file_bytes
 
 
 def build_without_writing(flows: Flows, fabric: Fabric, out: Output, qps: int = 1,
