@@ -105,3 +105,27 @@ def test_a_connection_level_job_without_a_nic_selection_writes_no_pcap(tmp_path)
                                     "-o", str(tmp_path / "z")])
     assert res.exit_code == 0, res.output
     assert [p.name for p in (tmp_path / "z" / "pcap").iterdir()] == ["node0000-rail0.pcap"]
+
+
+def test_leaf_and_lab_views_expand_only_their_nics(tmp_path):
+    """A leaf's switch view and a lab plan of a connection-level job: the chunks of the leaf's (the
+    lab hosts') NICs only, and the files those views write from them; a spine view is refused."""
+    from tracegen.emit.placed import shown_nics
+    from tracegen.errors import ConfigError
+    spec, _ = JOBS["dense dp4 tp2 pp2 2:1"]
+    j = job_from_dict(spec, name="placed")
+    conn = run_pipeline(dataclasses.replace(j, detail="conn"))
+    leaf0 = conn.fabric.nic_leaf == 0
+    for out in (dataclasses.replace(j.output, switch="leaf0", ns3=False),):
+        run = dataclasses.replace(conn, job=dataclasses.replace(conn.job, output=out))
+        assert np.array_equal(shown_nics(out, conn.fabric), leaf0)
+        placed = pcap_flows(run)
+        assert (leaf0[placed.rows["src_nic"]] | leaf0[placed.rows["dst_nic"]]).all()
+        paths = write_pcaps(placed, conn.fabric, out, tmp_path, nccl=j.nccl, network=j.network)
+        assert any("spine" in p.name for p in paths) and any("node" in p.name for p in paths)
+    lab = tmp_path / "lab.yaml"
+    lab.write_text("hosts: [0, 3]\narp: false\n")
+    out = dataclasses.replace(j.output, lab=str(lab), ns3=False)
+    assert shown_nics(out, conn.fabric).nonzero()[0].tolist() == [0, 3]
+    with pytest.raises(ConfigError, match="spine"):
+        shown_nics(dataclasses.replace(j.output, switch="spine0"), conn.fabric)

@@ -23,6 +23,7 @@ from ..collectives.ring import ring_orders
 from ..connections import communicator
 from ..schedule_conn import CLOSED_FORM_ROWS
 from ..tables import FLOW_DTYPE, LinkKind, Ragged, Flows
+from ..errors import ConfigError
 from .select import parse
 
 
@@ -30,7 +31,7 @@ def placed_flows(run) -> Flows:
     """Chunk-level flows for the NICs the job's output selects, inside run.flows' timing."""
     flows, ops, fabric, job = run.flows, run.ops, run.fabric, run.job
     out = job.output
-    mask = parse(out, fabric).nic_mask
+    mask = shown_nics(out, fabric)
     r = flows.rows
     net = r["link"] == LinkKind.NET
     touch = net & (mask[np.maximum(r["src_nic"], 0)] | mask[np.maximum(r["dst_nic"], 0)])
@@ -71,6 +72,28 @@ def placed_flows(run) -> Flows:
     t_fin = s + np.ceil(span * through / np.maximum(total[row_s], 1)).astype(np.int64)
     cols = {name: v[seq] for name, v in cols.items()}
     return _table(flows, ops, fabric, cols, t_start, t_fin + lat, t_fin)
+
+
+def shown_nics(out, fabric) -> np.ndarray:
+    """Mask of the NICs whose traffic the view can show: the --nics/--ranks selection, narrowed
+    to a leaf's NICs for a leaf's switch view (its ports carry only their traffic) or to the
+    lab plan's hosts. A spine's ports carry any NIC's traffic: refused (ConfigError)."""
+    mask = parse(out, fabric).nic_mask.copy()
+    if out.switch:
+        name = out.switch.strip()
+        if not name.startswith("leaf"):
+            raise ConfigError(f"output.switch={name!r}: a job timed per connection expands chunks only for "
+                              "the NICs shown, and a spine carries every NIC's traffic; use a leaf view, "
+                              "--nics, or --detail full")
+        from .views import _switch
+        _, leaf = _switch(fabric, name)
+        mask &= fabric.nic_leaf == leaf
+    if out.lab:
+        from .lab import load
+        lab_nics = np.zeros(fabric.n_nics, bool)
+        lab_nics[list(load(out, fabric).nics)] = True
+        mask &= lab_nics
+    return mask
 
 
 _COLS = ("op_id", "algo", "proto", "max_msg_bytes", "src_rank", "dst_rank", "channel", "step", "chunk",
