@@ -82,15 +82,13 @@ def wire_ns(frame_bytes, gbps: int):
     return ((np.asarray(frame_bytes, dtype=np.int64) + roce.WIRE_OVERHEAD_BYTES) * 8 + gbps - 1) // gbps
 
 
-def spread(offset_ns, burst_ns, m_row, n_rows: int, send_ns) -> np.ndarray:
-    """Per message: its start within its flow. offset_ns: back to back at line rate; stretched
-    by send_ns / (the flow's line-rate time) when the schedule gives the flow more than 1 % beyond
-    it, so the last message ends at send_ns at the latest."""
+def stretch(burst_ns, m_row, n_rows: int, send_ns) -> np.ndarray:
+    """Per flow: the pace of its packets, send_ns (the time the schedule gives the flow to send)
+    over its line-rate time, when that is more than 1 % beyond it; else 1 (line rate)."""
     total = np.bincount(m_row, burst_ns, minlength=n_rows).astype(np.int64)
-    slack = send_ns - total
-    stretch = (slack > 0) & (slack > total // 100)
-    f = np.where(stretch, send_ns / np.maximum(total, 1), 1.0)
-    return np.where(stretch[m_row], np.floor(offset_ns * f[m_row]).astype(np.int64), offset_ns)
+    slack = np.asarray(send_ns, np.int64) - total
+    slow = (slack > 0) & (slack > total // 100)
+    return np.where(slow, send_ns / np.maximum(total, 1), 1.0)
 
 
 def _row_first(v, m_row, n_rows: int) -> np.ndarray:
@@ -211,6 +209,8 @@ class Plan:
     fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
     line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
     line_gbps: int = 0                     # that line rate: the NICs'
+    m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
+                                           # rate the schedule gave its flow (timing.paced_trains)
 
     @property
     def n_msgs(self) -> int:
@@ -274,7 +274,8 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     if not 1 <= qps <= 128:
         raise ConfigError(f"nccl.qps_per_connection={qps}; NCCL accepts 1..128")
     sel = select.parse(out, fabric)
-    rows = flows.rows[flows.net]
+    net_idx = np.flatnonzero(flows.net)
+    rows = flows.rows[net_idx]
     if len(rows) == 0:
         return None
     src, dst = rows["src_nic"].astype(np.int64), rows["dst_nic"].astype(np.int64)
@@ -288,7 +289,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     sr, dr = rows["src_rank"].astype(np.int64), rows["dst_rank"].astype(np.int64)
     comm = communicator(flows, rows)
     order = np.lexsort((np.arange(len(rows)), rows["start_ns"], ch, comm, dr, sr, dst, src))
-    rows, src, dst, ch, sr, dr, comm = (a[order] for a in (rows, src, dst, ch, sr, dr, comm))
+    rows, src, dst, ch, sr, dr, comm, net_idx = (a[order] for a in (rows, src, dst, ch, sr, dr, comm, net_idx))
 
     # Connections, their QPs and QPNs: per NIC counting up from FIRST_QPN in sorted
     # (src NIC, dst NIC, src rank, dst rank, communicator, channel, qp index) order.
@@ -376,10 +377,14 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     first_of_row = np.r_[True, m_row[1:] != m_row[:-1]]
     row_base = np.maximum.accumulate(np.where(first_of_row, np.arange(M), 0))
     flight = (c_hops * fabric.link_latency_ns)[m_conn]
-    m_nominal = rows["start_ns"].astype(np.int64)[m_row] + spread(
-        excl - excl[row_base], burst, m_row, len(rows),
-        (rows["end_ns"] - rows["start_ns"]).astype(np.int64) - _row_first(flight, m_row, len(rows))
-        - (_row_first(c_hops[m_conn], m_row, len(rows)) - 1) * int(wire.first))
+    if flows.finish_ns is not None:            # when the schedule's last byte left the sender
+        send_ns = flows.finish_ns[net_idx].astype(np.int64) - rows["start_ns"].astype(np.int64)
+    else:
+        send_ns = ((rows["end_ns"] - rows["start_ns"]).astype(np.int64) - _row_first(flight, m_row, len(rows))
+                   - (_row_first(c_hops[m_conn], m_row, len(rows)) - 1) * int(wire.first))
+    row_pace = stretch(burst, m_row, len(rows), send_ns)
+    m_pace = row_pace[m_row]
+    m_nominal = rows["start_ns"].astype(np.int64)[m_row] + np.floor((excl - excl[row_base]) * m_pace).astype(np.int64)
 
     # ACKs of data: the A-bit packet, plus every ack_every-th packet of the message.
     n_ack = 1 + ((m_npk - 1) // out.ack_every if out.ack_every > 0 else 0 * m_npk)
@@ -409,7 +414,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         c_sport=roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64), c_hops=c_hops,
         m_conn=m_conn, m_q=m_q, m_imm=m_imm, m_keep=m_keep,
         m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
-        m_nominal_ns=m_nominal, wire=wire, line_wire=wire, line_gbps=gbps, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
+        m_nominal_ns=m_nominal, wire=wire, line_wire=wire, line_gbps=gbps, m_pace=m_pace, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
         m_nccl=m_nccl, m_va=bufs.addr[m_nccl] + m_part_off, m_rkey=bufs.rkey[m_nccl],
         m_cts_va=bufs.cts_va[m_nccl], m_cts_rkey=bufs.cts_rkey[m_nccl],
         m_cts_body=nccl_net.cts_payload(bufs.addr, bufs.size, bufs.rkey, bufs.tag, bufs.idx)[m_nccl],

@@ -192,6 +192,31 @@ def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire):
     return Segs(seg_m, seg_ka, seg_kb, t[:S]), t[S:]
 
 
+MAX_TRAIN_PACKETS = 64
+
+
+def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
+    """Each message's packets as trains for serialize(): a message at line rate is one train; a
+    paced one (p.m_pace > 1: the schedule gave its flow less than the NIC's rate) is cut into
+    trains of B packets, B ~ 1 / (pace - 1) (at most MAX_TRAIN_PACKETS), each starting where the
+    paced message has reached: the gap after a train is about one packet, where another QP's
+    packets go in - the NIC serves QPs with pending work in turn."""
+    M = p.n_msgs
+    f = p.m_pace
+    if f is None or (f <= 1).all():
+        return Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
+    slow = f > 1
+    B = np.where(slow, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), 1, MAX_TRAIN_PACKETS), p.m_npk).astype(np.int64)
+    B = np.maximum(np.minimum(B, p.m_npk), 1)
+    nb = -(-p.m_npk // B)
+    msg = np.repeat(np.arange(M), nb)
+    b = np.arange(len(msg)) - np.repeat(np.cumsum(nb) - nb, nb)
+    ka = b * B[msg]
+    kb = np.minimum(ka + B[msg], p.m_npk[msg])
+    t = m_nominal[msg] + np.floor(p.offset(msg, ka) * f[msg]).astype(np.int64)
+    return Segs(msg, ka, kb, t)
+
+
 def schedule(p: Plan) -> None:
     M, C = p.n_msgs, len(p.cts_msg)
     n_ack = len(p.k_kind) - C
@@ -215,9 +240,10 @@ def schedule(p: Plan) -> None:
     # a message before its CTS has, or a CTS before NCCL_STEPS let its receive be posted (the
     # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
     # flow's following messages with it) and reschedule. Nominal times only grow.
+    paced = burst if p.m_pace is None else np.ceil(burst * p.m_pace).astype(np.int64)
     for _ in range(FIX_ROUNDS):
-        bursts = Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
-        tx, k_tx = serialize(p, bursts, p.m_src, p.k_tx_nic, k_nominal, p.k_wire_ns)
+        bursts = paced_trains(p, m_nominal)
+        tx, k_tx = serialize(p, bursts, p.m_src[bursts.msg], p.k_tx_nic, k_nominal, p.k_wire_ns)
         arriving = Segs(tx.msg, tx.ka, tx.kb, tx.t + p.m_flight_ns[tx.msg])
         rx, k_rx = serialize(p, arriving, p.m_dst[tx.msg], p.k_rx_nic, k_tx + k_flight, p.k_wire_ns)
         ack_ready = np.r_[k_rx[n_ack:], arrival(p, rx, acked_m, acked_j)] + acked_wire
@@ -250,7 +276,7 @@ def schedule(p: Plan) -> None:
         post = np.where(late_cts, cts_ready + PROXY_POST_NS, k_nominal[n_ack:])
         k_nominal[n_ack:] = running_max(np.arange(C), cts_conn, np.maximum(k_nominal[n_ack:], post),
                                         np.zeros(C, np.int64))
-        m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), burst)
+        m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), paced)
     p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
     p.tx, p.rx, p.k_tx_ns, p.k_rx_ns = tx, rx, k_tx, k_rx
     _ip_ids(p)
