@@ -31,9 +31,11 @@ from tracegen.topology import build_fabric  # noqa: E402
 MiB = 1 << 20
 
 
-def ring_flows(fabric, nodes: int, steps: int, channels: int = 2) -> Flows:
+def ring_flows(fabric, nodes: int, steps: int, channels: int = 2, shared: bool = False) -> Flows:
     """A ring AllReduce over the nodes on every rail: each step every NIC sends a 2 MiB chunk
-    (two 1 MiB messages) per channel to the next node; channels and steps back to back."""
+    (two 1 MiB messages) per channel to the next node; channels and steps back to back.
+    shared: the channels of a step run at once, each given 1/channels of the NIC (its flows
+    end channels x later): the writer paces them and interleaves their QPs' packets."""
     chunk = 2 * MiB
     chunk_ns = chunk * 8 * 103 // 100 // fabric.nic_gbps      # + ~3% headers
     rows = []
@@ -42,7 +44,7 @@ def ring_flows(fabric, nodes: int, steps: int, channels: int = 2) -> Flows:
         for step in range(steps):
             for ch in range(channels):
                 for i, src in enumerate(ring):
-                    start = (step * channels + ch) * chunk_ns
+                    start = (step * channels + (0 if shared else ch)) * chunk_ns
                     rows.append((src, ring[(i + 1) % nodes], ch, chunk, MiB, start))
     a = np.zeros(len(rows), FLOW_DTYPE)
     a["transfer_id"] = np.arange(len(rows))
@@ -52,7 +54,10 @@ def ring_flows(fabric, nodes: int, steps: int, channels: int = 2) -> Flows:
     if "wire_bytes" in FLOW_DTYPE.names:
         a["wire_bytes"] = a["bytes"]
     no_ops = CommOps(np.zeros(0, COMMOP_DTYPE), Ragged.empty(0), Ragged.empty(0))
-    return Flows(a, Ragged.empty(len(a)), no_ops)
+    if not shared:
+        return Flows(a, Ragged.empty(len(a)), no_ops)
+    a["end_ns"] = a["start_ns"] + channels * chunk_ns
+    return Flows(a, Ragged.empty(len(a)), no_ops, finish_ns=a["end_ns"].astype(np.int64))
 
 
 def read_records(path: Path, limit: int):
@@ -110,7 +115,7 @@ def _build_only(flows, fabric, out) -> int:
     return build_without_writing(flows, fabric, out)
 
 
-def _peak_rss_child(nodes: int, steps: int, scratch_dir: str | None) -> tuple[int, int]:
+def _peak_rss_child(nodes: int, steps: int, scratch_dir: str | None, shared: bool = False) -> tuple[int, int]:
     """(packet records, peak RSS in bytes) of write_pcaps in a fresh process (snaplen 128)."""
     import json
     import subprocess
@@ -123,7 +128,7 @@ from tracegen.topology import build_fabric
 from tracegen.emit.pcap import write_pcaps, estimate_pcap
 job = Job(parallelism=Parallelism(dp={nodes}, tp=2, pp=1, global_batch={nodes}), cluster=Cluster(gpus_per_node=2))
 fabric = build_fabric(job)
-flows = b.ring_flows(fabric, {nodes}, {steps})
+flows = b.ring_flows(fabric, {nodes}, {steps}, shared={shared})
 out = Output(snaplen=128, max_bytes=0)
 with tempfile.TemporaryDirectory(dir={scratch_dir!r}) as d:
     write_pcaps(flows, fabric, out, d)
@@ -143,6 +148,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="timed runs (rounds) of each writer")
     ap.add_argument("--dir", default=None, help="scratch folder (e.g. /dev/shm to leave the disk out)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
+    ap.add_argument("--shared", action="store_true",
+                    help="channels share each NIC: paced packets, QPs interleaved (emit/timing.paced_trains)")
     ap.add_argument("--mem-steps", type=int, default=64, help="ring steps of the shorter memory run (4 nodes)")
     ap.add_argument("--settle", type=float, default=3.0,
                     help="seconds to wait after deleting a run's files before the next timed run")
@@ -151,7 +158,7 @@ def main() -> None:
     job = Job(parallelism=Parallelism(dp=args.nodes, tp=2, pp=1, global_batch=args.nodes),
               cluster=Cluster(gpus_per_node=2))
     fabric = build_fabric(job)
-    flows = ring_flows(fabric, args.nodes, args.steps)
+    flows = ring_flows(fabric, args.nodes, args.steps, shared=args.shared)
     full, headers = Output(max_bytes=0), Output(snaplen=128, max_bytes=0)
     n_pkts, n_bytes = estimate_pcap(flows, fabric, full)
     print(f"ring AllReduce, {args.nodes} nodes x 2 rails, {args.steps} steps x 2 channels: "
@@ -249,7 +256,7 @@ def main() -> None:
     if not args.no_memory:
         # Files far beyond one window (65,536 packets) per NIC, at two lengths: the buffers are
         # per window; only the plan (per message, ~0.5 KB) grows with the trace.
-        (p1, m1), (p2, m2) = (_peak_rss_child(4, s, args.dir) for s in (args.mem_steps, 4 * args.mem_steps))
+        (p1, m1), (p2, m2) = (_peak_rss_child(4, s, args.dir, args.shared) for s in (args.mem_steps, 4 * args.mem_steps))
         rows.append((f"peak RSS, {p1:,} vs {p2:,} records", f"{m1 / 2**20:.0f} / {m2 / 2**20:.0f} MiB",
                      "flat", m2 <= 1.15 * m1 + (32 << 20)))
     for name, got, want, ok in rows:

@@ -192,21 +192,24 @@ def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire):
     return Segs(seg_m, seg_ka, seg_kb, t[:S]), t[S:]
 
 
-MAX_TRAIN_PACKETS = 64
+MIN_TRAIN_PACKETS, MAX_TRAIN_PACKETS = 8, 64
 
 
 def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
     """Each message's packets as trains for serialize(): a message at line rate is one train; a
     paced one (p.m_pace > 1: the schedule gave its flow less than the NIC's rate) is cut into
-    trains of B packets, B ~ 1 / (pace - 1) (at most MAX_TRAIN_PACKETS), each starting where the
-    paced message has reached: the gap after a train is about one packet, where another QP's
-    packets go in - the NIC serves QPs with pending work in turn."""
+    trains of B packets, B ~ 1 / (pace - 1) within [MIN_TRAIN_PACKETS, MAX_TRAIN_PACKETS], each
+    starting where the paced message has reached: the gap after a train is (pace - 1) x B packets,
+    at least one, where other QPs' trains go in - the NIC serves QPs with pending work in turn, a
+    burst of packets each (trains of at least 8 keep the plan's size near the messages', not the
+    packets')."""
     M = p.n_msgs
     f = p.m_pace
     if f is None or (f <= 1).all():
         return Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
     slow = f > 1
-    B = np.where(slow, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), 1, MAX_TRAIN_PACKETS), p.m_npk).astype(np.int64)
+    B = np.where(slow, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), MIN_TRAIN_PACKETS, MAX_TRAIN_PACKETS),
+                 p.m_npk).astype(np.int64)
     B = np.maximum(np.minimum(B, p.m_npk), 1)
     nb = -(-p.m_npk // B)
     msg = np.repeat(np.arange(M), nb)
