@@ -143,8 +143,10 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             job = retime(job)
             _check_environment()
             target = _where(out_dir, job, job_file, force)
-            estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,
-                     pcap=job.output.pcap)
+            with _stages(quiet) as stage:
+                stage("work estimate: the job's collectives")
+                estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,
+                         pcap=job.output.pcap)
             from .emit.bundle import write_bundle
             with outdir.Writer(target, force) as w:
                 run = _run(job, quiet, pcap=job.output.pcap)
@@ -231,7 +233,9 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
             where = f"generate would write {target.shown}/ ({target.note})"
         except OutputError as e:
             where = f"generate would refuse: {e}"
-        estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK, pcap=True, emit=False)
+        with _stages(as_json) as stage:
+            stage("work estimate: the job's collectives")
+            estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK, pcap=True, emit=False)
         run = _run(job, as_json, budget=False)
         if as_json:
             import json
@@ -260,29 +264,57 @@ def presets():
 
 
 class _stages:
-    """A transient status line naming the pipeline stage that runs (stderr, terminals only)."""
+    """The pipeline stage that runs, one line each (stderr, terminals only): a spinner and the
+    time so far, and - for stages that report how far they are (tracegen.progress: the workload's
+    streams, the schedule's items) - a bar with the rate and the time left."""
 
-    def __init__(self, quiet: bool):
-        self.status = None
+    def __init__(self, quiet: bool, console=None):
+        self.bar, self.task = None, None
         if not quiet:
             from rich.console import Console
-            console = Console(stderr=True)
+            console = console or Console(stderr=True)
             if console.is_terminal:
-                self.status = console.status("tracegen")
+                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                                           TimeElapsedColumn, TimeRemainingColumn)
+                self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                    MofNCompleteColumn(), _rate_column(), TimeElapsedColumn(),
+                                    TimeRemainingColumn(), console=console, transient=True)
 
     def __enter__(self):
-        if self.status is not None:
-            self.status.__enter__()
+        if self.bar is not None:
+            from . import progress
+            self.bar.__enter__()
+            progress.hook = self.update
         return self
 
     def __call__(self, text: str) -> None:
-        if self.status is not None:
-            self.status.update(text)
+        if self.bar is not None:
+            if self.task is not None:
+                self.bar.remove_task(self.task)
+            self.task = self.bar.add_task(text, total=None)
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, completed=done, total=total)
 
     def __exit__(self, *exc):
-        if self.status is not None:
-            self.status.__exit__(*exc)
+        if self.bar is not None:
+            from . import progress
+            progress.hook = None
+            self.bar.__exit__(*exc)
         return False
+
+
+def _rate_column():
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        """Items per second of a stage that reports its progress."""
+
+        def render(self, task):
+            return Text(f"{task.speed:,.0f}/s" if task.speed else "", style="progress.data.speed")
+    return RateColumn()
 
 
 class _progress:

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from . import progress
 from .tables import Ragged
 
 INF = np.iinfo(np.int64).max // 4
@@ -38,6 +39,15 @@ def reverse_csr(r: Ragged, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
     ptr = np.zeros(n_targets + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     return ptr, src[order].astype(np.int64)
+
+
+# Progress of a long run: progress.report(items finished, items) about every PROGRESS_EVERY items
+# (the engine calls back through numba's object mode; nothing happens without a hook).
+PROGRESS_EVERY = 1 << 13
+
+
+def _report(done: int, total: int) -> None:
+    progress.report(done, total)
 
 
 def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_ptr, lk_id, lk_w,
@@ -247,6 +257,7 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     q_head = np.full(max(n_q, 1), -1, np.int64)  # parked items per queue: a linked list, FIFO
     q_tail = np.full(max(n_q, 1), -1, np.int64)
     q_next = np.full(n, -1, np.int64)
+    n_finished, next_tick = 0, PROGRESS_EVERY
     while True:
         # Settle op completions / releases (they only schedule future activations).
         while n_rel > 0 or n_done > 0:
@@ -339,6 +350,7 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
             i = act[a]
             if fin[i] == t:
                 finish[i] = t
+                n_finished += 1
                 e = t + extra[i]
                 end[i] = e
                 rem[i] = 0.0
@@ -383,6 +395,10 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
                 rem[i] = 1e-9
             a += 1
         dirty = True
+        if n_finished >= next_tick:
+            next_tick = n_finished + PROGRESS_EVERY
+            with numba.objmode():
+                _report(n_finished, n)
     done = True
     for o in range(n_ops):
         if op_left[o] > 0 or op_deps_left[o] > 0:

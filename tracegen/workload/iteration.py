@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .. import progress
 from ..config import Job, grad_elem_bytes
 from ..tables import CollKind, CommOps, Dim, Phase
 from .compute import ComputeModel, moe_rows
@@ -489,9 +490,11 @@ class IterationBuilder:
 
     def build(self) -> CommOps:
         par = self.par
+        n_streams = len(self.streams) * self.job.iterations
         for it in range(self.job.iterations):
             self.it = it
-            for sk, st in self.streams.items():
+            for k, (sk, st) in enumerate(self.streams.items()):
+                progress.report(it * len(self.streams) + k, n_streams)
                 st.iteration = it
                 acc = {"dense": 0, "expert": 0, "dense_n": 0, "expert_n": 0, "buckets": []}
                 for direction, chunk, mb in interleaved_1f1b(par.pp, sk[2], par.microbatches, par.vpp):
