@@ -34,7 +34,7 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
     A schedule per connection (detail conn) has no chunks: an estimate from its counts instead."""
     if flows.detail == "conn":
         return _conn_estimate(flows, out)
-    p = timing.prepare(flows, fabric, out, qps, times=views.needs_schedule(out), nccl=nccl, network=network)
+    p = _prepared(flows, fabric, out, qps, views.needs_schedule(out), nccl, network)
     if p is None:
         return 0, 0
     if p.tx is None:
@@ -58,6 +58,20 @@ def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
     files = np.flatnonzero(pk > 0)
     headers = sum(len(p.fmt.file_header([nic_interface(fabric, int(k), p.out.ip_version)])) for k in files)
     return int(pk.sum()), int(nbytes.sum()) + headers
+
+
+_LAST_PLAN: list = []
+
+
+def _prepared(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nccl, network):
+    """timing.prepare, kept for the next call on the same flows and settings: generate estimates
+    the pcaps (scheduling every packet when a time window needs it) and then writes them."""
+    key = (id(flows), id(fabric), out, qps, nccl, network)
+    if _LAST_PLAN and _LAST_PLAN[0][0] == key and _LAST_PLAN[0][1] is flows and (_LAST_PLAN[0][2] or not times):
+        return _LAST_PLAN[0][3]
+    p = timing.prepare(flows, fabric, out, qps, times=times, nccl=nccl, network=network)
+    _LAST_PLAN[:] = [(key, flows, times or (p is not None and p.tx is not None), p)]
+    return p
 
 
 def _conn_estimate(flows: Flows, out: Output) -> tuple[int, int]:
@@ -88,7 +102,7 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     scheduler 'tcp://host:port': by an existing Dask cluster (dest_dir must be a path every worker
     sees). The plan is built once here and sent to the workers; each file is written whole by one
     of them, so the bytes are the same whatever the worker count."""
-    p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl, network=network)
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
     if p is None:
         return []
     fset = views.files(p, fabric)

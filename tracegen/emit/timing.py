@@ -193,6 +193,7 @@ def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire):
 
 
 MIN_TRAIN_PACKETS, MAX_TRAIN_PACKETS = 8, 64
+COARSE_TRAIN_PACKETS, COARSE_ABOVE_PACKETS = 32, 1 << 22
 
 
 def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
@@ -201,14 +202,16 @@ def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
     trains of B packets, B ~ 1 / (pace - 1) within [MIN_TRAIN_PACKETS, MAX_TRAIN_PACKETS], each
     starting where the paced message has reached: the gap after a train is (pace - 1) x B packets,
     at least one, where other QPs' trains go in - the NIC serves QPs with pending work in turn, a
-    burst of packets each (trains of at least 8 keep the plan's size near the messages', not the
-    packets')."""
+    burst of packets each. Trains of at least 8 packets keep the plan's size near the messages',
+    not the packets'; plans of more than COARSE_ABOVE_PACKETS packets (a big job's NICs over a
+    whole iteration) use trains of at least 32 (2.2x faster to write, coarser interleaving)."""
     M = p.n_msgs
     f = p.m_pace
     if f is None or (f <= 1).all():
         return Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
     slow = f > 1
-    B = np.where(slow, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), MIN_TRAIN_PACKETS, MAX_TRAIN_PACKETS),
+    least = COARSE_TRAIN_PACKETS if int(p.m_npk.sum()) > COARSE_ABOVE_PACKETS else MIN_TRAIN_PACKETS
+    B = np.where(slow, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), least, MAX_TRAIN_PACKETS),
                  p.m_npk).astype(np.int64)
     B = np.maximum(np.minimum(B, p.m_npk), 1)
     nb = -(-p.m_npk // B)
