@@ -37,6 +37,7 @@ class Part:
     link: np.ndarray             # per item: 0 = leaving the sender NIC .. hops-1 = into the receiver
     dt_ns: int                   # source time -> time at the file's port
     iface: int                   # pcapng interface id
+    queue: int = 0               # a fabric port's direction (its own egress FIFO, port_queue.py)
 
 
 @dataclass
@@ -50,15 +51,24 @@ class FileSpec:
                                                 # rate (port_queue.py); 0: times as scheduled (NICs)
 
 
+def item_conn(p: Plan, src: int, idx) -> np.ndarray:
+    """Per item of a source: the connection row (QP) its packets use - a CTS, and the ACK of a
+    CTS, go on the connection's first QP."""
+    what = sources(p)[src][2]
+    if isinstance(what, Segs):
+        return p.m_conn[what.msg[idx]]
+    m, kind = p.k_msg[idx], p.k_kind[idx]
+    return np.where((kind == CTS) | (kind == ACK_CTS), p.m_conn[m] - p.m_q[m], p.m_conn[m])
+
+
 def item_endpoints(p: Plan, src: int, idx):
     """Per item of a source: (sending NIC, receiving NIC, UDP source port, hops) of its packets."""
     what = sources(p)[src][2]
+    c = item_conn(p, src, idx)
     if isinstance(what, Segs):
         m = what.msg[idx]
-        c = p.m_conn[m]
         return p.m_src[m], p.m_dst[m], p.c_sport[c], p.c_hops[c]
-    m, kind = p.k_msg[idx], p.k_kind[idx]
-    c = np.where((kind == CTS) | (kind == ACK_CTS), p.m_conn[m] - p.m_q[m], p.m_conn[m])
+    kind = p.k_kind[idx]
     return p.k_tx_nic[idx], p.k_rx_nic[idx], np.where(kind == CNP, 0, p.c_sport[c]), p.c_hops[c]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import Output
-from . import congestion, roce
+from . import congestion, roce, routes
 from .addresses import Addressing, link_macs, mac_table
 from .capture_file import comment_option_bytes, comment_options
 from .items import Items
@@ -211,7 +211,8 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
         msn=np.where(kind == ACK_CTS, p.m_cts_psn[m] + 1, p.m_done[m] + (acked == npk - 1)) & roce.PSN_MASK,
         ip_id=ip_id & 0xFFFF,
     )
-    eth_src, eth_dst = link_macs(fabric, tx_nic, rx_nic, sport, p.c_hops[c], link)
+    eth_src, eth_dst = link_macs(fabric, tx_nic, rx_nic, sport, routes.plane_of(fabric, p.c_qpn_src[c]),
+                                 p.c_hops[c], link)
     if addr.peer_direct:
         eth_dst = rx_nic
     elif addr.first_hop is not None:

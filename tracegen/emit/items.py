@@ -63,6 +63,7 @@ class Items:
     rx: np.ndarray       # a received copy: at equal times, sent copies come first
     link: np.ndarray
     iface: np.ndarray
+    queue: np.ndarray    # a fabric port's direction (Part.queue)
     ip_id: np.ndarray    # IPv4 identification of packet ka (control frames: theirs)
 
     @staticmethod
@@ -85,7 +86,7 @@ class Items:
                             end=what[idx] + part.dt_ns + p.k_wire_ns[idx], rec_bytes=p.k_rec_bytes[idx],
                             ip_id=p.k_ip_id[idx])
             vals.update(rx=np.full(len(idx), rx), link=np.broadcast_to(part.link, len(idx)),
-                        iface=np.full(len(idx), part.iface))
+                        iface=np.full(len(idx), part.iface), queue=np.full(len(idx), part.queue))
             for k, v in vals.items():
                 cols[k].append(v)
         items = Items(**{k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()})

@@ -24,6 +24,7 @@ from ..connections import communicator
 from ..schedule_conn import CLOSED_FORM_ROWS
 from ..tables import FLOW_DTYPE, LinkKind, Ragged, Flows
 from ..errors import ConfigError
+from ..fabric_kinds import LEAF
 from .select import parse
 
 
@@ -77,17 +78,16 @@ def placed_flows(run) -> Flows:
 def shown_nics(out, fabric) -> np.ndarray:
     """Mask of the NICs whose traffic the view can show: the --nics/--ranks selection, narrowed
     to a leaf's NICs for a leaf's switch view (its ports carry only their traffic) or to the
-    lab plan's hosts. A spine's ports carry any NIC's traffic: refused (ConfigError)."""
+    lab plan's hosts. Switches above the leaves carry any NIC's traffic: refused (ConfigError)."""
     mask = parse(out, fabric).nic_mask.copy()
     if out.switch:
-        name = out.switch.strip()
-        if not name.startswith("leaf"):
-            raise ConfigError(f"output.switch={name!r}: a job timed per connection expands chunks only for "
-                              "the NICs shown, and a spine carries every NIC's traffic; use a leaf view, "
-                              "--nics, or --detail full")
         from .views import _switch
-        _, leaf = _switch(fabric, name)
-        mask &= fabric.nic_leaf == leaf
+        sw = _switch(fabric, out.switch)
+        if fabric.sw_tier[sw] != LEAF:
+            raise ConfigError(f"output.switch={out.switch.strip()!r}: a job timed per connection expands chunks "
+                              "only for the NICs shown, and a switch above the leaves carries any NIC's traffic; "
+                              "use a leaf view, --nics, or --detail full")
+        mask &= (fabric.nic_port_leaf == sw).any(axis=1)
     if out.lab:
         from .lab import load
         lab_nics = np.zeros(fabric.n_nics, bool)

@@ -45,7 +45,7 @@ def fifo(t_in: np.ndarray, wire: np.ndarray, free_at: int) -> tuple[np.ndarray, 
 
 
 def queued(p: Plan, it: Items, packets, nic_gbps: int, port_gbps: int):
-    """Wrap items.windows(...): the same packets, each direction (it.link) of the port a FIFO at
+    """Wrap items.windows(...): the same packets, each direction (it.queue) of the port a FIFO at
     port_gbps; yields (pos, li, j, t) in time order."""
     free_at: dict[int, int] = {}
     held = (np.zeros(0, np.int64),) * 3             # (item, packet, departure) not yet written
@@ -53,9 +53,9 @@ def queued(p: Plan, it: Items, packets, nic_gbps: int, port_gbps: int):
         g = pos[li]
         w = -(-line_wire_ns(p, it, g, j) * nic_gbps // port_gbps)
         t_out = t.copy()
-        link = it.link[g]
-        for d in np.unique(link).tolist():
-            sel = np.flatnonzero(link == d)
+        queue = it.queue[g]
+        for d in np.unique(queue).tolist():
+            sel = np.flatnonzero(queue == d)
             t_out[sel], free_at[d] = fifo(t[sel], w[sel], free_at.get(d, np.iinfo(np.int64).min))
         g, j, t_out = (np.r_[held[0], g], np.r_[held[1], j], np.r_[held[2], t_out])
         order = np.argsort(t_out, kind="stable")

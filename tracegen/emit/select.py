@@ -181,8 +181,8 @@ def check_not_empty(packets: int, flows: Flows, fabric: Fabric, out: Output) -> 
         have.append("iteration 0" if n_it == 1 else f"iterations 0..{n_it - 1}")
     if len(net):
         have.append(f"packets in {int(net['start_ns'].min()):,}..{int(net['end_ns'].max()):,} ns")
-    sw = f"switches leaf0..leaf{fabric.n_leaves - 1}"
-    have.append(sw + (f", spine0..spine{fabric.n_spines - 1}" if fabric.n_spines else " (no spine)"))
+    from .views import switch_names
+    have.append(f"switches {switch_names(fabric)}")
     on_wire = []
     if ops is not None and len(net):
         op = ops[net["op_id"].astype(np.int64)]

@@ -10,13 +10,15 @@
   * lab (`output.lab`): one file per tester port, what its host transmits (lab.py).
 
 Switch views: a leaf's port to a NIC holds exactly that NIC's own capture (its sent and received
-copies, at the NIC's timestamps); a port between leaf L and spine S holds the packets going up
-L -> S (route link 1) and down S -> L (route link 2): each arrives at the port at sent time +
-link index x link latency, then leaves through the port's egress FIFO per direction at the link's
-rate (port_queue.py: two NICs bursting into one uplink queue there, as on a real port, so a
-capture never holds more than the link's rate), with the Ethernet addresses and TTL of that link
-(spine MACs 02:53:00:00:<hi>:<lo>, see
-addresses.spine_mac). The spine is the route's ECMP choice (routes.py, routing.py).
+copies, at the NIC's timestamps; on a multi-plane fabric the QPs of the leaf's plane). A port
+between two switches (leaf-spine, spine-core, any link of a file fabric) holds every packet whose
+route crosses that link, in either direction: a packet reaches route position k at its sent time
++ the latencies of the links before k (cut-through forwarding, as data-centre switch ASICs do),
+then leaves through the port's egress FIFO for its direction at the link's rate (port_queue.py:
+two NICs bursting into one uplink queue there, as on a real port, so a capture never holds more
+than the link's rate), with the Ethernet addresses (the two routers the link joins, topology.py's
+MAC plan) and TTL (255 less the routers crossed) of that link. Routes are routing.Router's ECMP
+choices (routes.py), the schedule's and ns-3's.
 """
 from __future__ import annotations
 
@@ -30,9 +32,9 @@ from ..errors import ConfigError
 from ..topology import Fabric
 from . import lab, routes
 from .capture_file import Interface
-from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, host_parts, index_by_nic, item_endpoints, kept,
+from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, host_parts, index_by_nic, item_conn, item_endpoints, kept,
                      nic_interface, nic_ip_text)
-from .addresses import Addressing, spine_mac
+from .addresses import Addressing
 from .packets import Plan
 
 
@@ -90,53 +92,93 @@ def _sent_once(p: Plan) -> list[Part]:
     return parts
 
 
-def _switch(fabric: Fabric, name: str) -> tuple[str, int]:
-    m = re.fullmatch(r"(leaf|spine)(\d+)", name.strip())
-    count = {"leaf": fabric.n_leaves, "spine": fabric.n_spines}
-    if not m or int(m.group(2)) >= count[m.group(1)]:
-        raise ConfigError(f"output.switch={name!r}: use leaf0..leaf{fabric.n_leaves - 1}"
-                          + (f" or spine0..spine{fabric.n_spines - 1}" if fabric.n_spines else "")
-                          + " (this fabric's switches)")
-    return m.group(1), int(m.group(2))
+def _switch(fabric: Fabric, name: str) -> int:
+    """The switch index of a switch name (leaf3, spine0, core1, p1-leaf0), or a ConfigError
+    listing this fabric's switches."""
+    sw = fabric.switch_id(name.strip())
+    if sw < 0:
+        raise ConfigError(f"output.switch={name!r}: use one of this fabric's switches: {switch_names(fabric)}")
+    return sw
+
+
+def switch_names(fabric: Fabric) -> str:
+    """'leaf0..leaf7, spine0..spine3, p1-leaf0..p1-leaf7, ...': the fabric's switches by tier."""
+    groups: dict[str, list[int]] = {}
+    for name in fabric.sw_name:
+        stem = name.rstrip("0123456789")
+        groups.setdefault(stem, []).append(int(name[len(stem):]))
+    return ", ".join(f"{stem}{min(v)}..{stem}{max(v)}" if len(v) > 1 else f"{stem}{v[0]}"
+                     for stem, v in groups.items())
 
 
 def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
-    kind, sw = _switch(fabric, name)
-    lat, specs = fabric.link_latency_ns, []
-    ls_bps = fabric.leaf_spine_gbps * 10**9
-    leaf_mac = lambda leaf: bytes(fabric.leaf_mac[leaf])
-    if kind == "leaf":
+    """One file per port of switch `name`: NIC ports hold their NIC's own capture (on a
+    multi-plane fabric, the QPs of that plane), switch-to-switch ports what routes.py sends over
+    that link in either direction (see the module doc)."""
+    sw = _switch(fabric, name)
+    name, node, mac = fabric.sw_name[sw], fabric.node_id(sw), bytes(fabric.sw_mac[sw])
+    L = fabric.links
+    mine = np.flatnonzero((L["a"] == node) | (L["b"] == node))
+    peer = np.where(L["a"][mine] == node, L["b"][mine], L["a"][mine]).astype(np.int64)
+    order = np.lexsort((mine, peer))
+    mine, peer = mine[order], peer[order]
+    specs = []
+    nic_port = peer < fabric.n_nics
+    if nic_port.any():
         by_nic = index_by_nic(p)
-        nics = np.flatnonzero((fabric.nic_leaf == sw) & p.sel.nic_mask[:fabric.n_nics])
-        for nic in nics[np.isin(nics, p.nics)].tolist():
+        for nic in peer[nic_port].tolist():
+            if not (p.sel.nic_mask[nic] and np.isin(nic, p.nics)):
+                continue
             nm = fabric.nic_name(nic)
-            iface = Interface(f"leaf{sw}:{nm}", f"leaf{sw} port to NIC {nm} ({nic_ip_text(fabric, nic, p.out.ip_version)})",
-                              leaf_mac(sw), fabric.nic_gbps * 10**9)
-            specs.append(FileSpec(f"leaf{sw}-{nm}", [iface], host_parts(p, by_nic, nic, 0)))
-    pairs = ([(sw, s) for s in range(fabric.n_spines)] if kind == "leaf" else
-             [(lf, sw) for lf in range(fabric.n_leaves)])
-    for leaf, spine in pairs:
-        ls_bps = _link_gbps(fabric, leaf, spine) * 10**9
+            iface = Interface(f"{name}:{nm}", f"{name} port to NIC {nm} ({nic_ip_text(fabric, nic, p.out.ip_version)})",
+                              mac, fabric.port_gbps * 10**9)
+            parts = host_parts(p, by_nic, nic, 0)
+            if fabric.planes > 1:
+                parts = [_on_plane(p, part, int(fabric.sw_plane[sw]), fabric.planes) for part in parts]
+            specs.append(FileSpec(f"{name}-{nm}", [iface], parts))
+    up = _routes_of_selected(p, fabric) if (~nic_port).any() else None
+    for link, other in zip(mine[~nic_port].tolist(), peer[~nic_port].tolist()):
+        gbps = int(L["gbps"][link])
         parts = []
-        for src in (DATA_SENT, CTL_SENT):                   # the sender's copies, moved down the route
-            idx = np.flatnonzero(kept(p, src))
-            tx, rx, sport, hops = item_endpoints(p, src, idx)
-            on_spine = (hops == 4) & (routes.spine_of(fabric, tx, rx, sport) == spine)
-            chosen = p.sel.nic_mask[tx] | p.sel.nic_mask[rx]
-            up = on_spine & chosen & (fabric.nic_leaf[tx] == leaf)
-            down = on_spine & chosen & (fabric.nic_leaf[rx] == leaf)
-            parts.append(Part(src, idx[up], np.ones(int(up.sum()), np.int64), lat, 0))
-            parts.append(Part(src, idx[down], np.full(int(down.sum()), 2, np.int64), 2 * lat, 0))
-        if kind == "leaf":
-            iface = Interface(f"leaf{leaf}:spine{spine}", f"leaf{leaf} port to spine{spine}",
-                              leaf_mac(leaf), ls_bps)
-            fname = f"leaf{leaf}-spine{spine}"
-        else:
-            iface = Interface(f"spine{spine}:leaf{leaf}", f"spine{spine} port to leaf{leaf}",
-                              bytes(spine_mac(spine)), ls_bps)
-            fname = f"spine{spine}-leaf{leaf}"
-        specs.append(FileSpec(fname, [iface], parts, port_gbps=ls_bps // 10**9))
+        for src, (idx, route, cum_ns) in up.items():
+            hit_row, hit_k = np.nonzero((route >> 1) == link)        # route position on this link
+            if not len(hit_row):
+                continue
+            queue = (route[hit_row, hit_k] & 1).astype(np.int64)     # the link's two directions
+            dt = cum_ns[hit_row, hit_k]
+            key = np.stack([dt, hit_k, queue], axis=1)
+            groups, inv = np.unique(key, axis=0, return_inverse=True)
+            inv = inv.reshape(-1)
+            for g, (dt_g, k_g, q_g) in enumerate(groups.tolist()):
+                rows = hit_row[inv == g]
+                parts.append(Part(src, idx[rows], np.full(len(rows), k_g, np.int64), dt_g, 0, queue=q_g))
+        other_name = fabric.node_name(other)
+        iface = Interface(f"{name}:{other_name}", f"{name} port to {other_name}", mac, gbps * 10**9)
+        specs.append(FileSpec(f"{name}-{other_name}", [iface], parts, port_gbps=gbps))
     return specs
+
+
+def _routes_of_selected(p: Plan, fabric: Fabric) -> dict:
+    """Per sent source: (kept items a selected NIC sends or receives, their routes, ns from the
+    sender to the start of each route position: the latencies of the links before it)."""
+    out = {}
+    lat = fabric.links["latency_ns"].astype(np.int64)
+    for src in (DATA_SENT, CTL_SENT):
+        idx = np.flatnonzero(kept(p, src))
+        tx, rx, sport, _ = item_endpoints(p, src, idx)
+        chosen = p.sel.nic_mask[tx] | p.sel.nic_mask[rx]
+        idx, tx, rx, sport = idx[chosen], tx[chosen], rx[chosen], sport[chosen]
+        route = routes.link_dirs(fabric, tx, rx, sport, routes.plane_of(fabric, p.c_qpn_src[item_conn(p, src, idx)]))
+        hop_ns = np.where(route >= 0, lat[np.maximum(route, 0) >> 1], 0)
+        out[src] = (idx, route, np.cumsum(hop_ns, axis=1) - hop_ns)
+    return out
+
+
+def _on_plane(p: Plan, part: Part, plane: int, planes: int) -> Part:
+    """The items of a part whose QP is on `plane` (connections.py: sender QPN mod planes)."""
+    keep = p.c_qpn_src[item_conn(p, part.src, part.idx)] % planes == plane
+    link = np.asarray(part.link)[keep] if np.ndim(part.link) else part.link
+    return Part(part.src, part.idx[keep], link, part.dt_ns, part.iface, part.queue)
 
 
 def _link_gbps(fabric: Fabric, leaf: int, spine: int) -> int:
