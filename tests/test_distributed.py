@@ -31,3 +31,47 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path):
                                     str(tmp_path / "x")])
     assert res.exit_code == 2 and "--scheduler" in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_existing_scheduler_with_its_own_worker_processes_writes_the_same_bytes(tmp_path):
+    """`--scheduler tcp://HOST:PORT`: a scheduler and 2 worker processes started with Dask's own
+    command line (as a user runs them), tracegen run as a command; same files, same bytes."""
+    import shutil
+    import subprocess
+    import sys
+    from distributed import Client
+    dask = shutil.which("dask")
+    if dask is None:
+        pytest.skip("the `dask` command is absent (pip install 'tracegen[dask]')")
+    addr = f"tcp://127.0.0.1:{_free_port()}"
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", addr.rsplit(":", 1)[1],
+                               "--no-dashboard"], **quiet)]
+    try:
+        procs.append(subprocess.Popen([dask, "worker", addr, "--nworkers", "2", "--nthreads", "1",
+                                       "--no-dashboard"], **quiet))
+        with Client(addr, timeout="30s") as c:
+            c.wait_for_workers(2, timeout=60)
+        cli = [sys.executable, "-c", "from tracegen.cli import main; main()", "generate", "-q", *JOB]
+        one = subprocess.run(cli + ["-o", str(tmp_path / "one")], capture_output=True, text=True)
+        assert one.returncode == 0, one.stderr
+        two = subprocess.run(cli + ["--scheduler", addr, "-o", str(tmp_path / "two")], capture_output=True,
+                             text=True)
+        assert two.returncode == 0, two.stderr
+        with Client(addr, timeout="30s") as c:         # the files were written by those workers
+            ran = c.run(lambda dask_worker: dask_worker.state.executed_count)
+        assert len(ran) == 2 and sum(ran.values()) >= len(_files(tmp_path / "two")), ran
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+    a, b = _files(tmp_path / "one"), _files(tmp_path / "two")
+    assert len(a) >= 2 and a == b
