@@ -155,6 +155,10 @@ def test_topology_file(tmp_path):
     (tmp_path / "bad.yaml").write_text("switches: {a: 1}\nlinks: []\nnics: [a, a, zz, a]\n")
     with pytest.raises(ConfigError, match="tier-1"):
         build_fabric(fabric_job({"kind": "file", "file": str(tmp_path / "bad.yaml")}, dp=4, gpn=1))
+    for name in ("../up", "node7", "a b"):          # names name switch-view files: no paths, no NIC names
+        (tmp_path / "bad.yaml").write_text(f"switches: {{'{name}': 1}}\nlinks: []\nnics: ['{name}'] \n")
+        with pytest.raises(ConfigError, match="switch name"):
+            build_fabric(fabric_job({"kind": "file", "file": str(tmp_path / "bad.yaml")}, dp=4, gpn=1))
 
 
 def test_cluster_keys_still_accepted_as_fabric_aliases():

@@ -19,8 +19,8 @@ from tg_helpers import read_pcap
 SETS = ["parallelism.dp=8", "parallelism.global_batch=32"]
 
 
-def _generate(out, fabric, sets, *extra):
-    args = ["generate", "-q", "--collective", "pp,dp", "--no-ns3", "-o", str(out), "--set", f"fabric={fabric}"]
+def _generate(out, sets, *extra):
+    args = ["generate", "-q", "--collective", "pp,dp", "--no-ns3", "-o", str(out)]
     for s in sets:
         args += ["--set", s]
     res = CliRunner().invoke(main, args + list(extra))
@@ -40,12 +40,22 @@ def _route_nodes(fabric, tx, rx, sport, plane):
     return r.path_nodes(r.routes([tx], [rx], [sport], plane, fabric.ip_version)[0])
 
 
+FILE_FABRIC = ("switches: {tor-a: 1, tor-b: 1, s0: 2, s.slow: 2}\n"     # uneven: one spine at 100G
+               "links: [[tor-a, s0, 400], [tor-b, s0, 400], [tor-a, s.slow, 100, 500], [tor-b, s.slow, 100]]\n"
+               "nics: [tor-a, tor-a, tor-a, tor-a, tor-b, tor-b, tor-b, tor-b]\n")
+
+
 @pytest.mark.parametrize("fabric,switches,more", [
     ("fat-tree-k8", ["core0", "spine1"], []),
-    ("multi-plane-2", ["p1-spine0", "p1-leaf1"], ["fabric.nodes_per_leaf=4"])])   # DP, PP cross spines
+    ("multi-plane-2", ["p1-spine0", "p1-leaf1"], ["fabric.nodes_per_leaf=4"]),   # DP, PP cross spines
+    ("file", ["s.slow", "tor-b"], [])])
 def test_switch_ports_hold_exactly_the_frames_routed_over_them(tmp_path, fabric, switches, more):
-    sets = SETS + more
-    fab = build_fabric(load_job(sets=[f"fabric={fabric}", *sets]))
+    if fabric == "file":
+        (tmp_path / "fab.yaml").write_text(FILE_FABRIC)
+        sets = ["fabric.kind=file", f"fabric.file={tmp_path / 'fab.yaml'}"]
+    else:
+        sets = [f"fabric={fabric}", *SETS, *more]
+    fab = build_fabric(load_job(sets=sets))
     nic_of_ip = {int(ip).to_bytes(4, "big"): n for n, ip in enumerate(fab.nic_ip)}
     node_of_mac = {bytes(m): n for n, m in enumerate(fab.nic_mac)}
     node_of_mac.update({bytes(m): fab.n_nics + s for s, m in enumerate(fab.sw_mac)})
@@ -56,12 +66,12 @@ def test_switch_ports_hold_exactly_the_frames_routed_over_them(tmp_path, fabric,
     # What every NIC sent (TTL 255, or 64 for CNPs), and the plane it sent on (its first hop's
     # router MAC carries the plane in byte 2).
     sent = {}
-    for f in _generate(tmp_path / "host", fabric, sets):
+    for f in _generate(tmp_path / "host", sets):
         for t, _, fr in read_pcap(f):
             key, dst_mac, src_mac, ttl = _fields(fr)
             if node_of_mac.get(src_mac, -1) < fab.n_nics:
                 sent[key] = (t, ttl, dst_mac[2])
-    assert len(sent) > 1000
+    assert len(sent) > 500
     crossing = defaultdict(set)                     # (from node, to node) -> keys routed over it
     path_of = {}
     for key, (_, _, plane) in sent.items():
@@ -73,7 +83,7 @@ def test_switch_ports_hold_exactly_the_frames_routed_over_them(tmp_path, fabric,
 
     checked = 0
     for sw in switches:
-        files = _generate(tmp_path / sw, fabric, sets, "--switch", sw)
+        files = _generate(tmp_path / sw, sets, "--switch", sw)
         me = fab.n_nics + fab.switch_id(sw)
         peers = {f.stem[len(sw) + 1:] for f in files}
         assert peers == {fab.node_name(b) for a, b in lat if a == me}, "one file per port of the switch"
@@ -106,4 +116,4 @@ def test_switch_ports_hold_exactly_the_frames_routed_over_them(tmp_path, fabric,
                 for (t0, n0, _), (t1, _, _) in zip(recs, recs[1:]):
                     assert (t1 - t0) * gbps >= (n0 + 24) * 8, f"{f.name}: frames overlap at {gbps} Gb/s"
                 checked += len(recs)
-    assert checked > 1000
+    assert checked > 500

@@ -19,6 +19,7 @@ NIC-facing Gb/s to its uplink Gb/s), else the NIC port rate. Spine-core likewise
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,6 +204,9 @@ FILE_HELP = ("a topology file is a mapping with 'switches' ({name: tier}, tier 1
              "'nics' (the leaf of each NIC in NIC order, or {nic name: leaf})")
 
 
+_SWITCH_NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")
+
+
 def _from_file(fc: FabricConfig, nodes: int, nics: int, port: int) -> SwitchGraph:
     path = Path(fc.file)
     if not fc.file:
@@ -220,6 +224,10 @@ def _from_file(fc: FabricConfig, nodes: int, nics: int, port: int) -> SwitchGrap
     if not isinstance(sw, dict) or not sw:
         raise ConfigError(f"{where}: 'switches' must map switch names to tiers (1, 2, 3)")
     names = [str(n) for n in sw]
+    for n in names:      # a name names files (switch views) and appears in MAC-less reports
+        if not _SWITCH_NAME.fullmatch(n) or n.startswith("node"):
+            raise ConfigError(f"{where}: switch name {n[:40]!r}: use letters, digits, '.', '_', '-' "
+                              "(at most 64, not starting with 'node': NIC names do)")
     idx = {n: i for i, n in enumerate(names)}
     tiers = []
     for n, t in sw.items():

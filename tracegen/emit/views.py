@@ -101,14 +101,20 @@ def _switch(fabric: Fabric, name: str) -> int:
     return sw
 
 
-def switch_names(fabric: Fabric) -> str:
-    """'leaf0..leaf7, spine0..spine3, p1-leaf0..p1-leaf7, ...': the fabric's switches by tier."""
-    groups: dict[str, list[int]] = {}
+def switch_names(fabric: Fabric, most: int = 12) -> str:
+    """'leaf0..leaf7, spine0..spine3, p1-leaf0..p1-leaf7': the fabric's switches, runs of one
+    stem numbered 0, 1, 2... shortened (a file fabric's other names listed, at most `most`)."""
+    runs: list[list[str]] = []
     for name in fabric.sw_name:
         stem = name.rstrip("0123456789")
-        groups.setdefault(stem, []).append(int(name[len(stem):]))
-    return ", ".join(f"{stem}{min(v)}..{stem}{max(v)}" if len(v) > 1 else f"{stem}{v[0]}"
-                     for stem, v in groups.items())
+        last = runs[-1] if runs else None
+        if last and stem != name and last[0].rstrip("0123456789") == stem and \
+                last[-1][len(stem):].isdigit() and int(name[len(stem):]) == int(last[-1][len(stem):]) + 1:
+            last.append(name)
+        else:
+            runs.append([name])
+    shown = [f"{r[0]}..{r[-1]}" if len(r) > 1 else ", ".join(r) for r in runs]
+    return ", ".join(shown[:most]) + (f", ... ({fabric.n_switches} switches)" if len(shown) > most else "")
 
 
 def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
