@@ -95,6 +95,6 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: boo
         folded = f" (DP replica 0 of {ops.replicas}, network edges of all)" if ops.replicas > 1 else ""
         say(f"schedule: {len(ops):,} ops{folded}, per connection")
         transfers = None
-        flows = schedule_connections(ops, fabric, job)
+        flows = schedule_connections(ops, fabric, job, rates=bool(job.output.pcap and emit is not False))
     say("report")
     return Run(job, fabric, ops, transfers, flows, build_report(job, fabric, flows))
