@@ -10,14 +10,19 @@ import dataclasses
 import functools
 from collections import defaultdict
 
+from types import SimpleNamespace
+
 import numpy as np
+import pytest
 
 from tg_helpers import DATA_OPCODES, P2P, op_table, read_pcap, roce_fields
 from tracegen import fluid
 from tracegen.collectives import expand
 from tracegen.config import load_job
 from tracegen.emit.pcap import write_pcaps
+from tracegen.emit.placed import placed_flows
 from tracegen.schedule import schedule
+from tracegen.schedule_conn import schedule_connections
 from tracegen.tables import Ragged
 from tracegen.topology import build_fabric
 
@@ -70,11 +75,23 @@ def test_engine_records_rate_changes_only_on_request():
     assert out[1].tolist() == plain[1].tolist() == [120_000, 240_000]
 
 
-def test_packets_follow_the_rate_over_time(tmp_path):
-    job, fabric, flows = _case()
+@functools.lru_cache(maxsize=None)
+def _placed_case():
+    """The same two flows timed per connection (detail conn), A's chunks placed for its pcaps."""
+    job = load_job(sets=SETS)
+    fabric = build_fabric(job)
+    ops = op_table([(P2P, [0, 2], 4 << 20, 0, []), (P2P, [1, 2], 8 << 20, B_AT, [])])
+    conn = schedule_connections(ops, fabric, job)
+    return job, fabric, placed_flows(SimpleNamespace(flows=conn, ops=ops, fabric=fabric, job=job))
+
+
+@pytest.mark.parametrize("detail", ["full", "placed"])
+def test_packets_follow_the_rate_over_time(tmp_path, detail):
+    job, fabric, flows = _case() if detail == "full" else _placed_case()
+    assert flows.detail == detail
     a = int(np.flatnonzero(flows.rows["src_rank"] == 0)[0])
     r = flows.item_rates
-    assert r.bytes_per_ns[r.item == a].tolist() == [50.0, 25.0]        # the schedule: alone, then shared
+    assert np.round(r.bytes_per_ns[r.item == a], 2).tolist() == [50.0, 25.0]   # alone, then shared
     s, f = int(flows.rows["start_ns"][a]), int(flows.finish_ns[a])
     paths = {p.name: p for p in _write(flows, fabric, job.output, tmp_path / "new")}
     t, w = _sent(paths["node0000-rail0.pcap"])
