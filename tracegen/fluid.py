@@ -16,6 +16,10 @@ Release: an op is released `gap_ns` after the last of its dependency ops ends; a
 active once its op is released and every item it depends on (same op) has arrived. Times are
 integer ns (an item finishes at the first whole ns its bytes are through); remaining bytes are
 float64 between events.
+
+Records, on request only: every link's load over time (LinkLoad: the report's utilisation) and
+the rate of chosen items over time (ItemRates: the pcap writer paces a flow's packets along its
+cumulative sent-bytes curve, progress_times inverts it).
 """
 from __future__ import annotations
 
