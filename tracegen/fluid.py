@@ -16,6 +16,10 @@ Release: an op is released `gap_ns` after the last of its dependency ops ends; a
 active once its op is released and every item it depends on (same op) has arrived. Times are
 integer ns (an item finishes at the first whole ns its bytes are through); remaining bytes are
 float64 between events.
+
+Records, on request only: every link's load over time (LinkLoad: the report's utilisation) and
+the rate of chosen items over time (ItemRates: the pcap writer paces a flow's packets along its
+cumulative sent-bytes curve, progress_times inverts it).
 """
 from __future__ import annotations
 
@@ -52,10 +56,14 @@ def _report(done: int, total: int) -> None:
 
 def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_ptr, lk_id, lk_w,
         cap_bytes_per_ns, jit: bool = True, rate_cap=None, queue=None, record_links: int = 0,
-        record_max: int = 0):
+        record_max: int = 0, record_items=None, record_items_max: int = 0):
     """Schedule everything. Returns (start, finish, end, op_start, op_end) as int64 arrays, and
     with record_links = L > 0 also the load of links 0..L-1 over time: (t, link, bytes per ns)
     whenever a link's load changes, at most record_max records (0: 64 per item, up to 4 M) (LinkLoad).
+    record_items (bool [n], optional): also the rate of each marked item over time, (t, item,
+    bytes per ns) whenever it changes, at most record_items_max records (0: 16 per marked item,
+    up to 4 M) (ItemRates); the result is then (start, finish, end, op_start, op_end, LinkLoad or
+    None, ItemRates). Off by default: nothing is recorded, nothing is paid.
 
     op_gap [n_ops]; op_deps: op ids each op waits for; op_of [n]: op of each item; item_deps: item
     ids each item needs (items of its own op); nbytes [n] (float); extra_ns [n]; lk_ptr/lk_id/lk_w:
@@ -78,14 +86,110 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
             np.full(n, np.inf) if rate_cap is None else np.asarray(rate_cap, np.float64),
             np.full(n, -1, np.int64) if queue is None else np.asarray(queue, np.int64),
             int(record_links), (int(record_max) or min(4_000_000, 64 * n + 1024)) if record_links else 0)
+    want = np.zeros(1, np.bool_) if record_items is None else np.asarray(record_items, np.bool_)
+    imax = 0
+    if record_items is not None:
+        if len(want) != n:
+            raise ValueError("record_items: one flag per item")
+        imax = int(record_items_max) or min(4_000_000, 16 * int(want.sum()) + 1024)
     fn = _engine if jit else getattr(_engine, "py_func", _engine)   # NUMBA_DISABLE_JIT: plain
-    start, finish, end, op_start, op_end, done, rec_t, rec_l, rec_v, n_rec = fn(*args)
+    (start, finish, end, op_start, op_end, done, rec_t, rec_l, rec_v, n_rec,
+     it_t, it_i, it_v, n_it, it_lost) = fn(*args, want, imax)
     if not done:
         raise RuntimeError("schedule: dependency cycle, some items never became ready")
+    load = None
     if record_links:
         k = min(n_rec, len(rec_t))
-        return start, finish, end, op_start, op_end, LinkLoad(rec_t[:k], rec_l[:k], rec_v[:k], n_rec > len(rec_t))
+        load = LinkLoad(rec_t[:k], rec_l[:k], rec_v[:k], n_rec > len(rec_t))
+    if record_items is not None:
+        k = min(n_it, len(it_t))
+        return start, finish, end, op_start, op_end, load, ItemRates(it_t[:k], it_i[:k], it_v[:k], int(it_lost))
+    if record_links:
+        return start, finish, end, op_start, op_end, load
     return start, finish, end, op_start, op_end
+
+
+def progress_times(rates: "ItemRates", items, frac, finish) -> tuple[np.ndarray, np.ndarray]:
+    """When (float ns) each queried item had sent fraction `frac` of what it sent by `finish`
+    (per query: its item, the fraction, the item's finish), on its cumulative sent-bytes curve
+    (piecewise linear from its rate records). ok: the item's rate changed while it sent and its
+    records are complete - elsewhere the time is nan (one rate: a straight line, the caller's)."""
+    items, frac = np.asarray(items, np.int64), np.asarray(frac, np.float64)
+    finish = np.asarray(finish, np.int64)
+    out, ok = np.full(len(items), np.nan), np.zeros(len(items), bool)
+    if rates is None or not len(rates.t) or not len(items):
+        return out, ok
+    o = np.argsort(rates.item, kind="stable")              # per item, in time order
+    k_it, k_t, k_v = rates.item[o], rates.t[o].astype(np.int64), rates.bytes_per_ns[o]
+    n = max(int(k_it.max()), int(items.max())) + 1
+    count = np.bincount(k_it, minlength=n)
+    fin = np.full(n, -1, np.int64)
+    fin[items] = finish
+    want = (count >= 2) & (fin >= 0) & (fin <= rates.complete_until)
+    keep = want[k_it]
+    k_it, k_t, k_v = k_it[keep], k_t[keep], k_v[keep]
+    if not len(k_it):
+        return out, ok
+    last = np.r_[k_it[1:] != k_it[:-1], True]
+    seg = k_v * np.maximum(np.where(last, fin[k_it], np.r_[k_t[1:], 0]) - k_t, 0)
+    g0 = np.cumsum(seg) - seg                              # cumulative bytes, items concatenated
+    lo = np.flatnonzero(np.r_[True, k_it[1:] != k_it[:-1]])
+    hi = np.r_[lo[1:], len(k_it)] - 1
+    it_lo, it_hi, it_off, it_bytes = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n), np.zeros(n))
+    it_lo[k_it[lo]], it_hi[k_it[lo]], it_off[k_it[lo]] = lo, hi, g0[lo]
+    np.add.at(it_bytes, k_it, seg)
+    ok = want[items]
+    q, f = items[ok], np.clip(frac[ok], 0.0, 1.0)
+    g = it_off[q] + f * it_bytes[q]
+    k = np.clip(np.searchsorted(g0, g, "right") - 1, it_lo[q], it_hi[q])
+    v = k_v[k]
+    out[ok] = k_t[k] + np.where(v > 0, (g - g0[k]) / np.where(v > 0, v, 1), 0.0)
+    return out, ok
+
+
+class ItemRates(NamedTuple):
+    """Piecewise-constant rates of items: from t[k] on, item[k] sends bytes_per_ns[k] (until its
+    next record or its finish). Records are in time order. complete_until: the records of an item
+    that finishes at or before it are complete (INF: none was dropped); the memory bound dropped
+    every rate change from then on."""
+    t: np.ndarray
+    item: np.ndarray
+    bytes_per_ns: np.ndarray
+    complete_until: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.complete_until < INF
+
+    def within(self, items, t0, t1) -> "ItemRates":
+        """Per query q: the records of item items[q] over [t0[q], t1[q]) - the rate in effect at
+        t0 (stamped t0) and its changes before t1 - as item q (time order per query)."""
+        items, t0, t1 = (np.asarray(a, np.int64) for a in (items, t0, t1))
+        if not len(self.t) or not len(items):
+            return ItemRates(self.t[:0], self.item[:0], self.bytes_per_ns[:0], self.complete_until)
+        o = np.lexsort((self.t, self.item))
+        it, t, v = self.item[o], self.t[o].astype(np.int64), self.bytes_per_ns[o]
+        span = int(max(t.max(), t1.max(), 0)) + 1
+        key = it * span + t
+        first = np.searchsorted(it, items)                  # the item's first record
+        a = np.maximum(np.searchsorted(key, items * span + np.maximum(t0, 0), "right") - 1, first)
+        b = np.searchsorted(key, items * span + np.maximum(t1, 0), "left")
+        has = (first < len(it)) & (it[np.minimum(first, len(it) - 1)] == items)
+        n = np.where(has, np.maximum(b - a, 0), 0)
+        q = np.repeat(np.arange(len(items)), n)
+        k = np.repeat(a, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        return ItemRates(np.maximum(t[k], t0[q]), q, v[k], self.complete_until)
+
+    def take(self, items: np.ndarray) -> "ItemRates":
+        """The records of `items` (ids), renumbered 0..len(items)-1 in that order."""
+        items = np.asarray(items, np.int64)
+        if not len(self.item) or not len(items):
+            return ItemRates(self.t[:0], self.item[:0], self.bytes_per_ns[:0], self.complete_until)
+        new = np.full(max(int(self.item.max()), int(items.max())) + 1, -1, np.int64)
+        new[items] = np.arange(len(items))
+        k = new[self.item]
+        keep = k >= 0
+        return ItemRates(self.t[keep], k[keep], self.bytes_per_ns[keep], self.complete_until)
 
 
 class LinkLoad(NamedTuple):
@@ -205,7 +309,7 @@ def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, fro
 
 @numba.njit(cache=True)
 def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_ptr, ot_val, op_of,
-            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap, queue, rec_links, rec_max):
+            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap, queue, rec_links, rec_max, want, it_max):
     n_ops, n = len(gap), len(op_of)
     n_links = len(cap)
     op_deps_left, tr_deps_left = op_deps_left.copy(), tr_deps_left.copy()
@@ -252,6 +356,13 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     n_loaded = 0
     mark = np.zeros(max(rec_links, 1), np.bool_)
     tl = np.zeros(max(rec_links, 1), np.int64)
+    # item rate records (record_items): per marked item the rate last recorded
+    it_t = np.zeros(it_max, np.int64)
+    it_i = np.zeros(it_max, np.int64)
+    it_v = np.zeros(it_max, np.float64)
+    n_it = 0
+    it_lost = INF
+    last_rate = np.zeros(n if it_max > 0 else 1, np.float64)
     n_q = queue.max() + 1 if n > 0 else 0
     q_busy = np.zeros(max(n_q, 1), np.bool_)     # a queue's item is active
     q_head = np.full(max(n_q, 1), -1, np.int64)  # parked items per queue: a linked list, FIFO
@@ -293,6 +404,8 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
             if n_act > 0:
                 _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen, rate_cap)
                 dirty = False
+                if it_max > 0:
+                    n_it, it_lost = _record_items(t, act, n_act, rate, want, last_rate, it_t, it_i, it_v, n_it, it_lost)
             n_rec, n_loaded = _record(t, act, n_act, rate, lk_ptr, lk_id, lk_w, rec_links, cur_load, last_load,
                                       loaded, n_loaded, mark, tl, rec_t, rec_l, rec_v, n_rec)
         if len(heap) == 0 and n_act == 0:
@@ -303,6 +416,8 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
             if dirty:
                 _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen, rate_cap)
                 dirty = False
+                if it_max > 0:
+                    n_it, it_lost = _record_items(t, act, n_act, rate, want, last_rate, it_t, it_i, it_v, n_it, it_lost)
             for a in range(n_act):
                 i = act[a]
                 r = rate[i]
@@ -403,7 +518,29 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     for o in range(n_ops):
         if op_left[o] > 0 or op_deps_left[o] > 0:
             done = False
-    return start, finish, end, op_start, op_end, done, rec_t, rec_l, rec_v, n_rec
+    return start, finish, end, op_start, op_end, done, rec_t, rec_l, rec_v, n_rec, it_t, it_i, it_v, n_it, it_lost
+
+
+@numba.njit(cache=True)
+def _record_items(t, act, n_act, rate, want, last_rate, it_t, it_i, it_v, n_it, it_lost):
+    """Record every marked active item whose rate changed at t; returns (n_it, it_lost): records
+    beyond the buffer are counted, not kept, and it_lost is when the first of them was due."""
+    for a in range(n_act):
+        i = act[a]
+        if not want[i]:
+            continue
+        r = rate[i]
+        if r == np.inf:
+            continue
+        p = last_rate[i]
+        if abs(r - p) > 1e-9 * max(r, p):
+            if n_it < len(it_t):
+                it_t[n_it], it_i[n_it], it_v[n_it] = t, i, r
+            elif t < it_lost:
+                it_lost = t
+            n_it += 1
+            last_rate[i] = r
+    return n_it, it_lost
 
 
 @numba.njit(cache=True)

@@ -55,11 +55,13 @@ def pick_detail(detail: str, emit: bool, transfers: int) -> str:
     return "full" if emit or transfers <= FULL_DETAIL_MAX_TRANSFERS else "conn"
 
 
-def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: bool = False,
+def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: bool | None = None,
                  fold: bool = True) -> Run:
     """`stage(text)` is told what runs next (the CLI shows it; big jobs take minutes). emit: the
     job's outputs will be written: an ns-3 scenario needs every chunk (detail full); pcaps of a
-    connection-level schedule expand only the NICs they show (emit/placed.py).
+    connection-level schedule expand only the NICs they show (emit/placed.py); the schedule keeps
+    the NET flows' rate changes for the pcap writer unless emit is False (a plan) or the job
+    writes no pcaps.
     fold: timed per connection, build and time DP replica 0's ops once for all replicas where the
     job allows it (workload.foldable; the network edges of every replica are still timed)."""
     say = stage or (lambda text: None)
@@ -88,11 +90,11 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: boo
         say(f"collectives: {len(ops):,} ops -> transfers")
         transfers = expand(ops, fabric, job.nccl)
         say(f"schedule: {len(transfers):,} transfers")
-        flows = schedule(ops, transfers, fabric, job)
+        flows = schedule(ops, transfers, fabric, job, rates=bool(job.output.pcap and emit is not False))
     else:
         folded = f" (DP replica 0 of {ops.replicas}, network edges of all)" if ops.replicas > 1 else ""
         say(f"schedule: {len(ops):,} ops{folded}, per connection")
         transfers = None
-        flows = schedule_connections(ops, fabric, job)
+        flows = schedule_connections(ops, fabric, job, rates=bool(job.output.pcap and emit is not False))
     say("report")
     return Run(job, fabric, ops, transfers, flows, build_report(job, fabric, flows))

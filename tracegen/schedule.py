@@ -183,8 +183,11 @@ def net_latency_ns(conns: Connections, row_conn, on_wire, pmtu: int, vlan: bool 
     return lat
 
 
-def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job, shared_fabric: bool = True) -> Flows:
-    """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison."""
+def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job, shared_fabric: bool = True,
+             rates: bool | None = None) -> Flows:
+    """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison.
+    rates: keep every NET flow's rate changes (Flows.item_rates: the pcap writer paces each
+    message at the rate its flow had while sending it); None: when the job writes pcaps."""
     rows = tr.rows
     n = len(rows)
     net = rows["link"] == LinkKind.NET
@@ -204,11 +207,14 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job, shared_fabri
         ptr, lk, w, cap = nic_only_links(fabric, src, dst, net)
     start, finish, end, op_start, op_end, *load = fluid.run(
         ops.rows["gap_ns"], stream_ordered(ops).deps, rows["op_id"], tr.deps, on_wire.astype(np.float64), lat,
-        ptr, lk, w, cap, record_links=fabric.n_link_dirs if shared_fabric else 0, jit=n >= JIT_MIN_TRANSFERS, queue=send_queues(ops, rows, row_conn))
+        ptr, lk, w, cap, record_links=fabric.n_link_dirs if shared_fabric else 0, jit=n >= JIT_MIN_TRANSFERS,
+        queue=send_queues(ops, rows, row_conn),
+        record_items=net if (job.output.pcap if rates is None else rates) else None)
+    load, item_rates = (load + [None, None])[:2]
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     for name in rows.dtype.names:
         flows[name] = rows[name]
     flows["src_nic"], flows["dst_nic"] = src_nic, dst_nic
     flows["start_ns"], flows["end_ns"] = start, end
     return Flows(flows, tr.deps, ops, op_start, op_end, conns=conns, row_conn=row_conn, finish_ns=finish,
-                 row_net_wire=np.where(net, on_wire, 0), link_load=load[0] if load else None)
+                 row_net_wire=np.where(net, on_wire, 0), link_load=load, item_rates=item_rates)

@@ -194,8 +194,11 @@ class _Fill:
         return self.cache[sig]
 
 
-def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: bool = True) -> Flows:
-    """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison."""
+def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: bool = True,
+                         rates: bool | None = None) -> Flows:
+    """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison.
+    rates: keep the rate changes of the items with NET rows (Flows.item_rates, Flows.row_item):
+    placed pcaps (emit/placed.py) put their chunks on those curves; None: when the job writes pcaps."""
     from .schedule import item_links, link_capacity, net_latency_ns
     pmtu = job.output.pmtu
     rows = edge_table(ops, fabric, job)
@@ -246,7 +249,10 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     start, finish, end, op_start, op_end, *load = fluid.run(
         ops.rows["gap_ns"], stream_ordered(ops).deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
         cap, jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue,
-        record_links=fabric.n_link_dirs if shared_fabric else 0)
+        record_links=fabric.n_link_dirs if shared_fabric else 0,
+        record_items=np.bincount(item[net], minlength=len(it_op)) > 0
+        if (job.output.pcap if rates is None else rates) else None)
+    load, item_rates = (load + [None, None])[:2]
     r_start, r_end, r_fin = start[item], end[item], finish[item]
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     flows["transfer_id"] = np.arange(n)
@@ -260,5 +266,6 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     return Flows(flows, Ragged.empty(n), ops, op_start, op_end, conns=conns, row_conn=row_conn,
                  finish_ns=r_fin, detail="conn", fill_ns=op_fill, row_transfers=rows["transfers"],
                  row_messages=rows["messages"], row_packets=rows["packets"],
-                 row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load[0] if load else None,
+                 row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load,
+                 item_rates=item_rates, row_item=item if item_rates is not None else None,
                  row_copies=rows["copies"] if ops.replicas > 1 else None)

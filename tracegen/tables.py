@@ -206,6 +206,10 @@ class Flows:
     row_net_wire: np.ndarray | None = None   # per row: bytes it puts on each fabric link (RoCE headers
                                              # included; 0 on NVLink)
     link_load: object = None                # fluid.LinkLoad: every fabric link's load over time
+    item_rates: object = None               # fluid.ItemRates (item = row): NET rows' rates over time,
+                                            # when pcaps are written (the writer paces by them);
+                                            # conn: the fluid items' rates (row_item)
+    row_item: np.ndarray | None = None      # conn: per row, its fluid item (its op's channel moves as one)
     row_copies: np.ndarray | None = None    # folded job (CommOps.replicas): per row, the DP replicas
                                             # it stands for (its NVLink rows: all; None: 1 each)
     nic_sharing: str = "fair"               # how a NIC serves its QPs: fair (max-min among QPs with

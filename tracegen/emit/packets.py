@@ -91,6 +91,80 @@ def stretch(burst_ns, m_row, n_rows: int, send_ns) -> np.ndarray:
     return np.where(slow, send_ns / np.maximum(total, 1), 1.0)
 
 
+@dataclass
+class RateCurve:
+    """The cumulative sent-bytes curves of the flows whose rate changed while they sent (from
+    fluid.ItemRates), piecewise linear, concatenated: piece k of row k_row[k] starts at k_t[k]
+    (ns) with g0[k] bytes sent by all earlier pieces (earlier rows' included) and sends k_v[k]
+    bytes/ns. A message position x (ns of line-rate wire time into its flow) is scaled to the
+    flow's bytes: byte (m_x0[m] + x) * row_scale of its row."""
+    m_row: np.ndarray        # per message: its flow row, -1 if its flow keeps one pace
+    m_x0: np.ndarray         # per message: line-rate ns of its flow before it
+    row_scale: np.ndarray    # per row: curve bytes per line-rate ns
+    row_off: np.ndarray      # per row: g0 of its first piece
+    row_lo: np.ndarray       # per row: its pieces [row_lo, row_hi]
+    row_hi: np.ndarray
+    g0: np.ndarray
+    k_t: np.ndarray
+    k_v: np.ndarray
+
+    def at(self, m, x) -> np.ndarray:
+        """When (float ns) the flow of messages m (on the curve) reaches line-rate offset x of m."""
+        r = self.m_row[m]
+        g = self.row_off[r] + (self.m_x0[m] + x) * self.row_scale[r]
+        k = np.clip(np.searchsorted(self.g0, g, "right") - 1, self.row_lo[r], self.row_hi[r])
+        v = self.k_v[k]
+        return self.k_t[k] + np.where(v > 0, (g - self.g0[k]) / np.where(v > 0, v, 1), 0.0)
+
+
+def follow_rates(rates, net_idx, start_ns, finish_ns, burst, excl, m_row, row_base):
+    """Messages of the flows whose rate changed while they sent (fluid.ItemRates, item = flow
+    row; net_idx: the plan's rows in the flow table, start_ns/finish_ns per plan row): each at
+    the time the flow's cumulative sent-bytes curve (piecewise linear from its rate records)
+    reaches its first byte - its share of the flow's line-rate time, scaled to the flow's bytes -
+    and paced at its own part of the curve (its time on the curve over its line-rate time, 1
+    within 1 %); the curve itself (RateCurve) places its packet trains (Plan.paced_offset).
+    Returns (messages, nominal ns, pace, RateCurve), or None when no flow's rate changed.
+    Flows with one rate keep the constant pace (stretch); so do flows whose records the engine's
+    memory bound cut short (finish after ItemRates.complete_until)."""
+    if rates is None or not len(rates.t):
+        return None
+    n_rows = len(net_idx)
+    r = rates.take(net_idx)
+    o = np.argsort(r.item, kind="stable")                 # per row, in time order
+    k_row, k_t, k_v = r.item[o], r.t[o].astype(np.int64), r.bytes_per_ns[o]
+    start_ns, finish_ns = np.asarray(start_ns, np.int64), np.asarray(finish_ns, np.int64)
+    count = np.bincount(k_row, minlength=n_rows)
+    traj = (count >= 2) & (finish_ns <= rates.complete_until)
+    if not traj.any():
+        return None
+    keep = traj[k_row]
+    k_row, k_t, k_v = k_row[keep], k_t[keep], k_v[keep]
+    last = np.r_[k_row[1:] != k_row[:-1], True]
+    k_end = np.where(last, finish_ns[k_row], np.r_[k_t[1:], 0])
+    seg = k_v * np.maximum(k_end - k_t, 0)                  # bytes sent on each piece
+    g0 = np.cumsum(seg) - seg                               # global cumulative bytes (rows concatenated)
+    lo = np.flatnonzero(np.r_[True, k_row[1:] != k_row[:-1]])
+    hi = np.r_[lo[1:], len(k_row)] - 1
+    row_lo, row_hi = np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64)
+    row_lo[k_row[lo]], row_hi[k_row[lo]] = lo, hi
+    row_off = np.zeros(n_rows)
+    row_off[k_row[lo]] = g0[lo]
+    row_bytes = np.zeros(n_rows)
+    np.add.at(row_bytes, k_row, seg)
+    row_burst = np.bincount(m_row, burst, minlength=n_rows).astype(np.float64)
+    curve = RateCurve(m_row=np.where(traj[m_row], m_row, -1), m_x0=(excl - excl[row_base]).astype(np.float64),
+                      row_scale=row_bytes / np.maximum(row_burst, 1), row_off=row_off, row_lo=row_lo,
+                      row_hi=row_hi, g0=g0, k_t=k_t, k_v=k_v)
+    msgs = np.flatnonzero(traj[m_row])
+    t0, t1 = curve.at(msgs, 0.0), curve.at(msgs, burst[msgs].astype(np.float64))
+    b = burst[msgs].astype(np.int64)
+    d = t1 - t0
+    slow = (d - b > 0) & (d - b > b // 100)
+    pace = np.where(slow, d / np.maximum(b, 1), 1.0)
+    return msgs, np.maximum(np.floor(t0).astype(np.int64), start_ns[m_row[msgs]]), pace, curve
+
+
 def _row_first(v, m_row, n_rows: int) -> np.ndarray:
     """Per flow: v of its first message."""
     out = np.zeros(n_rows, np.int64)
@@ -211,6 +285,19 @@ class Plan:
     line_gbps: int = 0                     # that line rate: the NICs'
     m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
                                            # rate the schedule gave its flow (timing.paced_trains)
+    m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
+
+    def paced_offset(self, m, x) -> np.ndarray:
+        """Integer ns after its first packet that paced message m reaches line-rate offset x (ns):
+        x stretched by the message's pace, or on its flow's rate curve (follow_rates)."""
+        out = np.floor(x * self.m_pace[m]).astype(np.int64)
+        if self.m_curve is not None:
+            c = self.m_curve.m_row[m] >= 0
+            if c.any():
+                mc = m[c]
+                xc = np.asarray(x, np.float64)[c]
+                out[c] = np.floor(self.m_curve.at(mc, xc) - self.m_curve.at(mc, np.zeros(len(mc)))).astype(np.int64)
+        return out
 
     @property
     def n_msgs(self) -> int:
@@ -367,7 +454,8 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
                       each=ctl_opt(DATA, np.arange(M)) if row_comment else None)
 
     # Nominal: a flow's messages from its start_ns, each a line-rate burst, spread over the time
-    # the schedule gives the flow to send (its end less the route's flight and store-and-forward
+    # the schedule gives the flow to send (or, when its rate changed meanwhile, along its rate
+    # curve: follow_rates) (its end less the route's flight and store-and-forward
     # packet times) in proportion to their bytes: a flow that shares a link at half its NIC's
     # rate sends a message every two message times, so its messages interleave with the other
     # QPs' on the NIC (timing.py) and no link carries more than the schedule gave it, averaged
@@ -383,8 +471,18 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         send_ns = ((rows["end_ns"] - rows["start_ns"]).astype(np.int64) - _row_first(flight, m_row, len(rows))
                    - (_row_first(c_hops[m_conn], m_row, len(rows)) - 1) * int(wire.first))
     row_pace = stretch(burst, m_row, len(rows), send_ns)
+    curve = None
     m_pace = row_pace[m_row]
     m_nominal = rows["start_ns"].astype(np.int64)[m_row] + np.floor((excl - excl[row_base]) * m_pace).astype(np.int64)
+    # A flow whose rate changed while it sent (other flows joined or left a link it crosses) has
+    # each message follow the rate it had then, not one average pace: a flow alone for its first
+    # half and sharing a link for its second sends back to back, then at half rate.
+    if flows.finish_ns is not None and getattr(flows, "item_rates", None) is not None:
+        got = follow_rates(flows.item_rates, net_idx, rows["start_ns"], flows.finish_ns[net_idx], burst, excl,
+                           m_row, row_base)
+        if got is not None:
+            msgs, nominal, pace, curve = got
+            m_nominal[msgs], m_pace[msgs] = nominal, pace
 
     # ACKs of data: the A-bit packet, plus every ack_every-th packet of the message.
     n_ack = 1 + ((m_npk - 1) // out.ack_every if out.ack_every > 0 else 0 * m_npk)
@@ -414,7 +512,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         c_sport=roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64), c_hops=c_hops,
         m_conn=m_conn, m_q=m_q, m_imm=m_imm, m_keep=m_keep,
         m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
-        m_nominal_ns=m_nominal, wire=wire, line_wire=wire, line_gbps=gbps, m_pace=m_pace, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
+        m_nominal_ns=m_nominal, wire=wire, line_wire=wire, line_gbps=gbps, m_pace=m_pace, m_curve=curve, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
         m_nccl=m_nccl, m_va=bufs.addr[m_nccl] + m_part_off, m_rkey=bufs.rkey[m_nccl],
         m_cts_va=bufs.cts_va[m_nccl], m_cts_rkey=bufs.cts_rkey[m_nccl],
         m_cts_body=nccl_net.cts_payload(bufs.addr, bufs.size, bufs.rkey, bufs.tag, bufs.idx)[m_nccl],

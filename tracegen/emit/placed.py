@@ -7,7 +7,9 @@ ranks shifted; a ring AllReduce too large to list, from ring_edges' closed form 
 positions involved), and only the chunks a selected NIC sends or receives are kept. Each chunk is
 placed inside its connection row's interval, in step order, in proportion to the bytes before
 it: the row's [start, last byte sent] is what the fluid schedule gave the connection for this op,
-so the chunks keep its rate and the op's timing. The QP numbers, UDP source ports and routes are
+so the chunks keep its rate and the op's timing; where that rate changed (Flows.item_rates, the
+connection's fluid item's rate records) the chunks lie on the connection's sent-bytes curve, each
+carrying its stretch of it (ItemRates.within) so that its packets follow it. The QP numbers, UDP source ports and routes are
 the whole job's (Flows.conns), PSNs and IPv4 identifications count from the first frame of a
 selected NIC's QPs (every frame of those QPs is kept); a peer NIC's own counters only see the
 frames kept.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import fluid
 from ..collectives import expand, op_templates
 from ..collectives.edges import net_wire_bytes, pxn_split
 from ..collectives.ring_edges import RingShape
@@ -71,8 +74,20 @@ def placed_flows(run) -> Flows:
     span = np.maximum(f - s, 0).astype(np.float64)
     t_start = s + np.floor(span * before / np.maximum(total[row_s], 1)).astype(np.int64)
     t_fin = s + np.ceil(span * through / np.maximum(total[row_s], 1)).astype(np.int64)
+    if flows.item_rates is not None and flows.row_item is not None:
+        # the connection's rate changed meanwhile (other traffic joined or left its links): its
+        # chunks on its sent-bytes curve, each chunk at the rate it had then
+        it = flows.row_item[row_s]
+        a, ok = fluid.progress_times(flows.item_rates, it, before / np.maximum(total[row_s], 1), f)
+        b, _ = fluid.progress_times(flows.item_rates, it, through / np.maximum(total[row_s], 1), f)
+        t_start[ok] = np.clip(np.floor(a[ok]).astype(np.int64), s[ok], f[ok])
+        t_fin[ok] = np.clip(np.ceil(b[ok]).astype(np.int64), t_start[ok], f[ok])
+    rates = None
+    if flows.item_rates is not None and flows.row_item is not None:
+        # each chunk gets its stretch of its connection's curve: its packets follow it (packets.py)
+        rates = flows.item_rates.within(flows.row_item[row_s], t_start, t_fin)
     cols = {name: v[seq] for name, v in cols.items()}
-    return _table(flows, ops, fabric, cols, t_start, t_fin + lat, t_fin)
+    return _table(flows, ops, fabric, cols, t_start, t_fin + lat, t_fin, rates)
 
 
 def shown_nics(out, fabric) -> np.ndarray:
@@ -176,7 +191,7 @@ def _ring_rows(ops, fabric, job, o: int, mask) -> dict:
     return out
 
 
-def _table(flows: Flows, ops, fabric, cols: dict, start, end, finish) -> Flows:
+def _table(flows: Flows, ops, fabric, cols: dict, start, end, finish, rates=None) -> Flows:
     n = len(cols["op_id"])
     rows = np.zeros(n, FLOW_DTYPE)
     rows["transfer_id"] = np.arange(n)
@@ -188,5 +203,5 @@ def _table(flows: Flows, ops, fabric, cols: dict, start, end, finish) -> Flows:
                                    communicator(ops.rows["dim"][cols["op_id"]]), cols["channel"])
                 if n else np.zeros(0, np.int64))
     return Flows(rows, Ragged.empty(n), ops, flows.op_start_ns, flows.op_end_ns, conns=flows.conns,
-                 row_conn=row_conn, finish_ns=np.asarray(finish, np.int64), detail="placed",
+                 row_conn=row_conn, finish_ns=np.asarray(finish, np.int64), detail="placed", item_rates=rates,
                  nic_sharing=flows.nic_sharing)

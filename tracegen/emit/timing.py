@@ -219,7 +219,7 @@ def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
     b = np.arange(len(msg)) - np.repeat(np.cumsum(nb) - nb, nb)
     ka = b * B[msg]
     kb = np.minimum(ka + B[msg], p.m_npk[msg])
-    t = m_nominal[msg] + np.floor(p.offset(msg, ka) * f[msg]).astype(np.int64)
+    t = m_nominal[msg] + p.paced_offset(msg, p.offset(msg, ka))
     return Segs(msg, ka, kb, t)
 
 
