@@ -321,6 +321,8 @@ def _count_column():
             unit = task.fields.get("unit", "")
             if unit == "bytes":
                 return Text(f"{decimal(int(task.completed))}/{decimal(int(task.total))}", style="progress.download")
+            if unit == "%":
+                return Text(f"{100 * task.completed / max(task.total, 1):.0f} %", style="progress.download")
             return Text(f"{int(task.completed):,}/{int(task.total):,}" + (f" {unit}" if unit else ""),
                         style="progress.download")
     return CountColumn()
@@ -338,6 +340,8 @@ def _rate_column():
             if not task.speed:
                 return Text("")
             unit = task.fields.get("unit", "")
+            if unit == "%":
+                return Text("")
             text = f"{decimal(int(task.speed))}/s" if unit == "bytes" else f"{task.speed:,.0f}/s"
             return Text(text, style="progress.data.speed")
     return RateColumn()

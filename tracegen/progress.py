@@ -12,7 +12,7 @@ hook: Callable[[int, int], None] | None = None
 stage_hook: Callable[..., None] | None = None
 
 BLOCK_ROWS = 1 << 16        # rows between two reports of a row-by-row writer
-BLOCK_OPS = 4096            # ops between two reports of a loop over ops (progress.counted)
+BLOCK_OPS = 1024            # ops between two reports of a loop over ops (progress.counted)
 
 
 def report(done: int, total: int) -> None:

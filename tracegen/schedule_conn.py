@@ -51,8 +51,11 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     cols: dict[str, list] = {k: [] for k in ("op_id", "src_rank", "dst_rank", "channel", "transfers",
                                              "messages", "packets", "payload", "nvl_wire", "net_wire",
                                              "algo", "proto", "max_msg_bytes")}
-    steps = len(groups) + 3                      # the CLI's bar: each op shape, PXN, replicas, sorting
-    for t, plan, op_ids, grps in progress.counted(list(groups.values()), total=steps, block=64):
+    # the CLI's bar, in % of the work (about a quarter each at 2k-16k GPUs): the op shapes' edges,
+    # PXN, the replicas' network edges, sorting by op
+    shapes = list(groups.values())
+    for k, (t, plan, op_ids, grps) in enumerate(shapes):
+        progress.report(40 * k // len(shapes), 100)
         e = (ring_allreduce_edges if isinstance(t, RingShape) else template_edges)(
             t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
         G = np.asarray(grps, dtype=np.int64)                      # [k, n] ranks by position
@@ -71,19 +74,20 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     link = np.where(fabric.same_node(out["src_rank"], out["dst_rank"]), LinkKind.NVLINK,
                     LinkKind.NET).astype(np.uint8)
     names = [c for c in out if c not in ("src_rank", "dst_rank")]
+    progress.report(40, 100)
     if nccl.pxn and len(link):
         s, d, link, _, *rest = pxn_split(out["src_rank"], out["dst_rank"], link, fabric,
                                          *(out[c] for c in names))
         out = dict(zip(names, rest), src_rank=s, dst_rank=d)
-    progress.report(steps - 2, steps)
+    progress.report(60, 100)
     out["link"] = link
     out["copies"] = np.ones(len(link), np.int64)
     if ops.replicas > 1 and len(link):
         out = _unfold_net_edges(out, ops)
-    progress.report(steps - 1, steps)
+    progress.report(80, 100)
     order = np.argsort(out["op_id"], kind="stable")
     out = {k: v[order] for k, v in out.items()}
-    progress.report(steps, steps)
+    progress.report(100, 100)
     return out
 
 
@@ -210,19 +214,22 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison."""
     from .schedule import item_links, link_capacity, net_latency_ns
     pmtu = job.output.pmtu
-    progress.stage(f"connections: edges of {len(ops):,} ops", "op shapes")
+    progress.stage(f"connections: edges of {len(ops):,} ops", "%")
     rows = edge_table(ops, fabric, job)
     n = len(rows["op_id"])
     net = rows["link"] == LinkKind.NET
     comm = communicator(ops.rows["dim"][rows["op_id"]])
-    progress.stage(f"connections: QPs, source ports and routes of {int(net.sum()):,} network edges")
+    progress.stage(f"connections: QPs, source ports and routes of {int(net.sum()):,} network edges", "steps")
     conns = build_connections(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net],
                               fabric, job.nccl.qps_per_connection)
+    progress.report(1, 3)
     row_conn = np.full(n, -1, np.int64)
     row_conn[net] = conns.lookup(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net])
+    progress.report(2, 3)
     lat = np.zeros(n, np.int64)
     lat[net] = net_latency_ns(conns, row_conn[net], rows["net_wire"][net], pmtu, job.output.vlan,
                               job.output.ip_version)
+    progress.report(3, 3)
     # per op: its rows [lo, hi) and its signature
     n_ops = len(ops)
     cnt = np.bincount(rows["op_id"], minlength=n_ops)
