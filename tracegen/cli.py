@@ -151,9 +151,8 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             with outdir.Writer(target, force) as w:
                 run = _run(job, quiet, pcap=job.output.pcap)
                 counts = {}
-                with _progress(quiet) as bar:
-                    w.write(lambda tmp: counts.update(write_bundle(run, tmp, progress=bar, workers=workers,
-                                                                   scheduler=scheduler)))
+                with _stages(quiet):            # each output file a stage (progress.stage), pcaps in bytes
+                    w.write(lambda tmp: counts.update(write_bundle(run, tmp, workers=workers, scheduler=scheduler)))
             for warning in [*w.warnings, *run.report.notes]:
                 click.echo(f"warning: {warning}", err=True)
             if not quiet:
@@ -266,7 +265,9 @@ def presets():
 class _stages:
     """The pipeline stage that runs, one line each (stderr, terminals only): a spinner and the
     time so far, and - for stages that report how far they are (tracegen.progress: the workload's
-    streams, the schedule's items) - a bar with the rate and the time left."""
+    streams, the schedule's items, the connection table's ops, the pcap estimate, each output
+    file's rows or bytes) - a bar with the count, the rate and the time left. Stages deep in the
+    pipeline name themselves through progress.stage; one display for the whole sequence."""
 
     def __init__(self, quiet: bool, console=None):
         self.bar, self.task = None, None
@@ -274,24 +275,25 @@ class _stages:
             from rich.console import Console
             console = console or Console(stderr=True)
             if console.is_terminal:
-                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                                           TimeElapsedColumn, TimeRemainingColumn)
+                from rich.progress import (BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+                                           TimeRemainingColumn)
                 self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                    MofNCompleteColumn(), _rate_column(), TimeElapsedColumn(),
+                                    _count_column(), _rate_column(), TimeElapsedColumn(),
                                     TimeRemainingColumn(), console=console, transient=True)
 
     def __enter__(self):
         if self.bar is not None:
             from . import progress
             self.bar.__enter__()
-            progress.hook = self.update
+            progress.hook, progress.stage_hook = self.update, self
         return self
 
-    def __call__(self, text: str) -> None:
+    def __call__(self, text: str, unit: str = "") -> None:
         if self.bar is not None:
             if self.task is not None:
                 self.bar.remove_task(self.task)
-            self.task = self.bar.add_task(text, total=None)
+            self.task = self.bar.add_task(text, total=None, unit=unit)
+            self.bar.refresh()
 
     def update(self, done: int, total: int) -> None:
         if self.bar is not None and self.task is not None:
@@ -300,49 +302,49 @@ class _stages:
     def __exit__(self, *exc):
         if self.bar is not None:
             from . import progress
-            progress.hook = None
+            progress.hook, progress.stage_hook = None, None
             self.bar.__exit__(*exc)
         return False
 
 
+def _count_column():
+    from rich.filesize import decimal
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class CountColumn(ProgressColumn):
+        """done/total of a stage that reports its progress, in its unit (sizes for bytes)."""
+
+        def render(self, task):
+            if task.total is None:
+                return Text("")
+            unit = task.fields.get("unit", "")
+            if unit == "bytes":
+                return Text(f"{decimal(int(task.completed))}/{decimal(int(task.total))}", style="progress.download")
+            if unit == "%":
+                return Text(f"{100 * task.completed / max(task.total, 1):.0f} %", style="progress.download")
+            return Text(f"{int(task.completed):,}/{int(task.total):,}" + (f" {unit}" if unit else ""),
+                        style="progress.download")
+    return CountColumn()
+
+
 def _rate_column():
+    from rich.filesize import decimal
     from rich.progress import ProgressColumn
     from rich.text import Text
 
     class RateColumn(ProgressColumn):
-        """Items per second of a stage that reports its progress."""
+        """Units per second of a stage that reports its progress."""
 
         def render(self, task):
-            return Text(f"{task.speed:,.0f}/s" if task.speed else "", style="progress.data.speed")
+            if not task.speed:
+                return Text("")
+            unit = task.fields.get("unit", "")
+            if unit == "%":
+                return Text("")
+            text = f"{decimal(int(task.speed))}/s" if unit == "bytes" else f"{task.speed:,.0f}/s"
+            return Text(text, style="progress.data.speed")
     return RateColumn()
-
-
-class _progress:
-    """A rich progress bar over the pcap bytes written (speed, time left); a no-op when quiet."""
-
-    def __init__(self, quiet: bool):
-        self.quiet, self.bar, self.task = quiet, None, None
-
-    def __enter__(self):
-        if not self.quiet:
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                                       TransferSpeedColumn)
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                TransferSpeedColumn(), TimeRemainingColumn(), transient=True)
-            self.bar.__enter__()
-        return self
-
-    def __call__(self, done_bytes: int, total_bytes: int) -> None:
-        if self.bar is None:
-            return
-        if self.task is None:
-            self.task = self.bar.add_task("pcap", total=total_bytes)
-        self.bar.update(self.task, completed=done_bytes)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-        return False
 
 
 def _print_plan(run) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from . import progress
 from .collectives import expand, op_templates
 from .config import Job
 from .errors import ConfigError
@@ -33,7 +34,15 @@ def chunk_transfer_count(ops: CommOps, fabric: Fabric, job: Job) -> int:
     """Transfers a chunk-level expansion of the whole job would make (templates are cached:
     cheap; a folded op counts once per replica it stands for)."""
     copies = ops.copies()
-    return sum(len(t) * int(copies[i]) for i, _, t, _ in op_templates(ops, fabric, job.nccl))
+    n = len(ops)
+    # the CLI's bar: ops in up to 64 blocks (the templates are built as the blocks go)
+    block = max(progress.BLOCK_OPS, -(-n // 64)) if progress.active() else max(n, 1)
+    count = 0
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        count += sum(len(t) * int(copies[i]) for i, _, t, _ in op_templates(ops, fabric, job.nccl, range(lo, hi)))
+        progress.report(hi, n)
+    return count
 
 
 def needs_chunks(job: Job, emit: bool) -> bool:
@@ -82,6 +91,8 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: boo
         # the estimate's closed-form count where it is far beyond the line (counting exactly
         # would build every template, a whole job's grad-norm ring among them), else exact
         far = known_transfers is not None and known_transfers > 4 * FULL_DETAIL_MAX_TRANSFERS
+        if not (whole or far):
+            progress.stage(f"detail: chunk transfers of {len(ops):,} ops counted (full or per connection)", "ops")
         detail = pick_detail(detail, whole, 0 if whole else known_transfers if far
                              else chunk_transfer_count(ops, fabric, job))
     if detail == "full" and ops.replicas > 1:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import progress
 from .config import Job, grad_elem_bytes
 from .tables import CollKind, Dim, Flows, LinkKind
 from .topology import Fabric
@@ -68,8 +69,10 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
     op_copies = flows.ops.copies()
     n_tr = (flows.row_transfers if flows.row_transfers is not None else np.ones(len(r), np.int64)) * copies
     per_rank = lambda mask: _rank_sums(flows, r["src_rank"], r["bytes"], mask, fabric.world)
+    steps = 2 * len(Dim) + 2               # the CLI's bar: each dimension twice, NICs and ranks, links
     dims = []
-    for dim in Dim:
+    for k, dim in enumerate(Dim):
+        progress.report(k, steps)
         sel = dim_of == dim
         n_ops = int(op_copies[ops["dim"] == dim].sum())
         if n_ops == 0 or dim == Dim.NONE:
@@ -85,10 +88,12 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
                               int((r["bytes"][sel & ~net] * copies[sel & ~net]).sum()), msgs, int(sent[busiest]),
                               round(expected_rank_bytes(job, busiest).get(dim, 0)), DIM_FORMULAS[dim]))
     rank_sent = {}
-    for dim in Dim:
+    for k, dim in enumerate(Dim):
+        progress.report(len(Dim) + k, steps)
         sel = dim_of == dim
         if sel.any():
             rank_sent[dim.name] = per_rank(sel)
+    progress.report(2 * len(Dim), steps)
     tx = np.bincount(r["src_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     rx = np.bincount(r["dst_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
     B = m.bytes_per_elem
@@ -97,16 +102,20 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
     end = flows.op_end_ns
     memory = memory_estimate(job)
     warning = memory.warning(job)
+    rank_net, rank_nvlink = per_rank(net), per_rank(~net)
+    progress.report(2 * len(Dim) + 1, steps)
+    links = _link_loads(fabric, flows)
+    progress.report(steps, steps)
     return Report(
         job=job, params=params.param_count(m),
         s_act_bytes=par.micro_batch * m.seq_len * m.hidden * B,
         s_theta_rank_bytes=worst * B, s_grad_rank_bytes=worst * g, dims=dims,
         nic_tx_bytes=tx, nic_rx_bytes=rx, rank_sent=rank_sent,
-        rank_net_bytes=per_rank(net), rank_nvlink_bytes=per_rank(~net),
+        rank_net_bytes=rank_net, rank_nvlink_bytes=rank_nvlink,
         iteration_ns=int(end.max()) if end is not None and len(end) else
         (int(r["end_ns"].max()) if len(r) else 0),
         transfers=int(n_tr.sum()), net_transfers=int(n_tr[net].sum()), memory=memory,
-        notes=[warning] if warning else [], **_link_loads(fabric, flows))
+        notes=[warning] if warning else [], **links)
 
 
 def _rank_sums(flows: Flows, rank, w, mask, world: int) -> np.ndarray:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import fluid
+from . import fluid, progress
 from .collectives import expand, op_templates
 from .collectives.edges import pxn_split, template_edges
 from .collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
@@ -51,7 +51,11 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     cols: dict[str, list] = {k: [] for k in ("op_id", "src_rank", "dst_rank", "channel", "transfers",
                                              "messages", "packets", "payload", "nvl_wire", "net_wire",
                                              "algo", "proto", "max_msg_bytes")}
-    for t, plan, op_ids, grps in groups.values():
+    # the CLI's bar, in % of the work (about a quarter each at 2k-16k GPUs): the op shapes' edges,
+    # PXN, the replicas' network edges, sorting by op
+    shapes = list(groups.values())
+    for k, (t, plan, op_ids, grps) in enumerate(shapes):
+        progress.report(40 * k // len(shapes), 100)
         e = (ring_allreduce_edges if isinstance(t, RingShape) else template_edges)(
             t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
         G = np.asarray(grps, dtype=np.int64)                      # [k, n] ranks by position
@@ -70,16 +74,21 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     link = np.where(fabric.same_node(out["src_rank"], out["dst_rank"]), LinkKind.NVLINK,
                     LinkKind.NET).astype(np.uint8)
     names = [c for c in out if c not in ("src_rank", "dst_rank")]
+    progress.report(40, 100)
     if nccl.pxn and len(link):
         s, d, link, _, *rest = pxn_split(out["src_rank"], out["dst_rank"], link, fabric,
                                          *(out[c] for c in names))
         out = dict(zip(names, rest), src_rank=s, dst_rank=d)
+    progress.report(60, 100)
     out["link"] = link
     out["copies"] = np.ones(len(link), np.int64)
     if ops.replicas > 1 and len(link):
         out = _unfold_net_edges(out, ops)
+    progress.report(80, 100)
     order = np.argsort(out["op_id"], kind="stable")
-    return {k: v[order] for k, v in out.items()}
+    out = {k: v[order] for k, v in out.items()}
+    progress.report(100, 100)
+    return out
 
 
 def _unfold_net_edges(out: dict, ops: CommOps) -> dict:
@@ -101,6 +110,9 @@ def _unfold_net_edges(out: dict, ops: CommOps) -> dict:
     return {k: np.concatenate([out[k], extra[k]]) for k in out}
 
 
+GROUP_STEPS = 5     # the links and items bar: item links, send queues, item keys, item links merged, done
+
+
 def group_items(op_id, channel, kind, queue, nbytes, ptr, lk, w):
     """Rows -> fluid items. The edges of one channel of a collective move in lockstep (a ring step,
     a tree level or a halving-doubling round needs the one before it), so they form one item that
@@ -111,6 +123,7 @@ def group_items(op_id, channel, kind, queue, nbytes, ptr, lk, w):
     coupled = (kind != CollKind.SENDRECV) & (kind != CollKind.ALLTOALL)
     key = np.where(coupled, op_id * 65536 + channel, -1 - (op_id * (int(queue.max(initial=0)) + 1) + queue))
     uk, item = np.unique(key, return_inverse=True)
+    progress.report(3, GROUP_STEPS)
     m = len(uk)
     big = np.zeros(m)
     np.maximum.at(big, item, nbytes)
@@ -119,11 +132,13 @@ def group_items(op_id, channel, kind, queue, nbytes, ptr, lk, w):
     r_item = np.repeat(item, lens)
     width = int(lk.max()) + 1 if len(lk) else 1
     k2, inv = np.unique(r_item.astype(np.int64) * width + lk, return_inverse=True)
+    progress.report(4, GROUP_STEPS)
     ww = np.bincount(inv, weights=w * np.repeat(scale, lens), minlength=len(k2))
     it_ptr = np.zeros(m + 1, np.int64)
     np.cumsum(np.bincount(k2 // width, minlength=m), out=it_ptr[1:])
     it_op = np.zeros(m, np.int64)
     it_op[item] = op_id
+    progress.report(GROUP_STEPS, GROUP_STEPS)
     return item, it_op, big, it_ptr, (k2 % width).astype(np.int64), ww
 
 
@@ -131,9 +146,10 @@ def _alone(item_deps, nbytes, extra, links, queue=None):
     """One op alone from t = 0: (its end, its items' last byte)."""
     ptr, lk, w, cap = links
     n = len(nbytes)
-    _, finish, end, _, op_end = fluid.run(np.zeros(1, np.int64), Ragged.empty(1), np.zeros(n, np.int64),
-                                          item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 20_000,
-                                          queue=queue)
+    with progress.muted():          # the fill's bar counts ops, not this op's items
+        _, finish, end, _, op_end = fluid.run(np.zeros(1, np.int64), Ragged.empty(1), np.zeros(n, np.int64),
+                                              item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 20_000,
+                                              queue=queue)
     return int(op_end[0]), int(finish.max()) if n else 0
 
 
@@ -201,17 +217,22 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     placed pcaps (emit/placed.py) put their chunks on those curves; None: when the job writes pcaps."""
     from .schedule import item_links, link_capacity, net_latency_ns
     pmtu = job.output.pmtu
+    progress.stage(f"connections: edges of {len(ops):,} ops", "%")
     rows = edge_table(ops, fabric, job)
     n = len(rows["op_id"])
     net = rows["link"] == LinkKind.NET
     comm = communicator(ops.rows["dim"][rows["op_id"]])
+    progress.stage(f"connections: QPs, source ports and routes of {int(net.sum()):,} network edges", "steps")
     conns = build_connections(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net],
                               fabric, job.nccl.qps_per_connection)
+    progress.report(1, 3)
     row_conn = np.full(n, -1, np.int64)
     row_conn[net] = conns.lookup(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net])
+    progress.report(2, 3)
     lat = np.zeros(n, np.int64)
     lat[net] = net_latency_ns(conns, row_conn[net], rows["net_wire"][net], pmtu, job.output.vlan,
                               job.output.ip_version)
+    progress.report(3, 3)
     # per op: its rows [lo, hi) and its signature
     n_ops = len(ops)
     cnt = np.bincount(rows["op_id"], minlength=n_ops)
@@ -219,7 +240,9 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     fill = _Fill(ops, fabric, job, conns, pmtu)
     op_fill = np.zeros(n_ops, np.int64)
     op_alone = np.zeros(n_ops, np.int64)
-    for op in np.flatnonzero(cnt).tolist():
+    live = np.flatnonzero(cnt).tolist()
+    progress.stage(f"fill: {len(live):,} ops, each shape timed alone at chunk level", "ops")
+    for op in progress.counted(live):
         lo, hi = int(op_lo[op]), int(op_lo[op] + cnt[op])
         sig = b"%d|%d|%d|%d|" % (ops.rows["kind"][op], ops.rows["bytes"][op], ops.rows["elem_bytes"][op],
                                  ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
@@ -227,14 +250,17 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         op_fill[op] = int(lat[lo:hi].max())     # the last arrival (0 on NVLink)
     # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,
     # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
+    progress.stage(f"connections: links of {n:,} edges, grouped into items", "steps")
     ebytes = np.where(net, rows["net_wire"], rows["nvl_wire"]).astype(np.float64)
     if shared_fabric:
         ptr, lk, w = item_links(fabric, conns, row_conn, rows["src_rank"], rows["dst_rank"])
         cap = link_capacity(fabric)
     else:
         ptr, lk, w, cap = nic_only_links(fabric, rows["src_rank"], rows["dst_rank"], net)
+    progress.report(1, GROUP_STEPS)
     from .schedule import send_queues
     row_q = send_queues(ops, rows, row_conn)
+    progress.report(2, GROUP_STEPS)
     item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
                                                     ops.rows["kind"][rows["op_id"]], row_q, ebytes, ptr, lk, w)
     # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
@@ -246,6 +272,9 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     it_queue = np.full(len(it_op), -1, np.int64)
     it_queue[item[::-1]] = row_q[::-1]
     from .schedule import stream_ordered
+    folded = f" (DP replica 0 of {ops.replicas}, network edges of all)" if ops.replicas > 1 else ""
+    progress.stage(f"schedule: {len(ops):,} ops{folded}, per connection: {len(it_op):,} items sharing the fabric",
+                   "items")
     start, finish, end, op_start, op_end, *load = fluid.run(
         ops.rows["gap_ns"], stream_ordered(ops).deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
         cap, jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue,
@@ -253,6 +282,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         record_items=np.bincount(item[net], minlength=len(it_op)) > 0
         if (job.output.pcap if rates is None else rates) else None)
     load, item_rates = (load + [None, None])[:2]
+    progress.report(len(it_op), len(it_op))          # the engine tells every PROGRESS_EVERY items
     r_start, r_end, r_fin = start[item], end[item], finish[item]
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     flows["transfer_id"] = np.arange(n)

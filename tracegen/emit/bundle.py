@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from .. import progress as _progress
 from ..config import table_formats
 from ..errors import OutputError
 from ..pipeline import Run
@@ -24,6 +25,7 @@ def pcap_flows(run: Run):
     key = id(run.flows)
     if key not in _PLACED:
         from .placed import placed_flows
+        _progress.stage("pcap estimate: chunks of the selected NICs, placed in their connections", "ops")
         _PLACED.clear()
         _PLACED[key] = (run.flows, placed_flows(run))
     return _PLACED[key][1]
@@ -43,23 +45,31 @@ def with_pcap_estimate(run: Run) -> Run:
 def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | None = None,
                  workers: int = 0, scheduler: str = "") -> dict[str, int]:
     """Write every output of `run` into `dest` (an empty folder); returns counts for the user.
-    workers / scheduler: the pcap files on a Dask cluster (pcap.write_pcaps)."""
+    workers / scheduler: the pcap files on a Dask cluster (pcap.write_pcaps). Each output is a
+    stage of its own (tracegen.progress: the CLI's bars), counted in rows, slices or bytes;
+    progress: the pcap bytes written (done, total), else the progress hook."""
     counts = {}
     out = run.job.output
     formats = table_formats(out)
     fab_cols = fabric_columns(run.flows)
+    stage = _progress.stage
     if "csv" in formats:
+        stage(f"flows.csv: {len(run.flows):,} rows", "rows")
         write_flows_csv(run.flows, dest / "flows.csv", extra=fab_cols)
+        stage(f"ops.csv: {len(run.flows.ops):,} rows", "rows")
         write_ops_csv(run.flows, dest / "ops.csv")
     if "parquet" in formats:
         from .tables_out import write_flows_parquet, write_ops_parquet
+        stage(f"flows.parquet: {len(run.flows):,} rows", "rows")
         write_flows_parquet(run.flows, dest / "flows.parquet", run.job.name, extra=fab_cols)
+        stage(f"ops.parquet: {len(run.flows.ops):,} rows", "rows")
         write_ops_parquet(run.flows, dest / "ops.parquet", run.job.name)
     counts["flows"] = len(run.flows)
     extra = {}
     if out.perfetto:
         from .perfetto import write_perfetto
         from .select import parse
+        stage("perfetto.json", "slices")
         sel = parse(out, run.fabric)
         extra["perfetto"] = write_perfetto(run.flows, run.fabric, dest / "perfetto.json", title=run.job.name,
                                            nic_mask=sel.nic_mask if (out.nics or out.ranks) else None)
@@ -70,16 +80,22 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
             raise OutputError("pcaps of a job timed per connection are written for the NICs they show: "
                               "select some (--nics, --ranks, --switch or --lab), or --no-pcap")
         (dest / "pcap").mkdir()
+        stage("pcap files", "bytes")
+        if progress is None and _progress.active():
+            progress = _progress.report
         counts["pcaps"] = len(write_pcaps(flows, run.fabric, out, dest / "pcap", progress=progress,
                                           nccl=run.job.nccl, network=run.job.network, workers=workers,
                                           scheduler=scheduler))
     if out.ns3:
         from .ns3 import write_ns3
+        stage("ns-3 scenario")
         (dest / "ns3").mkdir()
         write_ns3(run.flows, run.fabric, run.job, dest / "ns3")
     if out.pictures:
         from .plots import TraceView, draw_all
+        stage("pictures", "pictures")
         draw_all(TraceView.from_run(run), dest)
     from .summary_out import write_summaries
+    stage("summary.md, summary.json")
     write_summaries(run, dest, files=sorted(p.name for p in dest.iterdir()), extra=extra)
     return counts

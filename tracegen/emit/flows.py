@@ -15,11 +15,13 @@ they go after the built-in ones, in both formats, without touching this list.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import progress
 from ..tables import Algo, CollKind, Dim, Flows, LinkKind, Phase, Proto, Ragged
 
 BATCH_ROWS = 1 << 18   # rows per CSV write / per Parquet row group (256 Ki rows)
@@ -169,7 +171,10 @@ def write_csv(columns: Sequence[Column], n_rows: int, path: Path) -> Path:
         f.write(",".join(c.name for c in columns) + "\n")
         for lo in range(0, n_rows, BATCH_ROWS):
             hi = min(n_rows, lo + BATCH_ROWS)
-            f.writelines(line % row for row in zip(*(_csv_strings(c, lo, hi) for c in columns)))
+            rows = zip(*(_csv_strings(c, lo, hi) for c in columns))
+            for at in range(lo, hi, progress.BLOCK_ROWS):       # the CLI's bar, per block of rows
+                f.writelines(line % row for row in islice(rows, progress.BLOCK_ROWS))
+                progress.report(min(hi, at + progress.BLOCK_ROWS), n_rows)
     return path
 
 

@@ -13,13 +13,14 @@ from typing import Callable
 
 import numpy as np
 
+from .. import progress as _progress
 from ..config import Nccl, Network, Output
 from ..tables import Flows
 from ..topology import Fabric
 from . import frames, items, port_queue, select, timing, views
 from .copies import nic_interface
 from .addresses import spine_mac  # noqa: F401  (the spine MAC plan, for users of this module)
-from .packets import Plan
+from .packets import FIX_ROUNDS, Plan
 
 # Slice budget per write: bounds memory whatever the trace size.
 WINDOW_PACKETS = 1 << 16
@@ -34,7 +35,12 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
     A schedule per connection (detail conn) has no chunks: an estimate from its counts instead."""
     if flows.detail == "conn":
         return _conn_estimate(flows, out)
-    p = _prepared(flows, fabric, out, qps, views.needs_schedule(out), nccl, network)
+    times = views.needs_schedule(out)
+    _progress.stage("pcap estimate: every packet of the selected chunks scheduled" if times else
+                   "pcap estimate: packets of the selected chunks", "fix rounds" if times else "")
+    p = _prepared(flows, fabric, out, qps, times, nccl, network)
+    if times:
+        _progress.report(FIX_ROUNDS, FIX_ROUNDS)          # converged (timing.schedule counts the rounds)
     if p is None:
         return 0, 0
     if p.tx is None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import progress
 from ..tables import CollKind, Dim, Flows, LinkKind
 
 MAX_NIC_SLICES = 1_000_000     # ~300 MB of JSON: what a browser tab opens comfortably
@@ -67,6 +68,13 @@ def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     new[1:] = s[1:] > e[:-1]
     idx = np.flatnonzero(new)
     return s[idx], np.append(e[idx[1:] - 1], e[-1])
+
+
+def _blocks(order: np.ndarray, done: int, total: int):
+    """order's items as ints, telling progress after each block (slices written so far: done + ...)."""
+    for lo in range(0, len(order), progress.BLOCK_ROWS):
+        yield from order[lo:lo + progress.BLOCK_ROWS].tolist()
+        progress.report(done + min(len(order), lo + progress.BLOCK_ROWS), total)
 
 
 class _Writer:
@@ -179,9 +187,14 @@ def write_perfetto(flows: Flows, fabric, path: Path, title: str = "", nic_mask: 
                 meta(pid, pid * LANE_STRIDE + half + ln, "rx" + (f" {ln + 1}" if ln else ""), half + ln)
 
         # compute slices (merged per rank)
-        for rank in range(world):
-            sel = g_rank == rank
-            s, e = _merge(g_s[sel], g_e[sel])
+        merged = [_merge(g_s[sel], g_e[sel]) for sel in (g_rank == rank for rank in range(world))]
+        n_compute = sum(len(s) for s, _ in merged)
+        total = n_compute + len(c_op) + len(tx_idx) + len(rx_idx)   # slices on the CLI's bar, per block
+        done = 0
+        for rank, (s, e) in enumerate(merged):
+            if done // progress.BLOCK_ROWS != (done + len(s)) // progress.BLOCK_ROWS:
+                progress.report(done, total)
+            done += len(s)
             pid = rank_pid(rank)
             for a, b in zip(s.tolist(), e.tolist()):
                 emit({"ph": "X", "name": "compute", "cat": "compute", "pid": pid, "tid": pid * LANE_STRIDE,
@@ -191,7 +204,7 @@ def write_perfetto(flows: Flows, fabric, path: Path, title: str = "", nic_mask: 
         # collective slices
         c_tid = rank_pid(c_rank) * LANE_STRIDE + 1 + c_lane
         o = np.lexsort((c_s, c_tid))
-        for k in o.tolist():
+        for k in _blocks(o, n_compute, total):
             op_id = int(c_op[k])
             row = ops[op_id]
             emit({"ph": "X", "name": f"{dim_names[int(row['dim'])]} {coll[int(row['kind'])]}",
@@ -205,11 +218,13 @@ def write_perfetto(flows: Flows, fabric, path: Path, title: str = "", nic_mask: 
 
         # NIC slices
         op_of = r["op_id"]
-        for idx, lane, nic_col, peer_col, base in ((tx_idx, tx_lane, "src_nic", "dst_nic", 0),
-                                                   (rx_idx, rx_lane, "dst_nic", "src_nic", half)):
+        done = n_compute + len(c_op)
+        for idx, lane, nic_col, peer_col, base, done in ((tx_idx, tx_lane, "src_nic", "dst_nic", 0, done),
+                                                         (rx_idx, rx_lane, "dst_nic", "src_nic", half,
+                                                          done + len(tx_idx))):
             tid = nic_pid(r[nic_col][idx]) * LANE_STRIDE + base + lane
             o = np.lexsort((r["start_ns"][idx], tid))
-            for k in o.tolist():
+            for k in _blocks(o, done, total):
                 t = int(idx[k])
                 row, op = r[t], ops[op_of[t]]
                 emit({"ph": "X", "name": f"{dim_names[int(op['dim'])]} {coll[int(op['kind'])]}",

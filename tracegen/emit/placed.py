@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import fluid
+from .. import fluid, progress
 from ..collectives import expand, op_templates
 from ..collectives.edges import net_wire_bytes, pxn_split
 from ..collectives.ring_edges import RingShape
@@ -132,12 +132,13 @@ def _chunks(ops, fabric, job, pairs, mask):
             lo, hi = np.searchsorted(ops_sorted, [o, o + 1])
             parts.append((tr[lo:hi], sh))
     cols = {k: [] for k in _COLS}
-    for t, sh in parts:
+    work = len(parts) + len(big)                 # the CLI's bar: (op, replica) pairs, then big rings
+    for t, sh in progress.counted(parts, total=work):
         src, dst = t["src_rank"].astype(np.int64) + sh, t["dst_rank"].astype(np.int64) + sh
         keep = (t["link"] == LinkKind.NET) & (mask[fabric.rank_nic[src]] | mask[fabric.rank_nic[dst]])
         for k in _COLS:
             cols[k].append(src[keep] if k == "src_rank" else dst[keep] if k == "dst_rank" else t[k][keep])
-    for o in big:
+    for o in progress.counted(big, total=work, done=len(parts), block=1):
         for k, v in _ring_rows(ops, fabric, job, o, mask).items():
             cols[k].append(v)
     return {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64) for k, v in cols.items()}

@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import progress
 from ..errors import OutputError
 from ..tables import CollKind, Dim, LinkKind, Ragged
 
@@ -385,4 +386,8 @@ PICTURES: dict[str, Callable[[TraceView, Path], Path]] = {
 
 
 def draw_all(view: TraceView, dest: Path) -> list[Path]:
-    return [draw(view, Path(dest) / name) for name, draw in PICTURES.items()]
+    paths = []
+    for name, draw in PICTURES.items():
+        paths.append(draw(view, Path(dest) / name))
+        progress.report(len(paths), len(PICTURES))           # the CLI's bar, per picture
+    return paths

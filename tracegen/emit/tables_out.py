@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import progress
 from ..errors import OutputError
 from .flows import BATCH_ROWS, Column, flow_table_columns, op_table_columns
 
@@ -66,6 +67,7 @@ def write_parquet(columns: Sequence[Column], n_rows: int, path: Path, metadata: 
             hi = min(n_rows, lo + BATCH_ROWS)
             w.write_table(pa.Table.from_arrays([_arrow_array(pa, c, lo, hi) for c in columns], schema=schema),
                           row_group_size=BATCH_ROWS)
+            progress.report(hi, n_rows)                         # per row group (the CLI's bar)
     return path
 
 

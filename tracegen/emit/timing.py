@@ -12,6 +12,7 @@ import numpy as np
 from ..config import Nccl, Network, Output
 from ..tables import Flows
 from ..topology import Fabric
+from .. import progress
 from . import congestion, roce
 from .capture_file import comment_option_bytes
 from .packets import CNP, CNP_CHECK_ROUNDS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
@@ -247,7 +248,8 @@ def schedule(p: Plan) -> None:
     # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
     # flow's following messages with it) and reschedule. Nominal times only grow.
     paced = burst if p.m_pace is None else np.ceil(burst * p.m_pace).astype(np.int64)
-    for _ in range(FIX_ROUNDS):
+    for fix in range(FIX_ROUNDS):
+        progress.report(fix, FIX_ROUNDS)         # the CLI's bar: rounds, at most FIX_ROUNDS
         bursts = paced_trains(p, m_nominal)
         tx, k_tx = serialize(p, bursts, p.m_src[bursts.msg], p.k_tx_nic, k_nominal, p.k_wire_ns)
         arriving = Segs(tx.msg, tx.ka, tx.kb, tx.t + p.m_flight_ns[tx.msg])
