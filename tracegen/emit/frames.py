@@ -20,7 +20,7 @@ import numpy as np
 from ..config import Output
 from . import congestion, roce
 from .addresses import Addressing, link_macs, mac_table
-from .capture_file import comment_option_bytes, comment_options
+from .capture_file import comment_option_bytes, comment_options, put_records
 from .items import Items
 from .packets import (ACK_CTS, ACK_DATA, CNP, COMMENT_PREFIX, CTS, CTS_BYTES, DATA, IP_TTL, PATTERN, Plan,
                       data_packet, incl_cap, pad4)
@@ -70,31 +70,20 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
 
     # PSNs: a data packet's is its template's + (j - the template's j); control frames are alone.
     psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK
-    cols = [(R + tm.psn_col + k, psn, 16 - 8 * k) for k in range(3)]
-    words = []              # 16-bit big-endian fields: (column, values)
     v4 = out.ip_version == 4
+    ip_fields = {}
     if v4:      # identification per packet (pkt_id); checksum by RFC 1624 from the template's
         ip_id = pkt_id & 0xFFFF
         s = (~tm.csum & 0xFFFF)[tid] + (~tm.ip_id & 0xFFFF)[tid] + ip_id
         s = (s & 0xFFFF) + (s >> 16)
         csum = ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF
         ip_at = R + roce.l2_bytes(out.vlan)
-        words = [(ip_at + roce.IPV4_ID_OFFSET, ip_id), (ip_at + roce.IPV4_CSUM_OFFSET, csum)]
-    # Per record width (a truncated record can be shorter than a template row): template rows
-    # gathered, timestamps, PSNs and IPv4 ids put in, rows copied to their records' offsets.
-    for w, g in _groups(np.minimum(width, R + tm.incl), tid):
-        tmpl = np.ascontiguousarray(tm.rows[:, :w]).view(_void(w)).ravel()
-        rows = tmpl[tid[g]].view(np.uint8).reshape(-1, w)
-        fmt.put_times(rows, t[g])
-        for col, value, shift in cols:
-            if col < w:
-                rows[:, col] = (value[g] >> shift) & 0xFF
-        for col, value in words:
-            if col + 2 <= w:
-                rows[:, col:col + 2].view(">u2")[:, 0] = value[g]
-            elif col < w:
-                rows[:, col] = value[g] >> 8
-        _at(buf, w)[rec_off[g]] = rows.view(_void(w)).ravel()
+        ip_fields = dict(id_at=ip_at + roce.IPV4_ID_OFFSET, ip_id=ip_id, csum_at=ip_at + roce.IPV4_CSUM_OFFSET,
+                         csum=csum)
+    # Template rows (a truncated record can be shorter than its row) copied to their records'
+    # offsets with the timestamps, PSNs and IPv4 ids put in: one pass over the packets.
+    put_records(buf, tm.rows, np.minimum(width, R + tm.incl), tid, rec_off, fmt, t, R + tm.psn_col, psn,
+                **ip_fields)
     full = tm.full[tid]
     if full.any():
         f = np.flatnonzero(full)
