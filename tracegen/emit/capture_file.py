@@ -153,36 +153,42 @@ class Format:
         return self.rec_bytes(incl, options).astype("<u4").view(np.uint8).reshape(-1, 4)
 
 
-def put_records(buf: np.ndarray, rows: np.ndarray, row_w, tid, rec_off, fmt: Format, t_ns,
+def put_records(buf: np.ndarray, rows: np.ndarray, row_w, tid, rec_off, total: int, fmt: Format, t_ns,
                 psn_at: int, psn, id_at: int = -1, ip_id=None, csum_at: int = -1, csum=None) -> None:
-    """Per record i: the first row_w[tid[i]] bytes of template row tid[i] (a (T, width) uint8
-    array) copied to buf[rec_off[i]:], then its own fields put over them: the timestamp t_ns[i],
-    the 24-bit PSN psn[i] at psn_at and, at id_at and csum_at (-1: none, IPv6), the 16-bit IPv4
-    identification and header checksum, big-endian. A field's bytes past the record's row width
-    are left out (a truncated record). One pass over the records (numba) instead of a numpy pass
-    per field and per row width."""
+    """Records i laid out back to back in buf[:total] from rec_off[i] (increasing): the first
+    row_w[tid[i]] bytes of template row tid[i] (a (T, width) uint8 array), zeros to the next
+    record, and its own fields put over the row: the timestamp t_ns[i], the 24-bit PSN psn[i] at
+    psn_at and, at id_at and csum_at (-1: none, IPv6), the 16-bit IPv4 identification and header
+    checksum, big-endian. A field's bytes past the record's row width are left out (a truncated
+    record). Every byte of buf[:total] is written (buf need not be zeroed first), in order: one
+    pass over the records (numba) instead of a numpy pass per field and per row width."""
     i64 = lambda x: np.ascontiguousarray(x, np.int64)
     a, b = fmt.time_words(t_ns)
     psn = i64(psn)
-    _put_records(buf, np.ascontiguousarray(rows, np.uint8), i64(row_w), i64(tid), i64(rec_off), fmt.time_at,
+    _put_records(buf, np.ascontiguousarray(rows, np.uint8), i64(row_w), i64(tid), i64(rec_off), total, fmt.time_at,
                  i64(a), i64(b), psn_at, psn, id_at, psn if ip_id is None else i64(ip_id),
                  csum_at, psn if csum is None else i64(csum))
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _put_records(buf, rows, row_w, tid, rec_off, time_at, ta, tb, psn_at, psn, id_at, ip_id, csum_at, csum):  # pragma: no cover
+def _put_records(buf, rows, row_w, tid, rec_off, total, time_at, ta, tb, psn_at, psn, id_at, ip_id, csum_at,
+                 csum):  # pragma: no cover
     # Unsigned offsets: no negative-index wrap-around, so the byte loops compile tight. A column
     # of -1 becomes 2^64 - 1: never inside a row (its second byte is only looked at after the first).
     width = np.uint64(rows.shape[1])
     flat = rows.ravel()
     t_at, p_at = np.uint64(time_at), np.uint64(psn_at)
     i_at, c_at = np.uint64(id_at), np.uint64(csum_at)
-    for i in range(len(tid)):
+    n = len(tid)
+    for i in range(n):
         k, o = np.uint64(tid[i]), np.uint64(rec_off[i])
         w = np.uint64(row_w[tid[i]])
+        end = np.uint64(rec_off[i + 1] if i + 1 < n else total)
         src = k * width
         for c in range(w):
             buf[o + np.uint64(c)] = flat[src + np.uint64(c)]
+        for x in range(o + w, end):          # the rest of the record: zero payload, padding
+            buf[x] = 0
         x, y = np.uint64(ta[i]), np.uint64(tb[i])
         at = o + t_at
         for c in range(4):

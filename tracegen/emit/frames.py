@@ -30,7 +30,7 @@ from .roce import Opcode
 def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
     """Capture records (header + frame [+ pcapng options, trailer]) of packets in file order,
     as one byte buffer. pos: the window's items; per packet li (its item in pos), j (its
-    packet index in the item's message), t. scratch.zeros(n) gives the zeroed buffer.
+    packet index in the item's message), t. scratch.space(n) gives the buffer (not zeroed).
 
     All packets of one item (a segment of one message, or one control frame) of one class
     (First/Only, Middle, Last; CE-marked or not) have the same headers but for the PSN: one
@@ -66,7 +66,8 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
     rec_len = tm.rec_len[tid]
     rec_off = np.cumsum(rec_len) - rec_len
     total = int(rec_off[-1] + rec_len[-1])
-    buf = scratch.zeros(total + width)       # slack: the sliding views below end `width` early
+    buf = scratch.space(total + width)       # slack: the sliding views below end `width` early;
+                                             # put_records writes every byte of buf[:total]
 
     # PSNs: a data packet's is its template's + (j - the template's j); control frames are alone.
     psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK
@@ -82,7 +83,7 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
                          csum=csum)
     # Template rows (a truncated record can be shorter than its row) copied to their records'
     # offsets with the timestamps, PSNs and IPv4 ids put in: one pass over the packets.
-    put_records(buf, tm.rows, np.minimum(width, R + tm.incl), tid, rec_off, fmt, t, R + tm.psn_col, psn,
+    put_records(buf, tm.rows, np.minimum(width, R + tm.incl), tid, rec_off, total, fmt, t, R + tm.psn_col, psn,
                 **ip_fields)
     full = tm.full[tid]
     if full.any():
