@@ -20,7 +20,7 @@ import numpy as np
 from ..config import Output
 from . import congestion, roce, routes
 from .addresses import Addressing, link_macs, mac_table
-from .capture_file import comment_option_bytes, comment_options
+from .capture_file import comment_option_bytes, comment_options, put_records
 from .items import Items
 from .packets import (ACK_CTS, ACK_DATA, CNP, COMMENT_PREFIX, CTS, CTS_BYTES, DATA, IP_TTL, PATTERN, Plan,
                       data_packet, incl_cap, pad4)
@@ -30,7 +30,7 @@ from .roce import Opcode
 def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
     """Capture records (header + frame [+ pcapng options, trailer]) of packets in file order,
     as one byte buffer. pos: the window's items; per packet li (its item in pos), j (its
-    packet index in the item's message), t. scratch.zeros(n) gives the zeroed buffer.
+    packet index in the item's message), t. scratch.space(n) gives the buffer (not zeroed).
 
     All packets of one item (a segment of one message, or one control frame) of one class
     (First/Only, Middle, Last; CE-marked or not) have the same headers but for the PSN: one
@@ -39,54 +39,52 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
     written per packet."""
     out, fmt, R = p.out, p.fmt, p.fmt.rec_hdr_bytes
     n = len(li)
-    w_kind, w_msg = it.kind[pos], it.msg[pos]
+    w_kind, w_msg, w_link, w_iface = it.kind[pos], it.msg[pos], it.link[pos], it.iface[pos]
     w_npk = p.m_npk[w_msg]
+    # Items whose packets share every header byte but the PSN and the IPv4 identification: the
+    # data items (segments, or a paced message's trains) of one message on one link and interface;
+    # a control frame is alone.
+    is_data = w_kind == DATA
+    n_link, n_iface = int(w_link.max()) + 1, int(w_iface.max()) + 1
+    same = np.where(is_data, ((w_msg * n_link + w_link) * n_iface + w_iface) * 2, np.arange(len(pos)) * 2 + 1)
+    _, grp = np.unique(same, return_inverse=True)
     cls = np.where(j == 0, 0, np.where(j == w_npk[li] - 1, 2, 1))
-    key = li * 6 + cls * 2
+    key = grp[li] * 6 + cls * 2
     if len(p.ce_g):
-        key += (w_kind[li] == DATA) & (it.link[pos][li] >= 1) & ce(p, w_msg[li], j)
-    used = np.flatnonzero(np.bincount(key, minlength=6 * len(pos)))
-    tid_of_key = np.zeros(6 * len(pos), np.int64)
+        key += is_data[li] & (w_link[li] >= 1) & ce(p, w_msg[li], j)
+    used = np.flatnonzero(np.bincount(key, minlength=6 * (int(grp.max()) + 1)))
+    tid_of_key = np.zeros(6 * (int(grp.max()) + 1), np.int64)
     tid_of_key[used] = np.arange(len(used))
     tid = tid_of_key[key]
     rep = np.empty(len(used), np.int64)
     rep[tid] = np.arange(n)                  # any packet of a template stands for it
     tl = li[rep]
-    tm = templates(p, addr, w_kind[tl], w_msg[tl], it.pkt[pos][tl], j[rep], it.link[pos][tl],
-                   it.iface[pos][tl], (used & 1).astype(bool), it.ip_id[pos][tl] + j[rep] - it.ka[pos][tl])
+    pkt_id = (it.ip_id[pos] - it.ka[pos])[li] + j          # IPv4 identification, per packet
+    tm = templates(p, addr, w_kind[tl], w_msg[tl], it.pkt[pos][tl], j[rep], w_link[tl],
+                   w_iface[tl], (used & 1).astype(bool), pkt_id[rep])
     width = tm.rows.shape[1]
     rec_len = tm.rec_len[tid]
     rec_off = np.cumsum(rec_len) - rec_len
     total = int(rec_off[-1] + rec_len[-1])
-    buf = scratch.zeros(total + width)       # slack: the sliding views below end `width` early
+    buf = scratch.space(total + width)       # slack: the sliding views below end `width` early;
+                                             # put_records writes every byte of buf[:total]
 
     # PSNs: a data packet's is its template's + (j - the template's j); control frames are alone.
     psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK
-    cols = [(R + tm.psn_col + k, psn, 16 - 8 * k) for k in range(3)]
-    words = []              # 16-bit big-endian fields: (column, values)
     v4 = out.ip_version == 4
-    if v4:      # identification: +1 per packet of a template too; checksum by RFC 1624 from the template's
-        ip_id = (tm.ip_id[tid] + j - tm.j[tid]) & 0xFFFF
+    ip_fields = {}
+    if v4:      # identification per packet (pkt_id); checksum by RFC 1624 from the template's
+        ip_id = pkt_id & 0xFFFF
         s = (~tm.csum & 0xFFFF)[tid] + (~tm.ip_id & 0xFFFF)[tid] + ip_id
         s = (s & 0xFFFF) + (s >> 16)
         csum = ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF
         ip_at = R + roce.l2_bytes(out.vlan)
-        words = [(ip_at + roce.IPV4_ID_OFFSET, ip_id), (ip_at + roce.IPV4_CSUM_OFFSET, csum)]
-    # Per record width (a truncated record can be shorter than a template row): template rows
-    # gathered, timestamps, PSNs and IPv4 ids put in, rows copied to their records' offsets.
-    for w, g in _groups(np.minimum(width, R + tm.incl), tid):
-        tmpl = np.ascontiguousarray(tm.rows[:, :w]).view(_void(w)).ravel()
-        rows = tmpl[tid[g]].view(np.uint8).reshape(-1, w)
-        fmt.put_times(rows, t[g])
-        for col, value, shift in cols:
-            if col < w:
-                rows[:, col] = (value[g] >> shift) & 0xFF
-        for col, value in words:
-            if col + 2 <= w:
-                rows[:, col:col + 2].view(">u2")[:, 0] = value[g]
-            elif col < w:
-                rows[:, col] = value[g] >> 8
-        _at(buf, w)[rec_off[g]] = rows.view(_void(w)).ravel()
+        ip_fields = dict(id_at=ip_at + roce.IPV4_ID_OFFSET, ip_id=ip_id, csum_at=ip_at + roce.IPV4_CSUM_OFFSET,
+                         csum=csum)
+    # Template rows (a truncated record can be shorter than its row) copied to their records'
+    # offsets with the timestamps, PSNs and IPv4 ids put in: one pass over the packets.
+    put_records(buf, tm.rows, np.minimum(width, R + tm.incl), tid, rec_off, total, fmt, t, R + tm.psn_col, psn,
+                **ip_fields)
     full = tm.full[tid]
     if full.any():
         f = np.flatnonzero(full)

@@ -89,9 +89,12 @@ class Items:
                         iface=np.full(len(idx), part.iface), queue=np.full(len(idx), part.queue))
             for k, v in vals.items():
                 cols[k].append(v)
-        items = Items(**{k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()})
-        order = np.lexsort((items.rx, items.start))      # stable: ties keep gather order
-        return Items(**{k: v[order] for k, v in vars(items).items()})
+        whole = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
+        del cols
+        order = np.lexsort((whole["rx"], whole["start"]))      # stable: ties keep gather order
+        for k in whole:              # one column at a time: the file's items are held about once
+            whole[k] = whole[k][order]
+        return Items(**whole)
 
 
 def windows(p: Plan, it: Items, window_packets: int, window_bytes: int, t0_ns: int = 0):

@@ -186,8 +186,8 @@ def _write_all(f, buf: np.ndarray) -> None:
 
 
 class _Scratch:
-    """One byte buffer reused by every slice: re-zeroing it is far cheaper than faulting in
-    fresh pages for each slice. A slice starts at the same offset within a page as its place
+    """One byte buffer reused by every slice: rewriting it is far cheaper than faulting in fresh
+    pages for each slice (frames.records writes every byte of its slice, zeros included). A slice starts at the same offset within a page as its place
     in the file: the kernel then copies whole pages into the page cache (a slice misaligned
     to the file wrote at half the speed in bench/bench_pcap.py)."""
 
@@ -200,15 +200,18 @@ class _Scratch:
     def align_to(self, file_offset: int) -> None:
         self.lead = file_offset % self.PAGE
 
-    def zeros(self, n: int) -> np.ndarray:
+    def space(self, n: int) -> np.ndarray:
+        """n bytes at the current lead, as they were left (the caller writes all it uses)."""
         need = self.lead + n
         if need > len(self.buf):
             size = max(need, 2 * len(self.buf))
             raw = np.zeros(size + self.PAGE, dtype=np.uint8)
             base = -raw.ctypes.data % self.PAGE          # the buffer starts on a page boundary
             self.buf = raw[base:base + size]
-            return self.buf[self.lead:need]
-        view = self.buf[self.lead:need]
+        return self.buf[self.lead:need]
+
+    def zeros(self, n: int) -> np.ndarray:
+        view = self.space(n)
         view.fill(0)
         return view
 
