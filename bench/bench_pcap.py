@@ -145,7 +145,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=16)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--sample", type=int, default=1500, help="packets scapy builds")
-    ap.add_argument("--repeat", type=int, default=3, help="timed runs (rounds) of each writer")
+    ap.add_argument("--repeat", type=int, default=5, help="timed runs (rounds) of each writer")
     ap.add_argument("--dir", default=None, help="scratch folder (e.g. /dev/shm to leave the disk out)")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
     ap.add_argument("--shared", action="store_true",
@@ -244,15 +244,14 @@ def main() -> None:
 
     snap_pps = results["snap"][0] / results["snap"][2]
     scapy_pps = results["scapy"][0] / results["scapy"][2]
-    full_rate = results["full"][1] / results["full"][2]
-    raw_rate = results["tofile"][1] / results["tofile"][2]
+    paired = float(np.median(round_ratios))
     print("\ntargets (issue 5)                         measured      target   ok")
     snap_cpu_pps = results["snap"][0] / cpu_s["snap"]
     rows = [("header-only packets/s (snaplen 128)", f"{snap_pps / 1e6:.2f} M", ">= 2 M", snap_pps >= 2e6),
             ("  same, per CPU-second", f"{snap_cpu_pps / 1e6:.2f} M", ">= 2 M", snap_cpu_pps >= 2e6),
             ("header-only vs scapy", f"{snap_pps / scapy_pps:,.0f}x", ">= 2000x", snap_pps / scapy_pps >= 2000),
-            ("full payload + ICRC vs tofile (median)", f"{full_rate / raw_rate:.0%}", ">= 70%",
-             full_rate / raw_rate >= 0.7)]
+            # the median of the paired rounds' ratios: each pair shares the VM's write speed of the moment
+            ("full payload + ICRC vs tofile (paired)", f"{paired:.0%}", ">= 70%", paired >= 0.7)]
     if not args.no_memory:
         # Files far beyond one window (65,536 packets) per NIC, at two lengths: the buffers are
         # per window; only the plan (per message, ~0.5 KB) grows with the trace.

@@ -70,21 +70,34 @@ def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s[idx], np.append(e[idx[1:] - 1], e[-1])
 
 
-def _blocks(order: np.ndarray, done: int, total: int):
-    """order's items as ints, telling progress after each block (slices written so far: done + ...)."""
-    for lo in range(0, len(order), progress.BLOCK_ROWS):
-        yield from order[lo:lo + progress.BLOCK_ROWS].tolist()
-        progress.report(done + min(len(order), lo + progress.BLOCK_ROWS), total)
-
-
 class _Writer:
     def __init__(self, f):
         self.f, self.first, self.count = f, True, 0
 
     def __call__(self, ev: dict) -> None:
-        self.f.write(("" if self.first else ",\n") + json.dumps(ev, separators=(",", ":")))
+        self.lines([json.dumps(ev, separators=(",", ":"))])
+
+    def lines(self, events: list[str]) -> None:
+        """Events already in JSON (the hot paths format them with f-strings: json.dumps per event
+        was most of the file's time at 16k GPUs); the same bytes as __call__ would write."""
+        if not events:
+            return
+        self.f.write(("" if self.first else ",\n") + ",\n".join(events))
         self.first = False
-        self.count += 1
+        self.count += len(events)
+
+
+def _us_list(ns) -> list[float]:
+    """_us of each value: the floats json.dumps writes (Python's round, as _us)."""
+    return [round(x / 1000, 3) for x in np.asarray(ns).tolist()]
+
+
+def _merge_per_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray, world: int):
+    """_merge of each rank's intervals: [(starts, ends)] by rank."""
+    o = np.argsort(rank, kind="stable")
+    b = np.searchsorted(rank[o], np.arange(world + 1))
+    s, e = start[o], end[o]
+    return [_merge(s[b[k]:b[k + 1]], e[b[k]:b[k + 1]]) for k in range(world)]
 
 
 def write_perfetto(flows: Flows, fabric, path: Path, title: str = "", nic_mask: np.ndarray | None = None,
@@ -187,7 +200,7 @@ def write_perfetto(flows: Flows, fabric, path: Path, title: str = "", nic_mask: 
                 meta(pid, pid * LANE_STRIDE + half + ln, "rx" + (f" {ln + 1}" if ln else ""), half + ln)
 
         # compute slices (merged per rank)
-        merged = [_merge(g_s[sel], g_e[sel]) for sel in (g_rank == rank for rank in range(world))]
+        merged = _merge_per_rank(g_rank, g_s, g_e, world)
         n_compute = sum(len(s) for s, _ in merged)
         total = n_compute + len(c_op) + len(tx_idx) + len(rx_idx)   # slices on the CLI's bar, per block
         done = 0
@@ -196,52 +209,70 @@ def write_perfetto(flows: Flows, fabric, path: Path, title: str = "", nic_mask: 
                 progress.report(done, total)
             done += len(s)
             pid = rank_pid(rank)
-            for a, b in zip(s.tolist(), e.tolist()):
-                emit({"ph": "X", "name": "compute", "cat": "compute", "pid": pid, "tid": pid * LANE_STRIDE,
-                      "ts": _us(a), "dur": _us(b - a)})
-                counts["compute_slices"] += 1
+            head = f'{{"ph":"X","name":"compute","cat":"compute","pid":{pid},"tid":{pid * LANE_STRIDE},"ts":'
+            emit.lines([f'{head}{a},"dur":{d}}}' for a, d in zip(_us_list(s), _us_list(e - s))])
+            counts["compute_slices"] += len(s)
 
-        # collective slices
+        # collective slices: per op, its name, category and arguments formatted once
         c_tid = rank_pid(c_rank) * LANE_STRIDE + 1 + c_lane
         o = np.lexsort((c_s, c_tid))
-        for k in _blocks(o, n_compute, total):
-            op_id = int(c_op[k])
+        phases = ["FWD", "BWD", "OPT"]
+        op_head, op_tail = {}, {}
+        for op_id in np.unique(c_op).tolist():
             row = ops[op_id]
-            emit({"ph": "X", "name": f"{dim_names[int(row['dim'])]} {coll[int(row['kind'])]}",
-                  "cat": dim_names[int(row["dim"])], "pid": int(rank_pid(c_rank[k])), "tid": int(c_tid[k]),
-                  "ts": _us(int(c_s[k])), "dur": _us(int(c_e[k] - c_s[k])),
-                  "args": {"op_id": op_id, "bytes": int(row["bytes"]), "group": int(glen[op_id]),
-                           "phase": ["FWD", "BWD", "OPT"][int(row["phase"])], "layer": int(row["layer"]),
-                           "microbatch": int(row["microbatch"]), "bucket": int(row["bucket"]),
-                           "iteration": int(row["iteration"])}})
-            counts["rank_slices"] += 1
+            dim = dim_names[int(row["dim"])]
+            op_head[op_id] = '{"ph":"X","name":' + json.dumps(f"{dim} {coll[int(row['kind'])]}") + ',"cat":' + \
+                json.dumps(dim) + ',"pid":'
+            op_tail[op_id] = ',"args":' + json.dumps(
+                {"op_id": op_id, "bytes": int(row["bytes"]), "group": int(glen[op_id]),
+                 "phase": phases[int(row["phase"])], "layer": int(row["layer"]),
+                 "microbatch": int(row["microbatch"]), "bucket": int(row["bucket"]),
+                 "iteration": int(row["iteration"])}, separators=(",", ":")) + "}"
+        for lo in range(0, len(o), progress.BLOCK_ROWS):
+            k = o[lo:lo + progress.BLOCK_ROWS]
+            emit.lines([f'{op_head[op]}{pid},"tid":{tid},"ts":{a},"dur":{d}{op_tail[op]}' for op, pid, tid, a, d in
+                        zip(c_op[k].tolist(), rank_pid(c_rank[k]).tolist(), c_tid[k].tolist(), _us_list(c_s[k]),
+                            _us_list(c_e[k] - c_s[k]))])
+            counts["rank_slices"] += len(k)
+            progress.report(n_compute + lo + len(k), total)
 
         # NIC slices
         op_of = r["op_id"]
         done = n_compute + len(c_op)
+        op_name = {}
+        for op_id in np.unique(op_of[np.r_[tx_idx, rx_idx]]).tolist():
+            dim = dim_names[int(ops[op_id]["dim"])]
+            op_name[op_id] = '{"ph":"X","name":' + json.dumps(f"{dim} {coll[int(ops[op_id]['kind'])]}") + \
+                ',"cat":' + json.dumps(dim) + ',"pid":'
+        nic_names = {}
         for idx, lane, nic_col, peer_col, base, done in ((tx_idx, tx_lane, "src_nic", "dst_nic", 0, done),
                                                          (rx_idx, rx_lane, "dst_nic", "src_nic", half,
                                                           done + len(tx_idx))):
             tid = nic_pid(r[nic_col][idx]) * LANE_STRIDE + base + lane
             o = np.lexsort((r["start_ns"][idx], tid))
-            for k in _blocks(o, done, total):
-                t = int(idx[k])
-                row, op = r[t], ops[op_of[t]]
-                emit({"ph": "X", "name": f"{dim_names[int(op['dim'])]} {coll[int(op['kind'])]}",
-                      "cat": dim_names[int(op["dim"])], "pid": int(nic_pid(row[nic_col])), "tid": int(tid[k]),
-                      "ts": _us(int(row["start_ns"])), "dur": _us(int(row["end_ns"] - row["start_ns"])),
-                      "args": {"transfer_id": t, "op_id": int(op_of[t]), "bytes": int(row["bytes"]),
-                               "peer": fabric.nic_name(int(row[peer_col])), "src_rank": int(row["src_rank"]),
-                               "dst_rank": int(row["dst_rank"]), "step": int(row["step"]),
-                               "channel": int(row["channel"]), "chunk": int(row["chunk"])}})
-                counts["nic_slices"] += 1
+            for lo in range(0, len(o), progress.BLOCK_ROWS):
+                k = o[lo:lo + progress.BLOCK_ROWS]
+                t = idx[k]
+                peers = r[peer_col][t].tolist()
+                for n in set(peers) - nic_names.keys():
+                    nic_names[n] = json.dumps(fabric.nic_name(n))
+                emit.lines([f'{op_name[op]}{pid},"tid":{td},"ts":{a},"dur":{d},"args":{{"transfer_id":{tr},'
+                            f'"op_id":{op},"bytes":{nb},"peer":{nic_names[pe]},"src_rank":{sr},"dst_rank":{dr},'
+                            f'"step":{st},"channel":{ch},"chunk":{cu}}}}}'
+                            for op, pid, td, a, d, tr, nb, pe, sr, dr, st, ch, cu in
+                            zip(op_of[t].tolist(), nic_pid(r[nic_col][t]).tolist(), tid[k].tolist(),
+                                _us_list(r["start_ns"][t]), _us_list(r["end_ns"][t] - r["start_ns"][t]),
+                                t.tolist(), r["bytes"][t].tolist(), peers, r["src_rank"][t].tolist(),
+                                r["dst_rank"][t].tolist(), r["step"][t].tolist(), r["channel"][t].tolist(),
+                                r["chunk"][t].tolist())])
+                counts["nic_slices"] += len(k)
+                progress.report(done + lo + len(k), total)
 
         # arrows: (pid, tid, ts_ns inside the source slice) -> (pid, tid, ts_ns inside the target)
         arrows = []
         # op -> dependent op, on a rank both share (else the first member of each)
-        slot = {}   # (op, rank) -> (tid, start, end)
-        for k in range(len(c_op)):
-            slot[(int(c_op[k]), int(c_rank[k]))] = (int(c_tid[k]), int(c_s[k]), int(c_e[k]))
+        slot = dict(zip(zip(c_op.tolist(), c_rank.tolist()),            # (op, rank) -> (tid, start, end)
+                        zip(c_tid.tolist(), c_s.tolist(), c_e.tolist())))
         first_rank = {}
         for (op_id, rank) in slot:
             first_rank.setdefault(op_id, rank)
