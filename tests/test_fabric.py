@@ -39,6 +39,13 @@ def _choice(src_ip: int, dst_ip: int, sport: int, switch: int, seed: int, n: int
     return _fmix(zlib.crc32(data) ^ s) % n
 
 
+def _qp_choice(src_ip: int, dst_ip: int, dest_qpn: int, switch: int, seed: int, n: int, shift: int) -> int:
+    """The qp hash: CRC-32 of src IP | dst IP | DestQP, the switch's bits, a 256-entry table."""
+    crc = zlib.crc32(src_ip.to_bytes(4, "big") + dst_ip.to_bytes(4, "big") + dest_qpn.to_bytes(3, "big"))
+    s = _fmix((seed * 0x9E3779B1 + switch * 0x85EBCA77 + 1) & 0xFFFFFFFF)
+    return (((crc >> shift) ^ s) & 0xFF) % n
+
+
 def _graph(f):
     adj: dict[int, list[int]] = {}
     for a, b in zip(f.links["a"].tolist(), f.links["b"].tolist()):
@@ -94,10 +101,61 @@ def test_ecmp_choice_matches_an_independent_crc_model():
         assert got == want
 
 
+@pytest.mark.parametrize("spines", [3, 4, 5, 8])
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_qp_hash_spreads_1000_sequential_qps_within_10_percent(spines, seed):
+    """fabric.ecmp_hash=qp (the BTH DestQP with the addresses, linear CRC, a member table): 1,000
+    consecutive DestQPs between two leaves put every spine within 10 % of uniform - for 4 and 8
+    spines within one QP of it - wherever the QPNs start."""
+    f = build_fabric(fabric_job({"nodes_per_leaf": 1, "spines": spines, "ecmp_hash": "qp", "ecmp_seed": seed},
+                                dp=4, gpn=1))
+    r = f.router
+    n = 1000
+    for first in (0x100, 0x1234, 0xABCDE):
+        dqpn = np.arange(first, first + n)
+        route = r.routes(np.zeros(n, int), np.full(n, 3), udp_sport(dqpn - 7, dqpn), 0, dest_qpn=dqpn)
+        counts = np.bincount(r.node_after(route, 1) - f.spine_node_id(0), minlength=spines)
+        assert len(counts) == spines
+        assert np.abs(counts - n / spines).max() <= 0.1 * n / spines, counts
+        if spines in (4, 8):
+            assert np.abs(counts - n // spines).max() <= 1, counts
+
+
+def test_qp_hash_choice_matches_an_independent_crc_model():
+    """Leaves pick by the CRC's low bits, switches above them by bits 16 and up (fat-tree k=8:
+    leaf -> aggregation -> core), each through a 256-entry table of its candidates."""
+    f = build_fabric(fabric_job({"preset": "fat-tree-k8", "ecmp_hash": "qp", "ecmp_seed": 11}, dp=64, gpn=2))
+    r = f.router
+    src, dst = 0, 63                                            # different pods: 6 links
+    assert f.hops(np.array([src]), np.array([dst]))[0] == 6
+    ip = [int(x) for x in f.nic_ip]
+    for dqpn in range(0x100, 0x140):
+        nodes = r.path_nodes(r.routes([src], [dst], [0], 0, dest_qpn=[dqpn])[0])
+        leaf, agg, core = (n - f.n_nics for n in nodes[1:4])
+        aggs = sorted(int(x) for x in r.adj[leaf] if x >= 0 and f.sw_tier[x] == 2)
+        cores = sorted(int(x) for x in r.adj[agg] if x >= 0 and f.sw_tier[x] == 3)
+        assert agg == aggs[_qp_choice(ip[src], ip[dst], dqpn, leaf, 11, len(aggs), 0)]
+        assert core == cores[_qp_choice(ip[src], ip[dst], dqpn, agg, 11, len(cores), 16)]
+
+
+def test_qp_hash_does_not_polarise_a_fat_tree():
+    """A leaf and the aggregation switch above it pick by different CRC bits: 1,024 consecutive
+    QPs from one leaf to another pod use all 16 (aggregation, core) pairs evenly, where one set of
+    bits at both tiers would use 4."""
+    f = build_fabric(fabric_job({"preset": "fat-tree-k8", "ecmp_hash": "qp"}, dp=64, gpn=2))
+    r = f.router
+    n = 1024
+    route = r.routes(np.zeros(n, int), np.full(n, 63), np.zeros(n, int), 0, dest_qpn=np.arange(0x100, 0x100 + n))
+    pair = r.node_after(route, 1) * 100_000 + r.node_after(route, 2)
+    _, counts = np.unique(pair, return_counts=True)
+    assert len(counts) == 16 and np.abs(counts - n / 16).max() <= 0.1 * n / 16, counts
+
+
+@pytest.mark.parametrize("ecmp_hash", ["5-tuple", "qp"])
 @pytest.mark.parametrize("fabric", ["rail-optimised", "leaf-spine-2to1", "fat-tree-k8", "multi-plane-2",
                                     "dgx-h100-su"])
-def test_every_route_is_a_shortest_valid_path(fabric):
-    j = fabric_job(fabric, dp=32, gpn=2)
+def test_every_route_is_a_shortest_valid_path(fabric, ecmp_hash):
+    j = fabric_job({"preset": fabric, "ecmp_hash": ecmp_hash}, dp=32, gpn=2)
     f = build_fabric(j)
     adj = _graph(f)
     rng = np.random.default_rng(1)
@@ -106,7 +164,7 @@ def test_every_route_is_a_shortest_valid_path(fabric):
     src, dst = src[keep], dst[keep]
     sport = rng.integers(0xC000, 0x10000, len(src))
     plane = rng.integers(0, f.planes, len(src))
-    routes = f.router.routes(src, dst, sport, plane)
+    routes = f.router.routes(src, dst, sport, plane, dest_qpn=rng.integers(0x100, 1 << 24, len(src)))
     for s, d, p, rt in zip(src.tolist(), dst.tolist(), plane.tolist(), routes):
         nodes = f.router.path_nodes(rt)
         assert nodes[0] == s and nodes[-1] == d
@@ -267,6 +325,28 @@ def test_link_loads_over_time_match_the_bytes_and_never_exceed_the_rate():
     gbps = np.repeat(run.fabric.links["gbps"], 2)
     assert (busy * 8 <= gbps[:, None] * 1000 * (1 + 1e-9)).all()
     assert (rep.link_peak <= 1 + 1e-9).all() and rep.link_peak.max() > 0.99   # the uplinks saturate
+
+
+def test_qp_hash_evens_out_the_uplinks_of_a_job():
+    """DP rings with 4 QPs per connection over a 2:1 leaf-spine with 4 spines: by the 5-tuple hash
+    some leaf->spine links carry far more than others; by the qp hash every uplink of a leaf
+    carries the same bytes, and the iteration is not slower."""
+    fab = {"kind": "leaf-spine", "nodes_per_leaf": 2, "spines": 4, "oversubscription": 2}
+    out = {}
+    for h in ("5-tuple", "qp"):
+        j = fabric_job(dict(fab, ecmp_hash=h), dp=16, gpn=1, nccl={"qps_per_connection": 4})
+        run = run_pipeline(j)
+        f = run.fabric
+        a, b = f.links["a"].astype(np.int64) - f.n_nics, f.links["b"].astype(np.int64) - f.n_nics
+        sw = (a >= 0) & (b >= 0)
+        up = np.flatnonzero(sw & (f.sw_tier[np.maximum(a, 0)] == 1) & (f.sw_tier[np.maximum(b, 0)] == 2))
+        assert len(up) == 8 * 4
+        up_bytes = run.report.link_bytes[2 * up].reshape(-1, 4)     # leaf -> spine, per leaf
+        out[h] = (up_bytes, int(run.flows.op_end_ns.max()))
+    skew = lambda b: (b.max(axis=1) / b.mean(axis=1)).max()
+    assert skew(out["qp"][0]) < 1.001                  # (control frames differ by a few bytes)
+    assert skew(out["5-tuple"][0]) > 1.2
+    assert out["qp"][1] < out["5-tuple"][1], (skew(out["5-tuple"][0]), out["qp"][1], out["5-tuple"][1])
 
 
 def test_link_utilisation_picture_from_a_run_and_from_disk(tmp_path):

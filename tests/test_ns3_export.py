@@ -703,5 +703,11 @@ def test_fabric_qp_path_is_the_routing_seam(tmp_path, job):
     assert all(len(q["path"]) == 5 for q in qps)           # host, leaf, spine, leaf, host
     sc = load_scenario(d)
     assert sc.qp_path == [q["path"] for q in qps]
+    # with the qp ECMP hash the path follows each QP's DestQP (the receiver's QPN)
+    fabric = build_fabric(dataclasses.replace(job, fabric=FabricConfig(nodes_per_leaf=1, spines=2, ecmp_hash="qp")))
+    flows = make_flows(fabric, [(0, NET, 0, 2, 1 << 20, 500, []), (0, NET, 2, 4, 1 << 20, 500, [])])
+    d, _ = export(tmp_path / "qp", flows, fabric, job)
+    qps = load_all(d)["manifest"]["qps"]
+    assert [q["path"] for q in qps] == [fabric.path(q["src"], q["dst"], 0, 0, q["dqpn"]) for q in qps]
 
 

@@ -35,9 +35,9 @@ def _fields(fr: bytes):
     return key, fr[0:6], fr[6:12], ip[8]
 
 
-def _route_nodes(fabric, tx, rx, sport, plane):
+def _route_nodes(fabric, tx, rx, sport, plane, dest_qpn):
     r = fabric.router
-    return r.path_nodes(r.routes([tx], [rx], [sport], plane, fabric.ip_version)[0])
+    return r.path_nodes(r.routes([tx], [rx], [sport], plane, fabric.ip_version, dest_qpn=[dest_qpn])[0])
 
 
 FILE_FABRIC = ("switches: {tor-a: 1, tor-b: 1, s0: 2, s.slow: 2}\n"     # uneven: one spine at 100G
@@ -47,6 +47,7 @@ FILE_FABRIC = ("switches: {tor-a: 1, tor-b: 1, s0: 2, s.slow: 2}\n"     # uneven
 
 @pytest.mark.parametrize("fabric,switches,more", [
     ("fat-tree-k8", ["core0", "spine1"], []),
+    ("fat-tree-k8", ["core3", "spine2"], ["fabric.ecmp_hash=qp"]),   # routed by the BTH DestQP
     ("multi-plane-2", ["p1-spine0", "p1-leaf1"], ["fabric.nodes_per_leaf=4"]),   # DP, PP cross spines
     ("file", ["s.slow", "tor-b"], [])])
 def test_switch_ports_hold_exactly_the_frames_routed_over_them(tmp_path, fabric, switches, more):
@@ -76,7 +77,7 @@ def test_switch_ports_hold_exactly_the_frames_routed_over_them(tmp_path, fabric,
     path_of = {}
     for key, (_, _, plane) in sent.items():
         tx, rx, sport = nic_of_ip[key[0]], nic_of_ip[key[1]], int.from_bytes(key[2], "big")
-        nodes = _route_nodes(fab, tx, rx, sport, plane)
+        nodes = _route_nodes(fab, tx, rx, sport, plane, int.from_bytes(key[3][1:], "big"))
         path_of[key] = nodes
         for u, v in zip(nodes, nodes[1:]):
             crossing[(u, v)].add(key)

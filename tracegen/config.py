@@ -216,7 +216,8 @@ class FabricConfig:
     leaf_spine_latency_ns: int = -1     # -1: link_latency_ns
     spine_core_latency_ns: int = -1     # -1: link_latency_ns
     planes: int = 1
-    ecmp_seed: int = 0           # seeds every switch's 5-tuple hash (routing.py)
+    ecmp_seed: int = 0           # seeds every switch's ECMP hash (routing.py)
+    ecmp_hash: str = "5-tuple"   # 5-tuple | qp (BTH DestQP with the addresses; routing.py)
     file: str = ""               # kind=file: topology YAML (switches, links; see routing docs)
 
 
@@ -491,6 +492,7 @@ _WORLD_MAX = 1 << 20        # GPUs: dp x tp x pp x cp
 _CHOICES = {
     "model.dtype": tuple(DTYPE_BYTES),
     "fabric.kind": ("rail-optimised", "leaf-spine", "fat-tree", "file"),
+    "fabric.ecmp_hash": ("5-tuple", "qp"),
     "detail": ("auto", "full", "conn"),
     "fabric.placement": ("", "node", "rail"),
     "parallelism.grad_dtype": ("",) + tuple(DTYPE_BYTES),

@@ -139,7 +139,7 @@ def build_connections(src_rank, dst_rank, comm, channel, fabric, qps: int = 1) -
     sport = udp_sport(qpn_src, qpn_dst).astype(np.int64)
     plane = qpn_src % fabric.planes
     router = fabric.router
-    route = router.routes(c_src, c_dst, sport, plane, fabric.ip_version)
+    route = router.routes(c_src, c_dst, sport, plane, fabric.ip_version, dest_qpn=qpn_dst)
     lk = fabric.links
     safe = np.maximum(route, 0) >> 1
     route_gbps = np.where(route >= 0, lk["gbps"][safe], 0).astype(np.int64)

@@ -1,19 +1,39 @@
-"""Routes over the fabric: shortest paths, and ECMP by a 5-tuple hash at every switch.
+"""Routes over the fabric: shortest paths, and ECMP by a hash at every switch.
 
 A packet goes NIC -> its leaf -> ... -> the destination's leaf -> NIC along a shortest path (hop
 count). Where a switch has several next hops on a shortest path it picks one by hashing the
-packet's 5-tuple, as switch ASICs do (WIRE.md), deterministically:
+packet's header fields, as switch ASICs do (WIRE.md), deterministically. `fabric.ecmp_hash`
+chooses the fields and how a switch turns them into a choice:
 
+5-tuple (default; every switch's factory setting):
     crc  = CRC-32 (zlib's) of  src IP | dst IP | protocol 17 | UDP sport | UDP dport 4791
            (network byte order; 4-byte IPv4 or 16-byte IPv6 addresses, as on the wire)
     h_s  = fmix32(crc ^ seed_s),  seed_s = fmix32(ecmp_seed * 0x9E3779B1 + s * 0x85EBCA77 + 1)
     next = the (h_s mod n)-th of the n candidate next hops, in ascending switch order
 
-fmix32 is MurmurHash3's finaliser: mixing the per-switch seed in non-linearly keeps the choices of
-successive switches independent (a seed XORed into a CRC alone would make every switch pick by
-the same bits: hash polarisation). All arithmetic is on uint32, so a C++ replica (the ns-3
-scenario) gives the same choices. The schedule, every pcap view and the ns-3 scenario route with
-this one function.
+  fmix32 is MurmurHash3's finaliser: mixing the per-switch seed in non-linearly keeps the choices
+  of successive switches independent (a seed XORed into a CRC alone would make every switch pick
+  by the same bits: hash polarisation). The UDP source port is mlx5's hash of the QPN pair, so QPs
+  land on next hops as if at random: 1,000 QPs over 8 spines put each spine within about +-8 %
+  (one sigma) of the mean, not closer.
+
+qp (RoCE queue-pair hashing: the BTH destination QP as a hash field - "RDMA Queue Pair" in
+    Juniper's enhanced hash key, a UDF/flex-hash field on Broadcom ASICs - with the UDP ports left
+    out, so the QPN, not mlx5's port hash of it, decides):
+    crc  = CRC-32 (zlib's) of  src IP | dst IP | BTH DestQP (3 bytes)
+    h_s  = ((crc >> w_s) ^ seed_s) & 255,  w_s = 0 at leaves, 16 at every other switch (a hash
+           offset per tier: a leaf and the aggregation switch above it pick by different CRC bits)
+    next = the (h_s mod n)-th candidate, as above: entry h_s of a 256-entry ECMP member table
+           filled with the n candidates in turn, as ASICs hold ECMP groups
+
+  CRC-32 is linear: for consecutive DestQPs between two addresses the low CRC bits run through
+  every value in turn, so with 2, 4 or 8 next hops each takes exactly one in n of any 8 aligned
+  consecutive QPs (NCCL numbers QPs consecutively), other counts within one table entry's share
+  (n = 3: 86/85/85 of 256), and a leaf's and an aggregation switch's choices are jointly balanced
+  over 32-64 QPs (tests/test_fabric.py checks both).
+
+All arithmetic is on uint32, so a C++ replica gives the same choices. The schedule, every pcap
+view and the ns-3 scenario (which pins each QP's path, emit/ns3.py) route with this one function.
 """
 from __future__ import annotations
 
@@ -86,6 +106,19 @@ def tuple_crc(src_ip: np.ndarray, dst_ip: np.ndarray, sport: np.ndarray, ip_vers
     return crc32_rows(rows)
 
 
+def qp_crc(src_ip: np.ndarray, dst_ip: np.ndarray, dest_qpn: np.ndarray, ip_version: int) -> np.ndarray:
+    """CRC-32 of each packet's (src IP, dst IP, BTH DestQP) - the `qp` ECMP hash's fields."""
+    q = np.asarray(dest_qpn, dtype=np.uint32)
+    rows = np.concatenate([
+        ip_bytes(src_ip, ip_version), ip_bytes(dst_ip, ip_version),
+        np.stack([(q >> np.uint32(s)) & np.uint32(0xFF) for s in (16, 8, 0)], axis=1).astype(np.uint8)],
+        axis=1)
+    return crc32_rows(rows)
+
+
+ECMP_HASHES = ("5-tuple", "qp")
+
+
 @numba.njit(cache=True)
 def _bfs_all(adj: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """dist[s, j]: hops from switch s to switch targets[j] (-1: unreachable)."""
@@ -150,6 +183,12 @@ class Router:
         self.leaf_col[self.leaves] = np.arange(len(self.leaves))
         self.dist = _bfs_all(self.adj, self.leaves)
         self.seeds = switch_seeds(n_sw, fabric.ecmp_seed)
+        self.hash_kind = getattr(fabric, "ecmp_hash", "5-tuple")
+        if self.hash_kind not in ECMP_HASHES:
+            raise ConfigError(f"fabric.ecmp_hash: {self.hash_kind!r} is not one of {', '.join(ECMP_HASHES)}")
+        # qp hash: the CRC bits a switch picks by (hash offset per tier: 0 at leaves, 16 above)
+        self.shift = np.full(n_sw, 16, np.uint32)
+        self.shift[self.leaves] = 0
         same_plane = fabric.sw_plane[self.leaves][:, None] == fabric.sw_plane[self.leaves][None, :]
         if (same_plane & (self.dist[self.leaves] < 0)).any():
             bad = np.argwhere(same_plane & (self.dist[self.leaves] < 0))[0]
@@ -167,18 +206,33 @@ class Router:
         return self.dist[s, self.leaf_col[t]].astype(np.int64) + 2
 
     def routes(self, src_nic, dst_nic, sport, plane, ip_version: int = 4,
-               batch: int = 1 << 16) -> np.ndarray:
-        """[n, max_links] link-direction ids of each packet's route, -1 padded."""
+               batch: int = 1 << 16, dest_qpn=None) -> np.ndarray:
+        """[n, max_links] link-direction ids of each packet's route, -1 padded. `sport` (UDP
+        source port) is what the 5-tuple hash reads, `dest_qpn` (BTH DestQP) what the qp hash
+        reads; a caller passes both, as the packet carries both."""
         src_nic, dst_nic = np.asarray(src_nic, np.int64), np.asarray(dst_nic, np.int64)
         plane = np.broadcast_to(np.asarray(plane, np.int64), src_nic.shape)
         out = np.full((len(src_nic), self.max_links), -1, np.int64)
         ip = self.fabric.nic_ip
-        crc = tuple_crc(ip[src_nic], ip[dst_nic], np.asarray(sport), ip_version) if len(src_nic) else \
-            np.zeros(0, np.uint32)
+        if not len(src_nic):
+            crc = np.zeros(0, np.uint32)
+        elif self.hash_kind == "qp":
+            if dest_qpn is None:
+                raise ValueError("the qp ECMP hash needs each packet's destination QPN")
+            q = np.broadcast_to(np.asarray(dest_qpn, np.int64), src_nic.shape)
+            crc = qp_crc(ip[src_nic], ip[dst_nic], q, ip_version)
+        else:
+            crc = tuple_crc(ip[src_nic], ip[dst_nic], np.asarray(sport), ip_version)
         for lo in range(0, len(src_nic), batch):
             sl = slice(lo, lo + batch)
             out[sl] = self._walk(src_nic[sl], dst_nic[sl], plane[sl], crc[sl])
         return out
+
+    def choose(self, crc: np.ndarray, switch: np.ndarray) -> np.ndarray:
+        """The hash value each switch takes modulo its candidate count (see module doc)."""
+        if self.hash_kind == "qp":   # an entry of a 256-entry member table (round-robin filled)
+            return ((crc >> self.shift[switch]) ^ self.seeds[switch]) & np.uint32(0xFF)
+        return fmix32(crc ^ self.seeds[switch])
 
     def _walk(self, src, dst, plane, crc) -> np.ndarray:
         n = len(src)
@@ -196,7 +250,7 @@ class Router:
             cand = self.adj[c]                                  # [m, width]
             ok = (cand >= 0) & (self.dist[np.maximum(cand, 0), g[:, None]] == (self.dist[c, g] - 1)[:, None])
             cnt = ok.sum(axis=1)
-            h = fmix32(crc[r] ^ self.seeds[c])
+            h = self.choose(crc[r], c)
             pick = (h % np.maximum(cnt, 1).astype(np.uint32)).astype(np.int64)
             j = np.argmax(np.cumsum(ok, axis=1) > pick[:, None], axis=1)
             out[r, k[r]] = self.adj_dir[c, j]

@@ -54,6 +54,7 @@ class Fabric:
     planes: int = 1
     kind: str = "rail-optimised"
     ecmp_seed: int = 0
+    ecmp_hash: str = "5-tuple"   # routing.py: the fields each switch hashes
     ip_version: int = 4      # what the ECMP hash reads (the addresses on the wire)
     _cache: dict = field(default_factory=dict, repr=False, init=False)   # router, name index
 
@@ -134,15 +135,18 @@ class Fabric:
         """Links on a shortest path between two NICs (2 under one leaf, 4 through a spine...)."""
         return self.router.hops(src_nic, dst_nic)
 
-    def path(self, src_nic: int, dst_nic: int, udp_sport: int, plane: int = 0) -> list[int]:
-        """Simulator node ids a packet crosses, ECMP by its 5-tuple (routing.py)."""
+    def path(self, src_nic: int, dst_nic: int, udp_sport: int, plane: int = 0, dest_qpn: int = 0) -> list[int]:
+        """Simulator node ids a packet crosses, ECMP by its header fields (routing.py: the
+        5-tuple with udp_sport, or the addresses with the BTH DestQP)."""
         r = self.router
-        return r.path_nodes(r.routes([src_nic], [dst_nic], [udp_sport], plane, self.ip_version)[0])
+        return r.path_nodes(r.routes([src_nic], [dst_nic], [udp_sport], plane, self.ip_version,
+                                     dest_qpn=[dest_qpn])[0])
 
-    def qp_path(self, src_nic: int, dst_nic: int, udp_sport: int, src_qpn: int = 0) -> list[int]:
+    def qp_path(self, src_nic: int, dst_nic: int, udp_sport: int, src_qpn: int = 0, dst_qpn: int = 0) -> list[int]:
         """The route of a QP's data packets as simulator node ids (the ns-3 export pins it):
-        the QP's plane is its sender QPN mod planes, as connections.py assigns it."""
-        return self.path(src_nic, dst_nic, udp_sport, int(src_qpn) % self.planes)
+        the QP's plane is its sender QPN mod planes, as connections.py assigns it; its data
+        packets carry the receiver's QPN (dst_qpn) as DestQP."""
+        return self.path(src_nic, dst_nic, udp_sport, int(src_qpn) % self.planes, int(dst_qpn))
 
     @property
     def n_link_dirs(self) -> int:
@@ -222,7 +226,7 @@ def build_fabric(job: Job) -> Fabric:
         sw_name=g.names, sw_tier=g.tier, sw_plane=g.plane, sw_index=g.index,
         sw_mac=_router_macs(g.tier, g.plane, g.index), nic_port_leaf=g.nic_leaf,
         links=np.array(port_links + sw_links, dtype=LINK_DTYPE).reshape(-1),
-        planes=planes, kind=fc.kind, ecmp_seed=fc.ecmp_seed, ip_version=job.output.ip_version,
+        planes=planes, kind=fc.kind, ecmp_seed=fc.ecmp_seed, ecmp_hash=fc.ecmp_hash, ip_version=job.output.ip_version,
     )
 
 

@@ -44,7 +44,7 @@ def mac_table(fabric: Fabric) -> np.ndarray:
     return np.concatenate([fabric.nic_mac, fabric.sw_mac])
 
 
-def link_macs(fabric: Fabric, tx_nic, rx_nic, sport, plane, hops, link):
+def link_macs(fabric: Fabric, tx_nic, rx_nic, sport, plane, hops, link, dest_qpn):
     """Rows of mac_table (eth_src, eth_dst) on link `link` of each packet's route: the two nodes
     that link joins (NIC -> leaf -> ... -> leaf -> NIC, the switches by ECMP, routes.py). The
     first and last links need no route: they join a NIC and its port's leaf."""
@@ -56,6 +56,6 @@ def link_macs(fabric: Fabric, tx_nic, rx_nic, sport, plane, hops, link):
     mid = np.flatnonzero(~first & ~last)
     if len(mid):
         sel = lambda a: np.broadcast_to(np.asarray(a, np.int64), link.shape)[mid]
-        d = routes.link_dirs(fabric, tx_nic[mid], rx_nic[mid], sel(sport), sel(plane))
+        d = routes.link_dirs(fabric, tx_nic[mid], rx_nic[mid], sel(sport), sel(plane), sel(dest_qpn))
         src[mid], dst[mid] = routes.dir_ends(fabric, d[np.arange(len(mid)), link[mid]])
     return src, dst

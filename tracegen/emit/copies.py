@@ -61,6 +61,12 @@ def item_conn(p: Plan, src: int, idx) -> np.ndarray:
     return np.where((kind == CTS) | (kind == ACK_CTS), p.m_conn[m] - p.m_q[m], p.m_conn[m])
 
 
+def item_dest_qpn(p: Plan, c, rx_nic) -> np.ndarray:
+    """BTH DestQP of packets on connection rows c received by rx_nic: the receiver's QPN for
+    data, the sender's for what the receiver returns (CTS, ACKs, CNPs)."""
+    return np.where(rx_nic == p.c_dst[c], p.c_qpn_dst[c], p.c_qpn_src[c])
+
+
 def item_endpoints(p: Plan, src: int, idx):
     """Per item of a source: (sending NIC, receiving NIC, UDP source port, hops) of its packets."""
     what = sources(p)[src][2]

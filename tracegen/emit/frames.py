@@ -21,6 +21,7 @@ from ..config import Output
 from . import congestion, roce, routes
 from .addresses import Addressing, link_macs, mac_table
 from .capture_file import comment_option_bytes, comment_options, put_records
+from .copies import item_dest_qpn
 from .items import Items
 from .packets import (ACK_CTS, ACK_DATA, CNP, COMMENT_PREFIX, CTS, CTS_BYTES, DATA, IP_TTL, PATTERN, Plan,
                       data_packet, incl_cap, pad4)
@@ -193,6 +194,7 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
     tx_nic, rx_nic = np.where(from_dst, p.c_dst[c], p.c_src[c]), np.where(from_dst, p.c_src[c], p.c_dst[c])
     acked = np.where(kind == ACK_DATA, acked, j)
     sport = np.where(is_cnp, 0, p.c_sport[c])
+    dest_qp = item_dest_qpn(p, c, rx_nic)
     psn = np.where(on_cts_qp, p.m_cts_psn[m], np.where(is_cnp, 0, (p.m_psn[m] + acked) & roce.PSN_MASK))
     fields = dict(
         src_ip=fabric.nic_ip[tx_nic], dst_ip=fabric.nic_ip[rx_nic], payload=payload, frame_len=frame_len,
@@ -201,7 +203,7 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
                      np.where(fifo_tc, p.fifo_tc,
                               (out.dscp << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn))),
         pcp=np.where(is_cnp, congestion.CNP_PCP, np.where(fifo_tc, p.fifo_tc >> 5, out.pcp)),
-        dest_qp=np.where(rx_nic == p.c_dst[c], p.c_qpn_dst[c], p.c_qpn_src[c]),
+        dest_qp=dest_qp,
         psn=psn, ack_req=np.where(is_data, j == npk - 1, is_cts),
         va=np.where(is_cts, p.m_cts_va[m], p.m_va[m]).astype(np.uint64),
         rkey=np.where(is_cts, p.m_cts_rkey[m], p.m_rkey[m]),
@@ -210,7 +212,7 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
         ip_id=ip_id & 0xFFFF,
     )
     eth_src, eth_dst = link_macs(fabric, tx_nic, rx_nic, sport, routes.plane_of(fabric, p.c_qpn_src[c]),
-                                 p.c_hops[c], link)
+                                 p.c_hops[c], link, dest_qp)
     if addr.peer_direct:
         eth_dst = rx_nic
     elif addr.first_hop is not None:

@@ -402,7 +402,8 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
     path_of = getattr(fabric, "qp_path", None)   # the routing seam (see qp_table)
     if path_of is not None:
         qp_recs = [rec[:-1] + ',"path":[%s]}' % ",".join(
-                       str(int(x)) for x in path_of(int(q["src"]), int(q["dst"]), int(q["sport"]), int(q["sqpn"])))
+                       str(int(x)) for x in path_of(int(q["src"]), int(q["dst"]), int(q["sport"]), int(q["sqpn"]),
+                                                     int(q["dqpn"])))
                    for rec, q in zip(qp_recs, qps)]
     for name, recs in (("ops", op_recs), ("local_transfers", local_recs), ("qps", qp_recs)):
         yield f',\n "{name}": [' + ("\n" + ",\n".join(recs) + "\n ]" if recs else "]")

@@ -15,19 +15,23 @@ import numpy as np
 from ..topology import Fabric
 
 
-def link_dirs(fabric: Fabric, tx_nic, rx_nic, sport, plane) -> np.ndarray:
+def link_dirs(fabric: Fabric, tx_nic, rx_nic, sport, plane, dest_qpn) -> np.ndarray:
     """[n, max_links] link-direction ids (2*l: a -> b of fabric.links[l], 2*l + 1: b -> a) of
-    each packet's route, -1 padded; computed once per distinct (tx, rx, sport, plane)."""
+    each packet's route, -1 padded; computed once per distinct (tx, rx, sport, plane, DestQP).
+    sport and dest_qpn are the packet's UDP source port and BTH DestQP (the ECMP hash reads one
+    of them, `fabric.ecmp_hash`)."""
     tx = np.atleast_1d(np.asarray(tx_nic, np.int64))
     rx = np.broadcast_to(np.atleast_1d(np.asarray(rx_nic, np.int64)), tx.shape)
     sport = np.broadcast_to(np.atleast_1d(np.asarray(sport, np.int64)), tx.shape)
     plane = np.broadcast_to(np.atleast_1d(np.asarray(plane, np.int64)), tx.shape)
+    dqp = np.broadcast_to(np.atleast_1d(np.asarray(dest_qpn, np.int64)), tx.shape)
     r = fabric.router
     if not len(tx):
         return np.zeros((0, r.max_links), np.int64)
-    key = np.stack([tx, rx, sport, plane], axis=1)
+    key = np.stack([tx, rx, sport, plane, dqp], axis=1)
     uk, inv = np.unique(key, axis=0, return_inverse=True)
-    return r.routes(uk[:, 0], uk[:, 1], uk[:, 2], uk[:, 3], fabric.ip_version)[inv.reshape(-1)]
+    return r.routes(uk[:, 0], uk[:, 1], uk[:, 2], uk[:, 3], fabric.ip_version,
+                    dest_qpn=uk[:, 4])[inv.reshape(-1)]
 
 
 def dir_ends(fabric: Fabric, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,8 @@ from ..errors import ConfigError
 from ..topology import Fabric
 from . import lab, routes
 from .capture_file import Interface
-from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, host_parts, index_by_nic, item_conn, item_endpoints, kept,
+from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, host_parts, index_by_nic, item_conn, item_dest_qpn,
+                     item_endpoints, kept,
                      nic_interface, nic_ip_text)
 from .addresses import Addressing
 from .packets import Plan
@@ -174,7 +175,9 @@ def _routes_of_selected(p: Plan, fabric: Fabric) -> dict:
         tx, rx, sport, _ = item_endpoints(p, src, idx)
         chosen = p.sel.nic_mask[tx] | p.sel.nic_mask[rx]
         idx, tx, rx, sport = idx[chosen], tx[chosen], rx[chosen], sport[chosen]
-        route = routes.link_dirs(fabric, tx, rx, sport, routes.plane_of(fabric, p.c_qpn_src[item_conn(p, src, idx)]))
+        c = item_conn(p, src, idx)
+        route = routes.link_dirs(fabric, tx, rx, sport, routes.plane_of(fabric, p.c_qpn_src[c]),
+                                 item_dest_qpn(p, c, rx))
         hop_ns = np.where(route >= 0, lat[np.maximum(route, 0) >> 1], 0)
         out[src] = (idx, route, np.cumsum(hop_ns, axis=1) - hop_ns)
     return out
