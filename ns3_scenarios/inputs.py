@@ -113,6 +113,7 @@ class Scenario:
     qp_dqpn: np.ndarray | None = None
     qp_sport: np.ndarray | None = None
     qp_path: list | None = None               # per QP: node ids src..dst, or None (ECMP hash)
+    qp_rpath: list | None = None              # per QP: its ACKs' node ids dst..src, or None
     sim: dict | None = None                   # manifest `sim`: nic_sharing, cnp interval, pfc
 
     def __len__(self) -> int:
@@ -183,7 +184,7 @@ def _read_qps(d: Path, man: dict, recs: list[dict], src, dst, topo: Topology) ->
         qpn = QPN_BASE + _occurrence(ends)
         sport = np.array([r["hpcc_sport"] for r in recs], dtype=np.int64)
         return dict(qp=np.arange(n), qp_src=src.copy(), qp_dst=dst.copy(), qp_sqpn=qpn[0::2],
-                    qp_dqpn=qpn[1::2], qp_sport=sport, qp_path=[None] * n)
+                    qp_dqpn=qpn[1::2], qp_sport=sport, qp_path=[None] * n, qp_rpath=[None] * n)
     table = man["qps"]
     try:
         cols = {k: np.array([int(q[k]) for q in table], dtype=np.int64)
@@ -199,12 +200,15 @@ def _read_qps(d: Path, man: dict, recs: list[dict], src, dst, topo: Topology) ->
         raise ConfigError(f"{d}/manifest.json: a flow's qp is not a QP between its hosts — "
                           "regenerate")
     paths = [q.get("path") for q in table]
-    for q, p in enumerate(paths):
+    rpaths = [q.get("rpath") for q in table]
+    for q, (p, rp) in enumerate(zip(paths, rpaths)):
         if p is not None:
             _check_path(d, q, [int(x) for x in p], int(cols["src"][q]), int(cols["dst"][q]), topo)
+        if rp is not None:
+            _check_path(d, q, [int(x) for x in rp], int(cols["dst"][q]), int(cols["src"][q]), topo)
+    nodes = lambda ps: [None if p is None else [int(x) for x in p] for p in ps]
     return dict(qp=line_qp, qp_src=cols["src"], qp_dst=cols["dst"], qp_sqpn=cols["sqpn"],
-                qp_dqpn=cols["dqpn"], qp_sport=cols["sport"],
-                qp_path=[None if p is None else [int(x) for x in p] for p in paths])
+                qp_dqpn=cols["dqpn"], qp_sport=cols["sport"], qp_path=nodes(paths), qp_rpath=nodes(rpaths))
 
 
 def _check_path(d: Path, q: int, path: list[int], src: int, dst: int, topo: Topology) -> None:

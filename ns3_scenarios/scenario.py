@@ -16,7 +16,7 @@ run. Helpers below do the repeated wiring. Model, and why:
   that does not fit is dropped: the NICs do not retransmit, so such a run reports the flows it
   lost. Device transmit queues hold one packet, so the queue the switch sees is the real backlog.
 - Routing (ecmp_routing.h), data-driven: a QP whose manifest record carries `path` is pinned to
-  it hop by hop; other QPs take shortest paths (hop count) from topology.txt and, where several
+  it hop by hop, its receiver's ACKs to `rpath` where given; other QPs take shortest paths (hop count) from topology.txt and, where several
   next hops tie, ECMP by a hash of (src IP, dst IP, UDP sport, dport) with the QP's own UDP
   port, so a QP keeps its path and two QPs may share a spine link, as in a real fabric.
 - NICs and replay: see roce_nic.h (QPs, send arbitration, DCQCN) and inputs.py (replay plan).
@@ -354,11 +354,15 @@ def _install_routes(ns, node, hops: dict[int, list[int]], *, switch: bool):
 
 def _pin_paths(sc: Scenario, fab: "_Fabric", routing) -> list[list[int]]:
     """Every QP's node path: the manifest's where it gives one (installed as explicit routes at
-    each switch on it), else what the ECMP hash picks. The routing seam: a scenario whose QPs
-    carry `path` is routed exactly so."""
+    each switch on it), else what the ECMP hash picks; the ACKs of a QP with `rpath` pinned to
+    it too. The routing seam: a scenario whose QPs carry `path` is routed exactly so."""
     hops = []
     for q in range(len(sc.qp_src)):
         src, dst, sport = int(sc.qp_src[q]), int(sc.qp_dst[q]), int(sc.qp_sport[q])
+        rpath = sc.qp_rpath[q] if sc.qp_rpath else None
+        if rpath is not None:       # the receiver's ACKs: same UDP source port, addresses swapped
+            for u, v in zip(rpath[1:-1], rpath[2:]):
+                routing[u].AddFlowRoute(_sim_ip(dst), _sim_ip(src), sport, fab.iface_to(u, v))
         path = sc.qp_path[q] if sc.qp_path else None
         if path is None:
             hops.append(fab.hash_path(src, dst, sport))

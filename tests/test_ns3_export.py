@@ -701,6 +701,8 @@ def test_fabric_qp_path_is_the_routing_seam(tmp_path, job):
     qps = load_all(d)["manifest"]["qps"]
     assert [q["path"] for q in qps] == [fabric.path(q["src"], q["dst"], q["sport"]) for q in qps]
     assert all(len(q["path"]) == 5 for q in qps)           # host, leaf, spine, leaf, host
+    # the ACKs' way back: the reverse 5-tuple (same UDP source port, addresses swapped)
+    assert [q["rpath"] for q in qps] == [fabric.path(q["dst"], q["src"], q["sport"]) for q in qps]
     sc = load_scenario(d)
     assert sc.qp_path == [q["path"] for q in qps]
     # with the qp ECMP hash the path follows each QP's DestQP (the receiver's QPN)
@@ -709,5 +711,8 @@ def test_fabric_qp_path_is_the_routing_seam(tmp_path, job):
     d, _ = export(tmp_path / "qp", flows, fabric, job)
     qps = load_all(d)["manifest"]["qps"]
     assert [q["path"] for q in qps] == [fabric.path(q["src"], q["dst"], 0, 0, q["dqpn"]) for q in qps]
+    # and what the receiver returns, by the sender's QPN
+    assert [q["rpath"] for q in qps] == [fabric.path(q["dst"], q["src"], 0, 0, q["sqpn"]) for q in qps]
+    assert load_scenario(d).qp_rpath == [q["rpath"] for q in qps]
 
 

@@ -148,6 +148,12 @@ class Fabric:
         packets carry the receiver's QPN (dst_qpn) as DestQP."""
         return self.path(src_nic, dst_nic, udp_sport, int(src_qpn) % self.planes, int(dst_qpn))
 
+    def qp_return_path(self, src_nic: int, dst_nic: int, udp_sport: int, src_qpn: int = 0,
+                       dst_qpn: int = 0) -> list[int]:
+        """The route of what the QP's receiver returns (ACKs, CTS), dst_nic -> src_nic: the same
+        UDP source port and plane, the sender's QPN as DestQP (emit/copies.item_dest_qpn)."""
+        return self.path(dst_nic, src_nic, udp_sport, int(src_qpn) % self.planes, int(src_qpn))
+
     @property
     def n_link_dirs(self) -> int:
         return 2 * len(self.links)

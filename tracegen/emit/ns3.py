@@ -138,7 +138,8 @@ def qp_table(flows: Flows, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     Routing seam: when the Fabric offers `qp_path(src_nic, dst_nic, udp_sport)` -> simulator
     node ids (src host, switches..., dst host), e.g. the schedule's own ECMP choice by a 5-tuple
     hash, the manifest's qps records carry it as `path` and `tracegen ns3 run` routes each QP
-    exactly that way; without it the scenario hashes the QP's 5-tuple itself."""
+    exactly that way (its ACKs by `rpath`, Fabric.qp_return_path); without it the scenario
+    hashes the QP's 5-tuple itself."""
     rows = flows.rows
     net = np.flatnonzero(flows.net)
     row_qp = np.full(len(rows), -1, dtype=np.int64)
@@ -379,8 +380,9 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
         "sim": _sim_settings(flows, fabric, job),
         "qps_note": "qps[q]: one RC QP per NCCL connection (src/dst host, QPNs, UDP source "
                     "port on the wire); flows[k].qp names it. A qps record may carry `path`: "
-                    "the node ids its packets cross (src host .. dst host); tracegen ns3 run "
-                    "routes it that way instead of by its own ECMP hash",
+                    "the node ids its packets cross (src host .. dst host), and `rpath`: the "
+                    "node ids what its receiver returns (ACKs) crosses (dst host .. src host); "
+                    "tracegen ns3 run routes them that way instead of by its own ECMP hash",
         "net_bytes": int(lines["bytes"].sum()),
         "net_wire_bytes": int(lines["wire_bytes"].sum()),
         "skipped_zero_byte_transfers": rows["transfer_id"][zero].tolist(),
@@ -399,12 +401,13 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
     _, qps = qp_table(flows, fabric)
     qp_recs = [_QP_RECORD % r for r in zip(range(len(qps)), *(qps[k].tolist() for k in
                                                                QP_DTYPE.names))]
-    path_of = getattr(fabric, "qp_path", None)   # the routing seam (see qp_table)
-    if path_of is not None:
-        qp_recs = [rec[:-1] + ',"path":[%s]}' % ",".join(
-                       str(int(x)) for x in path_of(int(q["src"]), int(q["dst"]), int(q["sport"]), int(q["sqpn"]),
-                                                     int(q["dqpn"])))
-                   for rec, q in zip(qp_recs, qps)]
+    for key, method in (("path", "qp_path"), ("rpath", "qp_return_path")):   # the routing seam (see qp_table)
+        path_of = getattr(fabric, method, None)
+        if path_of is not None:
+            qp_recs = [rec[:-1] + ',"%s":[%s]}' % (key, ",".join(
+                           str(int(x)) for x in path_of(int(q["src"]), int(q["dst"]), int(q["sport"]),
+                                                         int(q["sqpn"]), int(q["dqpn"]))))
+                       for rec, q in zip(qp_recs, qps)]
     for name, recs in (("ops", op_recs), ("local_transfers", local_recs), ("qps", qp_recs)):
         yield f',\n "{name}": [' + ("\n" + ",\n".join(recs) + "\n ]" if recs else "]")
     yield "\n}\n"
