@@ -39,9 +39,15 @@ def _choice(src_ip: int, dst_ip: int, sport: int, switch: int, seed: int, n: int
     return _fmix(zlib.crc32(data) ^ s) % n
 
 
-def _qp_choice(src_ip: int, dst_ip: int, dest_qpn: int, switch: int, seed: int, n: int, shift: int) -> int:
+def _addr(ipv4: int, ip_version: int) -> bytes:
+    """The address as on the wire: IPv4, or the IPv6 plan's fd00::<IPv4>."""
+    return ipv4.to_bytes(4, "big") if ip_version == 4 else b"\xfd" + bytes(11) + ipv4.to_bytes(4, "big")
+
+
+def _qp_choice(src_ip: int, dst_ip: int, dest_qpn: int, switch: int, seed: int, n: int, shift: int,
+               ip_version: int = 4) -> int:
     """The qp hash: CRC-32 of src IP | dst IP | DestQP, the switch's bits, a 256-entry table."""
-    crc = zlib.crc32(src_ip.to_bytes(4, "big") + dst_ip.to_bytes(4, "big") + dest_qpn.to_bytes(3, "big"))
+    crc = zlib.crc32(_addr(src_ip, ip_version) + _addr(dst_ip, ip_version) + dest_qpn.to_bytes(3, "big"))
     s = _fmix((seed * 0x9E3779B1 + switch * 0x85EBCA77 + 1) & 0xFFFFFFFF)
     return (((crc >> shift) ^ s) & 0xFF) % n
 
@@ -121,21 +127,24 @@ def test_qp_hash_spreads_1000_sequential_qps_within_10_percent(spines, seed):
             assert np.abs(counts - n // spines).max() <= 1, counts
 
 
-def test_qp_hash_choice_matches_an_independent_crc_model():
+@pytest.mark.parametrize("ip_version", [4, 6])
+def test_qp_hash_choice_matches_an_independent_crc_model(ip_version):
     """Leaves pick by the CRC's low bits, switches above them by bits 16 and up (fat-tree k=8:
-    leaf -> aggregation -> core), each through a 256-entry table of its candidates."""
-    f = build_fabric(fabric_job({"preset": "fat-tree-k8", "ecmp_hash": "qp", "ecmp_seed": 11}, dp=64, gpn=2))
+    leaf -> aggregation -> core), each through a 256-entry table of its candidates; IPv6 hashes
+    the 16-byte addresses."""
+    f = build_fabric(fabric_job({"preset": "fat-tree-k8", "ecmp_hash": "qp", "ecmp_seed": 11}, dp=64, gpn=2,
+                                output={"ip_version": ip_version}))
     r = f.router
     src, dst = 0, 63                                            # different pods: 6 links
     assert f.hops(np.array([src]), np.array([dst]))[0] == 6
     ip = [int(x) for x in f.nic_ip]
     for dqpn in range(0x100, 0x140):
-        nodes = r.path_nodes(r.routes([src], [dst], [0], 0, dest_qpn=[dqpn])[0])
+        nodes = r.path_nodes(r.routes([src], [dst], [0], 0, ip_version, dest_qpn=[dqpn])[0])
         leaf, agg, core = (n - f.n_nics for n in nodes[1:4])
         aggs = sorted(int(x) for x in r.adj[leaf] if x >= 0 and f.sw_tier[x] == 2)
         cores = sorted(int(x) for x in r.adj[agg] if x >= 0 and f.sw_tier[x] == 3)
-        assert agg == aggs[_qp_choice(ip[src], ip[dst], dqpn, leaf, 11, len(aggs), 0)]
-        assert core == cores[_qp_choice(ip[src], ip[dst], dqpn, agg, 11, len(cores), 16)]
+        assert agg == aggs[_qp_choice(ip[src], ip[dst], dqpn, leaf, 11, len(aggs), 0, ip_version)]
+        assert core == cores[_qp_choice(ip[src], ip[dst], dqpn, agg, 11, len(cores), 16, ip_version)]
 
 
 def test_qp_hash_does_not_polarise_a_fat_tree():
