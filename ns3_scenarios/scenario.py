@@ -16,9 +16,10 @@ run. Helpers below do the repeated wiring. Model, and why:
   that does not fit is dropped: the NICs do not retransmit, so such a run reports the flows it
   lost. Device transmit queues hold one packet, so the queue the switch sees is the real backlog.
 - Routing (ecmp_routing.h), data-driven: a QP whose manifest record carries `path` is pinned to
-  it hop by hop, its receiver's ACKs to `rpath` where given; other QPs take shortest paths (hop count) from topology.txt and, where several
-  next hops tie, ECMP by a hash of (src IP, dst IP, UDP sport, dport) with the QP's own UDP
-  port, so a QP keeps its path and two QPs may share a spine link, as in a real fabric.
+  it hop by hop, its receiver's ACKs to `rpath` where given; other QPs take shortest paths (hop
+  count) from topology.txt and, where several next hops tie, ECMP by a hash of (src IP, dst IP,
+  UDP sport, dport) with the QP's own UDP port, so a QP keeps its path and two QPs may share a
+  spine link, as in a real fabric.
 - NICs and replay: see roce_nic.h (QPs, send arbitration, DCQCN) and inputs.py (replay plan).
 """
 from __future__ import annotations

@@ -690,7 +690,7 @@ def test_network_keys_reach_config_txt(tmp_path):
 
 
 def test_fabric_qp_path_is_the_routing_seam(tmp_path, job):
-    """The Fabric's qp_path (the schedule's ECMP: routing.py's 5-tuple hash) puts each QP's path
+    """The Fabric's qp_paths (the schedule's ECMP: routing.py's 5-tuple hash) puts each QP's path
     into the manifest; the scenario reader checks it against topology.txt."""
     import dataclasses
     from ns3_scenarios.inputs import load_scenario

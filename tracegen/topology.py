@@ -142,17 +142,20 @@ class Fabric:
         return r.path_nodes(r.routes([src_nic], [dst_nic], [udp_sport], plane, self.ip_version,
                                      dest_qpn=[dest_qpn])[0])
 
-    def qp_path(self, src_nic: int, dst_nic: int, udp_sport: int, src_qpn: int = 0, dst_qpn: int = 0) -> list[int]:
-        """The route of a QP's data packets as simulator node ids (the ns-3 export pins it):
-        the QP's plane is its sender QPN mod planes, as connections.py assigns it; its data
-        packets carry the receiver's QPN (dst_qpn) as DestQP."""
-        return self.path(src_nic, dst_nic, udp_sport, int(src_qpn) % self.planes, int(dst_qpn))
-
-    def qp_return_path(self, src_nic: int, dst_nic: int, udp_sport: int, src_qpn: int = 0,
-                       dst_qpn: int = 0) -> list[int]:
-        """The route of what the QP's receiver returns (ACKs, CTS), dst_nic -> src_nic: the same
-        UDP source port and plane, the sender's QPN as DestQP (emit/copies.item_dest_qpn)."""
-        return self.path(dst_nic, src_nic, udp_sport, int(src_qpn) % self.planes, int(src_qpn))
+    def qp_paths(self, src_nic, dst_nic, udp_sport, src_qpn, dst_qpn, reverse: bool = False) -> list[list[int]]:
+        """Per QP, the route of its data packets as simulator node ids (the ns-3 export pins it),
+        one routing pass for all: the QP's plane is its sender QPN mod planes (connections.py),
+        its data carry the receiver's QPN as DestQP. reverse: the route of what the receiver
+        returns (ACKs, CTS), dst -> src with the same UDP source port and the sender's QPN as
+        DestQP (emit/copies.item_dest_qpn)."""
+        src, dst = np.asarray(src_nic, np.int64), np.asarray(dst_nic, np.int64)
+        sqpn, dqpn = np.asarray(src_qpn, np.int64), np.asarray(dst_qpn, np.int64)
+        if reverse:
+            src, dst, dqpn = dst, src, sqpn
+        r = self.router
+        route = r.routes(src, dst, udp_sport, sqpn % self.planes, self.ip_version, dest_qpn=dqpn)
+        nodes = np.column_stack([src] + [r.node_after(route, k) for k in range(route.shape[1])])
+        return [row[row >= 0].tolist() for row in nodes]
 
     @property
     def n_link_dirs(self) -> int:
@@ -232,7 +235,8 @@ def build_fabric(job: Job) -> Fabric:
         sw_name=g.names, sw_tier=g.tier, sw_plane=g.plane, sw_index=g.index,
         sw_mac=_router_macs(g.tier, g.plane, g.index), nic_port_leaf=g.nic_leaf,
         links=np.array(port_links + sw_links, dtype=LINK_DTYPE).reshape(-1),
-        planes=planes, kind=fc.kind, ecmp_seed=fc.ecmp_seed, ecmp_hash=fc.ecmp_hash, ip_version=job.output.ip_version,
+        planes=planes, kind=fc.kind, ecmp_seed=fc.ecmp_seed, ecmp_hash=fc.ecmp_hash,
+        ip_version=job.output.ip_version,
     )
 
 

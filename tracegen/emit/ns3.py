@@ -135,10 +135,10 @@ def qp_table(flows: Flows, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     connection), UDP source port from the QPN pair (mlx5). Returns (row -> qp index, -1 off the
     fabric; QP_DTYPE table).
 
-    Routing seam: when the Fabric offers `qp_path(src_nic, dst_nic, udp_sport)` -> simulator
-    node ids (src host, switches..., dst host), e.g. the schedule's own ECMP choice by a 5-tuple
-    hash, the manifest's qps records carry it as `path` and `tracegen ns3 run` routes each QP
-    exactly that way (its ACKs by `rpath`, Fabric.qp_return_path); without it the scenario
+    Routing seam: when the Fabric offers `qp_paths(src, dst, sport, sqpn, dqpn, reverse)` ->
+    per QP simulator node ids (src host, switches..., dst host), e.g. the schedule's own ECMP
+    choice, the manifest's qps records carry it as `path` (and the way back as `rpath`) and
+    `tracegen ns3 run` routes each QP and its ACKs exactly that way; without it the scenario
     hashes the QP's 5-tuple itself."""
     rows = flows.rows
     net = np.flatnonzero(flows.net)
@@ -401,13 +401,11 @@ def _manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warning
     _, qps = qp_table(flows, fabric)
     qp_recs = [_QP_RECORD % r for r in zip(range(len(qps)), *(qps[k].tolist() for k in
                                                                QP_DTYPE.names))]
-    for key, method in (("path", "qp_path"), ("rpath", "qp_return_path")):   # the routing seam (see qp_table)
-        path_of = getattr(fabric, method, None)
-        if path_of is not None:
-            qp_recs = [rec[:-1] + ',"%s":[%s]}' % (key, ",".join(
-                           str(int(x)) for x in path_of(int(q["src"]), int(q["dst"]), int(q["sport"]),
-                                                         int(q["sqpn"]), int(q["dqpn"]))))
-                       for rec, q in zip(qp_recs, qps)]
+    paths_of = getattr(fabric, "qp_paths", None)   # the routing seam (see qp_table)
+    if paths_of is not None and len(qps):
+        for key, reverse in (("path", False), ("rpath", True)):
+            paths = paths_of(qps["src"], qps["dst"], qps["sport"], qps["sqpn"], qps["dqpn"], reverse=reverse)
+            qp_recs = [rec[:-1] + ',"%s":[%s]}' % (key, ",".join(map(str, p))) for rec, p in zip(qp_recs, paths)]
     for name, recs in (("ops", op_recs), ("local_transfers", local_recs), ("qps", qp_recs)):
         yield f',\n "{name}": [' + ("\n" + ",\n".join(recs) + "\n ]" if recs else "]")
     yield "\n}\n"
