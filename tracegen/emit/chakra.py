@@ -3,23 +3,37 @@
 Written with the `mlc-chakra` package's own protobuf schema (chakra.schema.protobuf.et_def_pb2)
 and writer (chakra.src.third_party.utils.protolib.encodeMessage: a varint length before each
 message): a GlobalMetadata, then the rank's Node messages in dependency order, as ASTRA-sim 2.x
-and other Chakra consumers read them.
+reads them (astra-sim/workload/Workload.cc: `<prefix>.<rank>.et` through the Chakra feeder).
 
 Per rank, for every CommOp the rank takes part in (its group holds the rank), in dependency
 order (node ids count up, every data dep has a lower id):
-  COMP_NODE      "compute before op N": the op's gap_ns (compute after its deps complete),
-                 duration_micros rounded to the nearest µs, exact ns in attr `duration_ns`;
-                 data deps: the rank's nodes of the op's dep ops
-  COMM_COLL_NODE a collective: attrs comm_type (Chakra's CollectiveCommType), comm_size (bytes,
-                 the op's buffer), pg_name (process group id, see comm_groups.json)
+  COMP_NODE      "compute before op N": the op's gap_ns (compute after its deps complete), exact
+                 ns in attr `duration_ns`; `duration_micros` (what ASTRA-sim replays:
+                 Workload::issue_replay, µs x 1000, 0 -> 1 ns) rounded so that the rank's
+                 running total stays within 0.5 µs of the exact one
+  COMM_COLL_NODE a collective: attrs comm_type (Chakra's CollectiveCommType), pg_name (a group
+                 of comm_groups.json), comm_size = the bytes each rank puts IN, as PyTorch ET
+                 records them (chakra's converter: PyTorchNode.comm_size sums the input tensors)
+                 and as ASTRA-sim reads them (Workload::issue_coll_comm -> Ring::Ring):
+                   AllReduce      the buffer S         ring moves 2(n-1)/n·S per rank
+                   ReduceScatter  the input S          msg S/n, n-1 steps: (n-1)/n·S
+                   AllGather      one rank's shard S/n msg S/n, n-1 steps: (n-1)/n·S
+                                  (ASTRA-sim's final size is comm_size·n: writing the gathered
+                                  S would cost n times too much)
+                   AllToAll       the send buffer S    msg S/n to each of n-1 peers
+                   Broadcast      S; ASTRA-sim does not simulate it: it waits the node's
+                                  duration_micros, 0 here, so 1 ns
   COMM_SEND_NODE / COMM_RECV_NODE
                  a point-to-point op (group [src, dst]): comm_dst / comm_src, comm_tag (the op
                  id, the same on both sides), comm_size
   data deps: the compute node before it, else the rank's nodes of the op's dep ops (deps on ops of
   other ranks are carried by the communication itself). Markers (end of iteration) have no
   communication: their compute node, if any, stands for them.
-comm_groups.json: {pg_name: [ranks]} (ASTRA-sim's --comm-group-configuration), and what each
-group is (dim, ranks) in comm_groups_info.json.
+comm_groups.json: {"<pg_name>": [ranks]}, ASTRA-sim's --comm-group-configuration
+(Workload::initialize_comm_groups: stoi of each key, a list of NPU ids; ids start at 1 because
+CommunicatorGroup::set_id asserts id > 0 and pg_name "0" means all ranks in
+Workload::extract_comm_group); without it a rank stops at its first collective ("communicator
+group not found"). What each group is (dim, ranks): comm_groups_info.json.
 """
 from __future__ import annotations
 
@@ -103,6 +117,7 @@ def rank_nodes(ops: CommOps, rank: int, pg: np.ndarray, pb, order: list[int] | N
         nodes.append(n)
         return n
 
+    exact_ns = written_us = 0              # the rank's compute so far, exact and as written
     for o in (order if order is not None else topo_order(ops)):
         if not member[o]:
             continue
@@ -111,13 +126,21 @@ def rank_nodes(ops: CommOps, rank: int, pg: np.ndarray, pb, order: list[int] | N
         gap = int(rows["gap_ns"][o])
         if gap > 0:
             c = new(f"compute before op{o}", pb.COMP_NODE)
-            c.duration_micros = (gap + 500) // 1000
+            exact_ns += gap                # carry the rounding: 300 ns gaps are not all 0 µs
+            c.duration_micros = (exact_ns + 500) // 1000 - written_us
+            written_us += c.duration_micros
             c.attr.append(A(name="duration_ns", int64_val=gap))
             c.data_deps.extend(deps)
             deps = [c.id]
             node_of[o] = [c.id]
         label = f"{dim.name} {kind.label} op{o}"
         size = int(rows["bytes"][o])
+        if kind == CollKind.ALLGATHER:     # each rank's shard (see the module docstring)
+            n_ranks = len(ops.groups[o])
+            if size % n_ranks:
+                raise OutputError(f"chakra: AllGather op {o} of {size} B does not split "
+                                  f"into {n_ranks} equal shards")
+            size //= n_ranks
         if kind in COLL_TYPE:
             n = new(label, pb.COMM_COLL_NODE)
             n.attr.extend([A(name="comm_type", int64_val=getattr(pb, COLL_TYPE[kind])),
