@@ -30,8 +30,8 @@ So, per pipeline stage, for its first rank (iteration 0):
     TP group, so it has no suffix (AICB: moelayer `forward_comm3/4`);
   - ops SimAI cannot run (Broadcast, CP ring steps, the tied-embedding sync, groups SimAI does
     not have) keep their compute, their traffic is listed in the notes; PP sends become
-    `pp_comm`; every op's compute gap is in exactly one column, so the compute SimAI adds up
-    equals the rank's compute per iteration;
+    `pp_comm`; the rank's compute (rank_steps: a forked op's gap and a sender's are not
+    counted again) is in the columns once, so SimAI adds up the rank's compute per iteration;
   - `vpp` is the job's model chunks per rank (1 without interleaving): with it SimAI's bubble is
     Narayanan's (p-1)/(v·m). AICB writes layers per stage there, which SimAI reads as that many
     chunks; `update time` 0 (SimAI adds it after every collective of the row; AICB's 100).
@@ -48,7 +48,7 @@ from pathlib import Path
 from ..config import Job
 from ..errors import OutputError
 from ..tables import CollKind, CommOps, Dim, Phase
-from .chakra import topo_order
+from .rank_steps import rank_steps, topo_order
 
 SIMAI_TYPES = {CollKind.ALLREDUCE: "ALLREDUCE", CollKind.ALLGATHER: "ALLGATHER",
                CollKind.REDUCESCATTER: "REDUCESCATTER", CollKind.ALLTOALL: "ALLTOALL"}
@@ -115,11 +115,12 @@ def _stage_rows(job: Job, ops: CommOps, rank: int, order: list[int],
     back: list[Back] = []
     written: list[int] = []
     pp_bytes = 0
-    for o in order:
-        if r["iteration"][o] != 0 or rank not in set(ops.groups[o].tolist()):
+    for step in rank_steps(ops, rank, order):
+        o = step.op
+        if r["iteration"][o] != 0:
             continue
         kind, dim, phase = CollKind(int(r["kind"][o])), Dim(int(r["dim"][o])), Phase(int(r["phase"][o]))
-        slot = Slot(_label(o, ops), compute=int(r["gap_ns"][o]))
+        slot = Slot(_label(o, ops), compute=step.compute_ns)
         column = "fwd" if phase == Phase.FWD else ("wg" if dim in GRAD_SYNC else "ig")
         suffix = None
         if kind in SIMAI_TYPES:
