@@ -58,9 +58,9 @@ def rank_steps(ops: CommOps, rank: int, order: list[int]) -> list[Step]:
     """The rank's ops (its group holds it), in a dependency order, each stream point's ops
     together and by increasing gap, with the compute piece before each (module docstring)."""
     rows = ops.rows
+    owner = np.repeat(np.arange(len(ops)), ops.groups.lengths())
     member = np.zeros(len(ops), dtype=bool)
-    for o in range(len(ops)):
-        member[o] = rank in ops.groups[o].tolist()
+    member[owner[ops.groups.values == rank]] = True
     p2p = rows["kind"] == CollKind.SENDRECV
     points: dict[frozenset, list[int]] = {}
     after_of: dict[int, frozenset] = {}
