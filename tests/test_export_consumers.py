@@ -248,6 +248,10 @@ def simai_colls(head, rows):
                 n = dp // head["ep"] if group == "DP_EP" else dp
             else:
                 n = head["ep"] if group == "EP" else head["model_parallel_NPU_group"]
+            # ... and MockNcclGroup's ranks of that group: the same count, or the analytical mode
+            # and the simulator time different groups
+            assert n == {"TP": head["model_parallel_NPU_group"], "EP": head["ep"], "DP": dp,
+                         "DP_EP": dp // head["ep"]}[group], (col, ctype)
             out.append((col, base, group, n, size))
     return out
 
@@ -332,11 +336,13 @@ def test_simai_pipeline_one_stage_per_file(tmp_path):
 
 
 @pytest.mark.parametrize("sets", [["parallelism.tp=1", "parallelism.dp=4"],
-                                  ["parallelism.cp=2", "parallelism.dp=1"]])
+                                  ["parallelism.cp=2", "parallelism.dp=1"],
+                                  ["parallelism.zero=3", "parallelism.dp=4", "parallelism.pp=1"]])
 def test_simai_keeps_compute_before_ops_it_cannot_run(tmp_path, sets):
-    """Compute that precedes a PP send, a CP ring step or the end of the iteration has no SimAI
-    collective to sit before: it still is in a compute column, so SimAI's total is tracegen's;
-    gradient syncs run on SimAI's DP group of all_gpus/(tp·pp) = dp·cp ranks."""
+    """Compute that precedes a PP send, a CP ring step, a ZeRO-3 forward gather (SimAI's forward
+    column has no DP group) or the end of the iteration has no SimAI collective to sit before: it
+    still is in a compute column, so SimAI's total is tracegen's; gradient syncs run on SimAI's
+    DP group of all_gpus/(tp·pp) = dp·cp ranks."""
     from tracegen.corpus.traffic import compute_ns_per_iteration
     job, d = export(tmp_path, "simai", preset="default", sets=sets)
     head, rows = read_simai((d / "default.txt").read_text())

@@ -25,11 +25,12 @@ So, per pipeline stage, for its first rank (iteration 0):
     last first, so a row's two halves are mostly the same micro-batch and layer;
   - each collective is labelled by the SimAI group holding exactly its ranks (groups built as
     MockNcclGroup builds them: TP consecutive, DP strided by tp, EP = ep consecutive TP groups,
-    DP_EP strided by ep TP groups); gradient syncs (DP, EDP) go into weight-gradient columns,
-    right after the backward op they follow; the expert-TP AllGather/ReduceScatter runs on the
-    TP group, so it has no suffix (AICB: moelayer `forward_comm3/4`);
-  - ops SimAI cannot run (Broadcast, CP ring steps, the tied-embedding sync, groups SimAI does
-    not have) keep their compute, their traffic is listed in the notes; PP sends become
+    DP_EP strided by ep TP groups; TP/EP in forward and input-gradient columns, DP/DP_EP in
+    weight-gradient ones); gradient syncs (DP, EDP) go into weight-gradient columns, right
+    after the backward op they follow; the expert-TP AllGather/ReduceScatter runs on the TP
+    group, so it has no suffix (AICB: moelayer `forward_comm3/4`);
+  - ops SimAI cannot run (Broadcast, CP ring steps, the tied-embedding sync, ZeRO-3's forward
+    parameter gathers, groups SimAI does not have) keep their compute, their traffic is listed in the notes; PP sends become
     `pp_comm`; the rank's compute (rank_steps: a forked op's gap and a sender's are not
     counted again) is in the columns once, so SimAI adds up the rank's compute per iteration;
   - `vpp` is the job's model chunks per rank (1 without interleaving): with it SimAI's bubble is
@@ -52,9 +53,12 @@ from .rank_steps import rank_steps, topo_order
 
 SIMAI_TYPES = {CollKind.ALLREDUCE: "ALLREDUCE", CollKind.ALLGATHER: "ALLGATHER",
                CollKind.REDUCESCATTER: "REDUCESCATTER", CollKind.ALLTOALL: "ALLTOALL"}
-# the suffix naming each group, per column (Workload::initialize_workload)
-FWD_IG_GROUPS = {"TP": "", "EP": "_EP", "DP_EP": "_DP_EP"}
-WG_GROUPS = {"DP": "", "DP_EP": "_DP_EP", "EP": "_EP"}
+# the suffix naming each group, per column (Workload::initialize_workload): only the pairs whose
+# size Layer::report takes from the same group (forward / input gradient: EP_size for _EP, else
+# TP_size; weight gradient: DP/EP for _DP_EP, else DP), so the analytical mode and the simulator
+# (MockNcclGroup's ranks) agree; e.g. `_DP_EP` in a forward column would be timed over tp ranks
+FWD_IG_GROUPS = {"TP": "", "EP": "_EP"}
+WG_GROUPS = {"DP": "", "DP_EP": "_DP_EP"}
 GRAD_SYNC = (Dim.DP, Dim.EDP)
 
 
