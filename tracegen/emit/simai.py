@@ -151,8 +151,13 @@ def _stage_rows(job: Job, ops: CommOps, rank: int, order: list[int],
                 back.append(Back(wg=slot))
         else:
             back.append(Back(ig=slot))
-    # forward micro-batches last first (see the module docstring)
-    blocks = [list(g) for _, g in itertools.groupby(fwd, key=lambda x: x[0])]
+    # forward micro-batches last first (see the module docstring); an op of no micro-batch
+    # stays with the micro-batch that follows it
+    nxt, keyed = -1, []
+    for mb, slot in reversed(fwd):
+        nxt = mb if mb >= 0 else nxt
+        keyed.append((nxt, slot))
+    blocks = [list(g) for _, g in itertools.groupby(reversed(keyed), key=lambda x: x[0])]
     fwd_slots = [s for blk in reversed(blocks) for _, s in blk]
     return fwd_slots, back, written, pp_bytes
 
