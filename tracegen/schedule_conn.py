@@ -148,7 +148,7 @@ def _alone(item_deps, nbytes, extra, links, queue=None):
     n = len(nbytes)
     with progress.muted():          # the fill's bar counts ops, not this op's items
         _, finish, end, _, op_end = fluid.run(np.zeros(1, np.int64), Ragged.empty(1), np.zeros(n, np.int64),
-                                              item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 20_000,
+                                              item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 2000,
                                               queue=queue)
     return int(op_end[0]), int(finish.max()) if n else 0
 
@@ -162,16 +162,17 @@ class _Fill:
         self.groups: dict[bytes, bytes] = {}
 
     def pattern(self, op: int) -> bytes:
-        """Where the op's ranks sit, up to renaming of nodes and NICs."""
+        """Where the op's ranks sit, up to renaming of nodes, NICs and rails (alone on an ideal
+        fabric only which ranks share a node, a NIC or a rail matters: NVLink, NIC ports, PXN
+        proxies; a DP group of each of the 8 TP ranks is one shape, not 8)."""
         g = self.ops.groups[op]
         key = g.tobytes()
         if key not in self.groups:
             f = self.fabric
             parts = []
-            for v in (f.rank_node[g], f.rank_nic[g]):
+            for v in (f.rank_node[g], f.rank_nic[g], f.nic_rail[f.rank_nic[g]]):
                 _, first, inv = np.unique(v, return_index=True, return_inverse=True)
                 parts.append(np.argsort(np.argsort(first))[inv].astype(np.int32).tobytes())
-            parts.append(f.nic_rail[f.rank_nic[g]].astype(np.int16).tobytes())
             self.groups[key] = b"|".join(parts)
         return self.groups[key]
 
