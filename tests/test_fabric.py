@@ -138,11 +138,12 @@ def test_qp_hash_choice_matches_an_independent_crc_model(ip_version):
     src, dst = 0, 63                                            # different pods: 6 links
     assert f.hops(np.array([src]), np.array([dst]))[0] == 6
     ip = [int(x) for x in f.nic_ip]
+    adj = _graph(f)                                  # neighbours from the link list, not the router
     for dqpn in range(0x100, 0x140):
         nodes = r.path_nodes(r.routes([src], [dst], [0], 0, ip_version, dest_qpn=[dqpn])[0])
         leaf, agg, core = (n - f.n_nics for n in nodes[1:4])
-        aggs = sorted(int(x) for x in r.adj[leaf] if x >= 0 and f.sw_tier[x] == 2)
-        cores = sorted(int(x) for x in r.adj[agg] if x >= 0 and f.sw_tier[x] == 3)
+        aggs = sorted(x - f.n_nics for x in adj[f.n_nics + leaf] if x >= f.n_nics and f.sw_tier[x - f.n_nics] == 2)
+        cores = sorted(x - f.n_nics for x in adj[f.n_nics + agg] if x >= f.n_nics and f.sw_tier[x - f.n_nics] == 3)
         assert agg == aggs[_qp_choice(ip[src], ip[dst], dqpn, leaf, 11, len(aggs), 0, ip_version)]
         assert core == cores[_qp_choice(ip[src], ip[dst], dqpn, agg, 11, len(cores), 16, ip_version)]
 
