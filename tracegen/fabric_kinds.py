@@ -74,7 +74,7 @@ class _Builder:
         self.tier: list[int] = []
         self.plane: list[int] = []
         self.index: list[int] = []
-        self.links: list[tuple[int, int, int, int]] = []
+        self.links: list[np.ndarray] = []      # blocks of [m, 4]: switch a, switch b, gbps, latency_ns
 
     def add(self, tier: int, count: int, plane: int) -> np.ndarray:
         first = len(self.names)
@@ -86,10 +86,12 @@ class _Builder:
         return np.arange(first, first + count)
 
     def link(self, a, b, gbps: int, lat: int) -> None:
-        self.links.append((int(a), int(b), int(gbps), int(lat)))
+        """Links a[i] - b[i] (arrays or one pair), all of one rate and latency, in that order."""
+        a, b = np.broadcast_arrays(np.asarray(a, np.int64).reshape(-1), np.asarray(b, np.int64).reshape(-1))
+        self.links.append(np.column_stack([a, b, np.full(len(a), gbps, np.int64), np.full(len(a), lat, np.int64)]))
 
     def graph(self, nic_leaf, port_gbps, port_lat) -> SwitchGraph:
-        links = np.array(self.links, dtype=np.int64).reshape(-1, 4)
+        links = np.concatenate(self.links) if self.links else np.zeros((0, 4), np.int64)
         return SwitchGraph(self.names, np.array(self.tier, np.int8), np.array(self.plane, np.int16),
                            np.array(self.index, np.int32), np.asarray(nic_leaf, np.int32), port_gbps,
                            port_lat, links)
@@ -129,9 +131,7 @@ def _two_tier(b: _Builder, fc: FabricConfig, plane: int, nodes: int, nics: int, 
         spines = b.add(SPINE, fc.spines, plane)
         gbps = _uplink_gbps(fc.leaf_spine_gbps, fc.oversubscription, down, fc.spines, port)
         lat = _lat(fc.leaf_spine_latency_ns, fc.link_latency_ns)
-        for lf in leaves:
-            for sp in spines:
-                b.link(lf, sp, gbps, lat)
+        b.link(np.repeat(leaves, len(spines)), np.tile(spines, len(leaves)), gbps, lat)   # leaf by leaf
     return leaves[leaf_of]
 
 
@@ -184,19 +184,15 @@ def _fat_tree(b: _Builder, fc: FabricConfig, plane: int, nodes: int, nics: int, 
     spines = b.add(SPINE, pods * half, plane)
     up = _uplink_gbps(fc.leaf_spine_gbps, fc.oversubscription, half * port, half, port)
     lat_ls = _lat(fc.leaf_spine_latency_ns, fc.link_latency_ns)
-    for lf in range(n_leaves):
-        pod = lf // half
-        for j in range(half):
-            b.link(leaves[lf], spines[pod * half + j], up, lat_ls)
+    pod_first = np.arange(n_leaves) // half * half          # each leaf to the k/2 spines of its pod
+    b.link(np.repeat(leaves, half), spines[(pod_first[:, None] + np.arange(half)).ravel()], up, lat_ls)
     if pods > 1:
         cores = b.add(CORE, half * half, plane)
         core_up = _uplink_gbps(fc.spine_core_gbps, fc.core_oversubscription, half * up, half,
                                fc.spine_core_gbps or up)
         lat_sc = _lat(fc.spine_core_latency_ns, fc.link_latency_ns)
-        for pod in range(pods):
-            for j in range(half):
-                for c in range(half):
-                    b.link(spines[pod * half + j], cores[j * half + c], core_up, lat_sc)
+        j = np.arange(pods * half) % half                     # spine j of each pod to cores j*k/2 ..
+        b.link(np.repeat(spines, half), cores[(j[:, None] * half + np.arange(half)).ravel()], core_up, lat_sc)
     return leaves[nic_order // half]
 
 

@@ -245,11 +245,18 @@ def _next_hops(ptr, nbr, ndir, dist, row, cur, goal, twin, h, out_sw, out_dir) -
         c, g, t = cur[i], goal[i], twin[i]
         d = dist[row[i]]
         want = _hops_to(d, c, g, t) - 1
+        out_sw[i], out_dir[i] = -1, -1
+        if want == 0:       # the goal itself (a spine's 16,384 leaves need no scan): its link(s)
+            lo = ptr[c] + np.searchsorted(nbr[ptr[c]:ptr[c + 1]], g)
+            n = ptr[c] + np.searchsorted(nbr[ptr[c]:ptr[c + 1]], g, side="right") - lo
+            if n > 0:
+                k = lo + np.int64(h[i]) % n
+                out_sw[i], out_dir[i] = nbr[k], ndir[k]
+            continue
         n = 0
         for k in range(ptr[c], ptr[c + 1]):
             if _hops_to(d, nbr[k], g, t) == want:
                 n += 1
-        out_sw[i], out_dir[i] = -1, -1
         if n == 0:
             continue
         pick = np.int64(h[i]) % n
@@ -331,8 +338,8 @@ class Router:
             return
         comp = _components(self.ptr, self.nbr)[leaves]
         plane = fabric.sw_plane[leaves].astype(np.int64)
-        key = plane * (int(comp.max()) + 1) + comp
-        split = np.array([len(np.unique(key[plane == p])) > 1 for p in plane.tolist()])
+        pairs = np.unique(np.column_stack([plane, comp]), axis=0)        # (plane, component) in use
+        split = np.isin(plane, pairs[np.r_[False, pairs[1:, 0] == pairs[:-1, 0]], 0])
         if split.any():
             i = int(np.argmax(split))
             j = int(np.argmax((plane == plane[i]) & (comp != comp[i])))

@@ -258,9 +258,12 @@ def build_fabric(job: Job) -> Fabric:
               | ((nic_node // 200).astype(np.uint32) << 8) | (nic_node % 200 + 1).astype(np.uint32))
 
     planes = g.nic_leaf.shape[1]
-    port_links = [(n, n_nics + int(g.nic_leaf[n, p]), g.port_gbps, g.port_latency_ns)
-                  for p in range(planes) for n in range(n_nics)]
-    sw_links = [(n_nics + int(a), n_nics + int(b), int(gb), int(lat)) for a, b, gb, lat in g.links]
+    links = np.zeros(planes * n_nics + len(g.links), LINK_DTYPE)     # NIC ports plane by plane, then switches
+    links["a"][:planes * n_nics] = np.tile(np.arange(n_nics), planes)
+    links["b"][:planes * n_nics] = n_nics + g.nic_leaf.T.ravel()
+    links["gbps"][:planes * n_nics], links["latency_ns"][:planes * n_nics] = g.port_gbps, g.port_latency_ns
+    for k, col in enumerate(("a", "b", "gbps", "latency_ns")):
+        links[col][planes * n_nics:] = g.links[:, k] + (n_nics if k < 2 else 0)
     fabric = Fabric(
         world=world, nodes=nodes, gpus_per_node=gpn, nic_gbps=c.nic_gbps, nvlink_gbps=c.nvlink_gbps,
         link_latency_ns=fc.link_latency_ns,
@@ -268,7 +271,7 @@ def build_fabric(job: Job) -> Fabric:
         nic_node=nic_node, nic_rail=nic_rail, nic_mac=nic_mac, nic_ip=nic_ip.astype(np.uint32),
         sw_name=g.names, sw_tier=g.tier, sw_plane=g.plane, sw_index=g.index,
         sw_mac=_router_macs(g.tier, g.plane, g.index), nic_port_leaf=g.nic_leaf,
-        links=np.array(port_links + sw_links, dtype=LINK_DTYPE).reshape(-1),
+        links=links,
         planes=planes, kind=fc.kind, ecmp_seed=fc.ecmp_seed, ecmp_hash=fc.ecmp_hash,
         ip_version=job.output.ip_version,
     )
