@@ -170,11 +170,14 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
 
 def _run(job, quiet: bool, pcap: bool = True, budget: bool = True):
     """The pipeline, the pcap estimate and the checks on it (nothing selected, budget)."""
-    from .emit.bundle import with_pcap_estimate
+    from .emit.bundle import wire_note, with_pcap_estimate
     from .emit.select import check_budget, check_not_empty
     from .pipeline import run_pipeline
     with _stages(quiet) as stage:
         run = run_pipeline(job, stage, emit=budget and (job.output.pcap or job.output.ns3))
+        note = wire_note(run) if budget else None
+        if note:                    # generate, nothing crosses a NIC: tables etc. only, one line
+            run, pcap = replace(run, report=replace(run.report, notes=[*run.report.notes, note])), False
         if pcap:
             stage("pcap estimate")
             run = with_pcap_estimate(run)

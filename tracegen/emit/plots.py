@@ -340,13 +340,13 @@ def top_link_utilisation(flows, fabric, top: int = TOP_LINKS) -> dict:
     if load is None or end <= 0 or not len(load.t):
         return {}
     from ..report import UTIL_BINS
-    n = 2 * len(fabric.links)
     width = max(1, -(-end // UTIL_BINS))
-    gbps = np.repeat(fabric.links["gbps"], 2).astype(np.float64)
-    util = load.binned(n, width, UTIL_BINS) * 8 / (gbps[:, None] * width)
+    used, busy = load.binned_used(width, UTIL_BINS)                     # only links with a load
+    gbps = np.repeat(fabric.links["gbps"], 2).astype(np.float64)[used]
+    util = busy * 8 / (gbps[:, None] * width)
     order = np.argsort(-util.sum(axis=1), kind="stable")[:top]          # busiest over the iteration
     order = order[util[order].max(axis=1) > 0]
-    return {"bin_ns": int(width), "name": [fabric.link_dir_name(int(d)) for d in order],
+    return {"bin_ns": int(width), "name": [fabric.link_dir_name(int(d)) for d in used[order]],
             "gbps": gbps[order].astype(int).tolist(),
             "util": np.round(util[order], 5).tolist(), "truncated": bool(load.truncated)}
 
