@@ -265,6 +265,9 @@ def collective(name, minbytes, maxbytes, stepfactor, stepbytes, datatype, nodes,
         lo, hi, step = parse_size(minbytes, "-b"), parse_size(maxbytes, "-e"), parse_size(stepbytes, "-i")
         check_sweep(lo, hi, stepfactor, step)
         work = parse_work(max_work) if max_work is not None else None
+        if max_bytes is not None:
+            from .emit.select import parse_bytes
+            parse_bytes(max_bytes)
         target = None
         if out_dir:
             out = _output(name, cluster, nodes, algorithm, channels, protocol, max_bytes, nics)
