@@ -27,25 +27,25 @@ def export() -> None:
 
 
 def _common(f):
-    from .cli import _job_options
+    from .cli_common import job_options
     f = click.option("--force", is_flag=True,
                      help="Write into a folder tracegen would refuse (not its own, the current folder, ...), "
                           "beside what is there; deletes only files tracegen wrote.")(f)
     f = click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
                      help="Output folder (default: <format>/ in the job's trace folder, traces/<job name>/<format>).")(f)
-    return _job_options(f)
+    return job_options(f)
 
 
 def _export(fmt: str, job_file, preset, sets, detail, out_dir, force, fill) -> None:
     """Load the job, check where it goes (before any work), then build its CommOps and write them
     with fill(job, ops, tmp) -> (message, notes) into a temp folder swapped into place."""
     from . import outdir
-    from .cli import _load, command_errors
+    from .cli_common import command_errors, load
     from .workload import build_commops
     with command_errors():
         if detail:
             raise ConfigError(f"export {fmt}: --detail shapes the schedule, which export does not build; leave it out")
-        job = _load(job_file, preset, sets)
+        job = load(job_file, preset, sets)
         if out_dir:
             path, shown = outdir.choose(out_dir, "", job.name)
         else:
