@@ -165,7 +165,7 @@ class Rewriter:
         try:
             tree = ast.parse(src)
         except SyntaxError:
-            return src
+            return self.text(src)
         me_before = me_after = None
         is_pkg_file = f.name == "__init__.py"
         rel = f.relative_to(self.root).with_suffix("").parts
@@ -190,13 +190,17 @@ class Rewriter:
             line_end = data.find(b"\n", b)
             rest = data[b:line_end if line_end >= 0 else len(data)].decode()
             before_on_line = data[starts[node.lineno - 1]:a].decode()
-            text = self._render(old, new, node.col_offset, one_line=bool(before_on_line.strip()) or
-                                bool(rest.split("#", 1)[0].strip()))
-            if text != old:
-                edits.append((a, b, text))
-        for a, b, text in sorted(edits, reverse=True):
-            data = data[:a] + text.encode() + data[b:]
-        return data.decode()
+            text = old if new is False else self._render(
+                old, new, node.col_offset, one_line=bool(before_on_line.strip()) or bool(rest.split("#", 1)[0].strip()))
+            edits.append((a, b, text))
+        # the rest of the file gets the text pass; the statements rendered here do not (their new
+        # names are final: `from tracegen.report import kpi` is the new package, not old report.py)
+        out, at = [], 0
+        for a, b, text in sorted(edits):
+            out += [self.text(data[at:a].decode()), text]
+            at = b
+        out.append(self.text(data[at:].decode()))
+        return "".join(out)
 
     def _from(self, node: ast.ImportFrom, me_before, me_after, is_pkg_file):
         """[(module text, [(name, asname)])] the statement should read, or None if not tracegen's."""
@@ -227,7 +231,7 @@ class Rewriter:
             else:
                 groups.setdefault(self.where[target], []).append((al.name, al.asname))
         if not moved:
-            return None
+            return False                  # tracegen's, unchanged
         after_pkg = None
         if me_after is not None:
             mine = me_after in self.pkg_after
@@ -360,8 +364,7 @@ def run(root: Path, map_path: Path, dry: bool = False) -> int:
                 s = f.read_text(encoding="utf-8")
             except (UnicodeDecodeError, OSError):
                 continue
-            t = rw.imports(f, s) if f.suffix == ".py" else s
-            t = rw.text(t)
+            t = rw.imports(f, s) if f.suffix == ".py" else rw.text(s)
             if t != s:
                 changed += 1
                 say(f"rewrite {f.relative_to(root)}")
