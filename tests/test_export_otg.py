@@ -187,3 +187,71 @@ def test_message_sizes_keep_bytes_and_counts():
             assert parts == [(total // count, parts[0][1], parts[0][2], count)]    # exact NCCL size kept
     assert message_sizes(2 * 332544, 2) == [(325 * 1024, "kb", 325, 1), (324 * 1024, "kb", 324, 1), (512, "bytes", 512, 1)]
     assert message_sizes(8 * 332544, 8) == [(325 * 1024, "kb", 325, 6), (324 * 1024, "kb", 324, 2)]
+
+
+def export(tmp_path, name, *args):
+    res = run(["export", "otg", *FAST, *args, "-o", str(tmp_path / name)])
+    return res, tmp_path / name
+
+
+def test_dscp_ecn_pcp_from_the_job_and_byte_identical_twice(tmp_path):
+    """The job's output.dscp / ecn / pcp on every data QP and VLAN, NCCL_IB_FIFO_TC (46 << 2, not
+    ECT) on the receivers' CTS QPs and the ACK/NAK settings, CNP DSCP 48 (WIRE.md); the same
+    command twice writes the same bytes."""
+    sets = ["--set", "output.dscp=40", "--set", "output.ecn=1", "--set", "output.pcp=5",
+            "--set", "nccl.fifo_tc=184"]
+    (res_a, a), (res_b, b) = export(tmp_path, "a", *sets), export(tmp_path, "b", *sets)
+    assert res_a.exit_code == 0 and res_b.exit_code == 0, res_a.output + res_b.output
+    for name in ("otg.json", "otg.yaml", "otg-schedule.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    otg = json.loads((a / "otg.json").read_text())
+    schedule = json.loads((a / "otg-schedule.json").read_text())
+    qps, dev = qps_of(otg, 4)
+    assert {pcp for pcp, _ in dev.values()} == {5}
+    data = {qps[f["tx_qp"]][3:] for f in schedule["flows"] if f["stream"] == "data"}
+    cts = {qps[f["tx_qp"]][3:] for f in schedule["flows"] if f["stream"] == "cts"}
+    assert data == {(40, "ect_1")} and cts == {(46, "non_ect")}
+    for o in otg["options"]["per_port_options"]:
+        r = o["protocols"][0]["rocev2"]
+        assert r["cnp"]["ip_dscp"]["value"] == 48
+        for k in ("ack", "nak"):
+            assert (r["connection_type"]["reliable_connection"][k]["ip_dscp"]["value"],
+                    r["connection_type"]["reliable_connection"][k]["ecn_value"]) == (46, "non_ect")
+    # the read-back as snappi objects agrees (not only the JSON text)
+    cfg = snappi.Config().deserialize((a / "otg.json").read_text())
+    rc = cfg.devices[0].rocev2.ipv4_interfaces[0].peers[0].qps[0].connection_type.reliable_connection
+    assert rc.dscp in (40, 46)
+
+
+def test_max_flows_merges_phases_then_sizes_and_keeps_the_bytes(tmp_path):
+    """The default job without a lab plan (every NIC with traffic): the finest level that fits;
+    a smaller cap merges (qp-size, then qp) with the same bytes; below the coarsest level one
+    line, exit 2, nothing written."""
+    got = {}
+    for cap in (None, "151", "140"):
+        res, d = export(tmp_path, f"m{cap}", *(["--max-flows", cap] if cap else []))
+        assert res.exit_code == 0, res.output
+        otg, schedule = json.loads((d / "otg.json").read_text()), json.loads((d / "otg-schedule.json").read_text())
+        snappi.Config().deserialize(json.dumps(otg))
+        got[cap] = (schedule["level"], flow_bytes(otg, schedule)[0], len(schedule["flows"]))
+        assert cap is None or len(schedule["flows"]) <= int(cap)
+    levels = [got[c][0] for c in (None, "151", "140")]
+    assert levels == ["op", "qp-size", "qp"], got
+    assert len({got[c][1] for c in got}) == 1 and got[None][1] > 60_000_000
+    res, d = export(tmp_path, "small", "--max-flows", "2")
+    assert res.exit_code == 2 and not d.exists()
+    line = res.output.strip()
+    assert "\n" not in line and line.startswith("error: ") and "--max-flows" in line and "Traceback" not in line
+
+
+def test_export_otg_without_snappi_says_how_to_install(tmp_path, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name.startswith("snappi"):
+            raise ImportError("No module named 'snappi'")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", fake)
+    res = CliRunner().invoke(main, ["export", "otg", "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "tracegen[otg]" in res.output and not (tmp_path / "o").exists()

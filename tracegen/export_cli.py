@@ -4,9 +4,12 @@ RoCE traffic for a traffic generator (otg).
 chakra  one Chakra execution trace per rank (`<job>.<rank>.et`, mlc-chakra's schema and writer)
         plus comm_groups.json — ASTRA-sim 2.x and other Chakra consumers read them
 simai   the SimAI / AICB workload text (`<job>.txt`) that SimAI-Analytical / SimAI-Simulator run
-Only the workload stage runs (no schedule): what is exported is what must be communicated.
+Only the workload stage runs for these (no schedule): what is exported is what must be communicated.
+otg     the RDMA WRITEs of the job's wire plan (as its pcaps carry them) between a lab plan's hosts
+        as an Open Traffic Generator config (otg.json / otg.yaml, built and validated by snappi)
+        plus otg-schedule.json (counts and start times the model cannot hold): emit/otg.py
 
-Where: by default `chakra/` or `simai/` inside the folder `generate` writes for the job
+Where: by default `chakra/`, `simai/` or `otg/` inside the folder `generate` writes for the job
 (traces/<name>/ or output.dir): a sub-output with its own manifest, so that folder stays
 tracegen's and the next `generate` replaces it (the export goes with the old trace: a warning says
 so). The folder is written as generate writes a trace (outdir.Writer): a new folder, or one this
@@ -24,7 +27,8 @@ from .errors import ConfigError
 
 @click.group("export")
 def export() -> None:
-    """Write the job's CommOp table for other simulators (Chakra ET, SimAI workload)."""
+    """Write the job's CommOp table for other simulators (Chakra ET, SimAI workload) or its RoCEv2
+    traffic for a traffic generator (OTG / snappi)."""
 
 
 def _common(f):

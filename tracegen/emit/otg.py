@@ -1,8 +1,9 @@
 """`tracegen export otg`: the job's RoCE traffic between tester ports as an Open Traffic Generator
 config, built with snappi (the OTG Python client), for a closed-loop RoCEv2 tester.
 
-The OTG objects, as open-traffic-generator/models v1.61 defines them (snappi 1.62 generates its
-classes from them; IxNetwork runs them through snappi-ixnetwork, snappi_ixnetwork/device/rocev2.py):
+The OTG objects, as open-traffic-generator/models defines them (RoCEv2 since its PR #415; snappi
+1.62.0 generates its classes from models 1.62.0; IxNetwork runs them through snappi-ixnetwork,
+snappi_ixnetwork/device/rocev2.py):
   * ports, layer1 (speed, MTU) and per host a device: ethernet (lab MAC, VLAN with the job's PCP),
     IPv4 / IPv6 address with prefix and gateway (device/ethernet, device/ipv4|ipv6);
   * device.rocev2 (device/rocev2/rocev2.yaml, rocev2ipv4.yaml, rocev2ipv6.yaml): per IP interface
@@ -12,7 +13,8 @@ classes from them; IxNetwork runs them through snappi-ixnetwork, snappi_ixnetwor
     its RDMA WRITEs target (the receive slot of its first message; a CTS QP: the FIFO slot);
   * options.per_port_options[].protocols[].rocev2 (port/rocev2.yaml): CNP DSCP 48 and its
     interval (network.cnp_interval_us), ACK/NAK DSCP, DCQCN (network.dcqcn_* mapped below);
-  * stateful_flows.rocev2[].tx_ports[].transmit_type.target_line_rate (flow/rocev2flow.yaml): per
+  * stateful_flows.rocev2[].tx_ports[].transmit_type.target_line_rate (flow/statefulflow.yaml,
+    flow/rocev2flow.yaml): per
     port the line-rate share (100 %) and its Rocev2.Flow list: tx_endpoint / rx_endpoint = the two
     QPs, rocev2_verb (data: write_with_immediate, imm = message size as NCCL's; CTS: write),
     message_size + message_size_unit.
@@ -151,8 +153,9 @@ def plan_flows(p: Plan, flows_ops, hosts: Hosts, max_flows: int):
         if sum(map(len, parts)) <= max_flows:
             break
     else:
-        raise ConfigError(f"export otg: {sum(map(len, parts)):,} flows even with one per QP stream (level qp); "
-                          f"raise --max-flows (now {max_flows:,}) or choose fewer hosts in the lab plan")
+        raise ConfigError(f"export otg: --max-flows {max_flows:,} is below the {sum(map(len, parts)):,} flows of the "
+                          f"coarsest level (qp: each of {n:,} QP streams at its average size, up to 3 sizes to keep "
+                          f"its bytes); raise --max-flows or choose fewer hosts in the lab plan")
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(n + 1))
     out = []
@@ -208,7 +211,8 @@ def build_config(job, fabric, p: Plan, hosts: Hosts, flows: list[dict]):
     pairs = [c for c in range(len(p.c_src)) if p.c_src[c] in k_of and p.c_dst[c] in k_of]
     qp_name = lambda nic, qpn: f"{port[k_of[nic]]}-qp{int(qpn)}"            # noqa: E731
     first_msg = np.full(len(p.c_src), -1, np.int64)
-    first_msg[p.m_conn[::-1]] = np.arange(p.n_msgs)[::-1]
+    conns, first = np.unique(p.m_conn, return_index=True)    # each QP's first message (plan order)
+    first_msg[conns] = first
     fifo = (out.dscp, out.ecn) if p.fifo_tc < 0 else (p.fifo_tc >> 2, p.fifo_tc & 3)
     peers: dict[tuple[int, int], list] = {}
     for c in pairs:
@@ -238,7 +242,7 @@ def build_config(job, fabric, p: Plan, hosts: Hosts, flows: list[dict]):
         for other in hosts.nics:
             # both ends list the pair's QPs in one order (plan order): the k-th QP of A's peer toward B
             # and the k-th of B's peer toward A are the two ends of one NCCL QP pair
-            qps = sorted(peers.get((nic, other), []) + [], key=lambda x: x[2])
+            qps = sorted(peers.get((nic, other), []), key=lambda x: x[2])
             if not qps:
                 continue
             peer = intf.peers.add(name=f"{port[k]}-to-{port[k_of[other]]}",
