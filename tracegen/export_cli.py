@@ -107,7 +107,7 @@ OTG_NAMES = ("otg.json", "otg.yaml", "otg-schedule.json")
 def otg(job_file, preset, sets, detail, out_dir, force, lab, max_flows):
     """The job's RoCEv2 traffic as an Open Traffic Generator config (snappi) for a closed-loop tester."""
     from . import outdir
-    from .cli import _load, _pcap_options, command_errors
+    from .cli_common import command_errors, load, pcap_options
     from .work import DEFAULT_MAX_WORK, estimate
     with command_errors():
         try:
@@ -115,7 +115,7 @@ def otg(job_file, preset, sets, detail, out_dir, force, lab, max_flows):
         except ImportError:
             raise ConfigError("export otg builds its config with snappi: pip install 'tracegen[otg]'") from None
         from .emit.otg import DEFAULT_MAX_FLOWS, write_otg
-        job = _pcap_options(_load(job_file, preset, sets, detail), lab=lab, ns3=False)
+        job = pcap_options(load(job_file, preset, sets, detail), lab=lab, ns3=False)
         if job.output.time_window:
             raise ConfigError("export otg: output.time_window cuts messages into packets; an OTG flow holds "
                               "whole messages - leave it out")
