@@ -348,8 +348,9 @@ def run(root: Path, map_path: Path, dry: bool = False) -> int:
     # modules of tracegen/ that the map does not place (a new file of a merged branch)
     placed = {old for old, _ in lay.moves} | {dotted(new) for _, new in lay.moves}
     for m, f in modules(root).items():
-        if m not in placed and f.name != "__init__.py" and m.count(".") == 1 and m.split(".")[1] not in {
-                "errors", "progress", "tables", "pipeline", "shipped"}:
+        flat = m.count(".") == 1 or (m.startswith(f"{PKG}.emit.") and m.count(".") == 2)
+        if m not in placed and f.name != "__init__.py" and flat and m.split(".", 1)[1] not in {
+                "errors", "progress", "tables", "pipeline", "shipped", "emit.bundle"}:
             say(f"note: {f.relative_to(root)} is not in the map (stays where it is)")
     if not active and not lay.docs and not lay.mains:
         return 0
@@ -380,13 +381,20 @@ def run(root: Path, map_path: Path, dry: bool = False) -> int:
         if not git(root, "mv", str(src.relative_to(root)), str(dst.relative_to(root))):
             os.rename(src, dst)
     # 3. packages: __init__ docstrings, __main__
-    for pkg, doc in lay.docs.items():
+    needed = dict(lay.docs)
+    for _, new in active:                         # every package a moved module lands in
+        parts = dotted(new).split(".")
+        for k in range(2, len(parts) + (new.endswith(".__init__"))):
+            needed.setdefault(".".join(parts[:k]), f"{'.'.join(parts[:k])} (no docstring in the map yet).")
+    for pkg, doc in needed.items():
         init = root.joinpath(*pkg.split(".")) / "__init__.py"
         if dry:
             continue
         if not init.parent.is_dir():
             continue                   # nothing of the package in this tree
         if init.exists():
+            if pkg not in lay.docs:
+                continue
             s = init.read_text(encoding="utf-8")
             t = add_doc(s, doc)
             if t != s:
