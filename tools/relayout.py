@@ -20,7 +20,7 @@ any tree; a second run changes nothing):
     strings, `python -m ...`, docs, pyproject) and every path `tracegen/a/b.py` (and `emit/b.py`
     relative to tracegen/) in text: tools/mutate.py's mutation files, README, docs;
   * pyproject.toml's setuptools `packages` list gains every new package.
-Never touched: the map and this script. Binary and non-UTF-8 files are left alone.
+Never touched: the map, this script and its test (tests/test_relayout.py). Binary and non-UTF-8 files are left alone.
 """
 from __future__ import annotations
 
@@ -356,7 +356,8 @@ def run(root: Path, map_path: Path, dry: bool = False) -> int:
         return 0
     rw = Rewriter(root, lay, active)
     skip = {map_path.resolve(), Path(__file__).resolve(),      # and the tree's own copies
-            (root / "tools" / "relayout.py").resolve(), (root / "tools" / map_path.name).resolve()}
+            (root / "tools" / "relayout.py").resolve(), (root / "tools" / map_path.name).resolve(),
+            (root / "tests" / "test_relayout.py").resolve()}            # its made-up tree stays as it is
     # 1. rewrite references, in the old places (ast positions are the files' own)
     changed = 0
     if active:
