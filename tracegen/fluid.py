@@ -224,11 +224,8 @@ def _fcompact(hf, hi, hn, fin, active):
 
 
 @numba.njit(cache=True, inline="always")
-def _fpush(hf, hi, hn, f, i, fin, active):
-    """Push (f, i) onto the finish heap (arrays hf, hi of hn entries, ordered by (f, i)); a full
-    heap first drops its stale entries (items no longer active or predicted elsewhere)."""
-    if hn == len(hf):
-        hn = _fcompact(hf, hi, hn, fin, active)
+def _fpush(hf, hi, hn, f, i):
+    """Push (f, i) onto the finish heap (arrays hf, hi of hn < len(hf) entries, by (f, i))."""
     pos = hn
     while pos > 0:
         par = (pos - 1) >> 1
@@ -309,8 +306,8 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     rcap = np.zeros(n_links, np.float64)
     heap = [(np.int64(0), np.int64(0))]          # (ready, item): items waiting to start
     heap.pop()
-    hf = np.zeros(n + 1, np.int64)               # finish heap: (finish, item) predictions, by (hf, hi);
-    hi = np.zeros(n + 1, np.int64)               # stale ones are skipped when they surface
+    hf = np.zeros(4 + n // 8, np.int64)          # finish heap: (finish, item) predictions, by (hf, hi);
+    hi = np.zeros(4 + n // 8, np.int64)          # stale ones are skipped when they surface
     hn = 0
     rel_op = np.zeros(n_ops, np.int64)
     rel_t = np.zeros(n_ops, np.int64)
@@ -476,7 +473,13 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
                     f = INF
                 fin[i] = f
                 if f < INF:
-                    hn = _fpush(hf, hi, hn, f, i, fin, active)
+                    if hn == len(hf):                # full: drop the stale entries; mostly live: grow
+                        hn = _fcompact(hf, hi, hn, fin, active)
+                        if 2 * hn > len(hf):
+                            hf2, hi2 = np.zeros(2 * len(hf), np.int64), np.zeros(2 * len(hf), np.int64)
+                            hf2[:hn], hi2[:hn] = hf[:hn], hi[:hn]
+                            hf, hi = hf2, hi2
+                    hn = _fpush(hf, hi, hn, f, i)
                 if it_max > 0 and want[i] and r != np.inf:
                     p = last_rate[i]
                     if abs(r - p) > 1e-9 * max(r, p):
