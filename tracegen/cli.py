@@ -406,7 +406,12 @@ def _print_whole(console, table) -> None:
         return
     from rich.measure import Measurement
     need = Measurement.get(console, console.options.update(width=10_000), table).maximum
-    console.print(table, width=max(console.width, need), crop=False)
+    width = console.width             # print(width=) is capped at the console's width: widen it
+    console.width = max(width, need)
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
 
 
 def _numeric(cell: str) -> bool:
