@@ -69,6 +69,7 @@ def test_default_row_is_what_plan_json_says(tmp_path):
     # the tokens sample sizes epochs of this same job from the bytes of one iteration
     net = sum(d["net_bytes"] for d in doc["dims"])
     assert f"per iteration (as `tracegen plan`): {net:,} B all NICs" in block("tokens")
+    assert block("default-net-flows") == f"{doc['net_transfers']:,}"     # the ns-3 scenario's flows
 
 
 def test_every_preset_row_is_what_the_pipeline_counts():
@@ -171,3 +172,25 @@ def test_tokens_into_a_pipe_never_cuts_a_value(tmp_path):
     for line in table:
         assert line[-1] in "┓┃┩│┘", line
     assert "iterations (exact)" in res.stdout and "tokens/char" in res.stdout
+
+
+def test_ecmp_spread_from_an_independent_hash_model():
+    """The spine each of 1,000 consecutive QPs takes, from test_fabric's zlib model of the ECMP
+    hash (not routing.py): the busiest or idlest spine's distance from its share, seeds 0-5."""
+    import numpy as np
+    from test_fabric import _choice, fabric_job
+    from tracegen.connections import udp_sport
+    from tracegen.topology import build_fabric
+    parts = []
+    for spines in (4, 8):
+        devs = []
+        for seed in range(6):
+            f = build_fabric(fabric_job({"nodes_per_leaf": 1, "spines": spines, "ecmp_seed": seed}, dp=4, gpn=1))
+            src_leaf = f.node_id(f.nic_port_leaf[0, 0]) - f.n_nics
+            qpn = np.arange(0x100, 0x100 + 1000)
+            picks = [_choice(int(f.nic_ip[0]), int(f.nic_ip[3]), int(sp), src_leaf, seed, spines)
+                     for sp in udp_sport(qpn, qpn + 0x40)]
+            counts = np.bincount(picks, minlength=spines)
+            devs.append(np.abs(counts - 1000 / spines).max() / (1000 / spines) * 100)
+        parts.append(f"{min(devs):.0f}-{max(devs):.0f} % ({spines} spines)")
+    assert block("ecmp-spread") == " or ".join(parts)

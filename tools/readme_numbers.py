@@ -19,6 +19,7 @@ prints for a job timed chunk by chunk - and the pcap cell is kept as the README 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -65,8 +66,13 @@ def cli(args: list[str]) -> str:
     return "\n".join(line.rstrip() for line in res.stdout.splitlines())
 
 
+@functools.lru_cache(maxsize=None)
+def _plan_text(preset: str) -> str:
+    return cli(["plan", "--preset", preset, "--json"])
+
+
 def plan_json(preset: str) -> dict:
-    return json.loads(cli(["plan", "--preset", preset, "--json"]))
+    return json.loads(_plan_text(preset))
 
 
 def chunk_transfers(preset: str) -> int:
@@ -157,6 +163,41 @@ def gpt3_transfers(old: str, quick: bool) -> str:
     return fmt_count(plan_json("gpt3-175b")["transfers"])
 
 
+def default_net_flows(old: str, quick: bool) -> str:
+    """The default job's transfers on the fabric: the flows of its ns-3 scenario (flow.txt)."""
+    return fmt_count(plan_json("default")["net_transfers"])
+
+
+ECMP_QPS, ECMP_SEEDS = 1000, range(6)
+
+
+def ecmp_spread(old: str, quick: bool) -> str:
+    """How far the busiest or idlest spine is from its share when 1,000 consecutive QPs (mlx5
+    source ports of QPN pairs, as connections.py numbers them) cross a two-leaf fabric, per
+    spine count, over fabric.ecmp_seed 0-5: the routes every schedule, pcap and ns-3 scenario use."""
+    import numpy as np
+    from tracegen.config import job_from_dict
+    from tracegen.connections import udp_sport
+    from tracegen.topology import build_fabric
+    parts = []
+    for spines in (4, 8):
+        devs = []
+        for seed in ECMP_SEEDS:
+            job = job_from_dict({"model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32},
+                                 "parallelism": {"dp": 4, "tp": 1, "pp": 1, "global_batch": 4},
+                                 "cluster": {"gpus_per_node": 1},
+                                 "fabric": {"nodes_per_leaf": 1, "spines": spines, "ecmp_seed": seed}})
+            f = build_fabric(job)
+            qpn = np.arange(0x100, 0x100 + ECMP_QPS)
+            sport = udp_sport(qpn, qpn + 0x40)
+            first_hop = f.router.node_after(f.router.routes(np.zeros(ECMP_QPS, int), np.full(ECMP_QPS, 3), sport, 0), 1)
+            counts = np.bincount(first_hop - f.spine_node_id(0), minlength=spines)
+            share = ECMP_QPS / spines
+            devs.append(float(np.abs(counts - share).max() / share * 100))
+        parts.append(f"{min(devs):.0f}-{max(devs):.0f} % ({spines} spines)")
+    return " or ".join(parts)
+
+
 @dataclass(frozen=True)
 class Block:
     render: Callable[[str, bool], str]
@@ -170,6 +211,8 @@ BLOCKS = {
     "collective": Block(collective_sample, "the `tracegen collective` sample"),
     "ring-tree": Block(ring_tree_table, "ring vs tree busbw at 1 GiB (tracegen collective)"),
     "tokens": Block(tokens_sample, "the `tracegen tokens` sample"),
+    "default-net-flows": Block(default_net_flows, "the default job's transfers on the fabric (tracegen plan)"),
+    "ecmp-spread": Block(ecmp_spread, "spine shares of 1,000 consecutive QPs (routing.py)"),
 }
 
 
