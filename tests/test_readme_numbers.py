@@ -194,3 +194,23 @@ def test_ecmp_spread_from_an_independent_hash_model():
             devs.append(np.abs(counts - 1000 / spines).max() / (1000 / spines) * 100)
         parts.append(f"{min(devs):.0f}-{max(devs):.0f} % ({spines} spines)")
     assert block("ecmp-spread") == " or ".join(parts)
+
+
+def test_the_jobs_the_readme_describes():
+    """"a 4-layer model, dp=2 × tp=2 × pp=2 on 4 nodes × 2 H100s, 400 Gb/s rails"; "Every
+    preset fits its GPU's memory except deepseek-v3"; "llama3-405b (16,384 H100: tp 8, pp 16,
+    dp 128 ...)"."""
+    from tracegen.config import list_presets, load_job
+    from tracegen.workload.memory import memory_estimate
+    job = load_job(None, preset="default", sets=[])
+    p, c = job.parallelism, job.cluster
+    described = f"a {job.model.layers}-layer model, dp={p.dp} × tp={p.tp} × pp={p.pp} on {job.nodes} nodes × " \
+                f"{c.gpus_per_node} {c.gpu.upper()}s, {c.nic_gbps} Gb/s rails"
+    assert described in " ".join(README.split())
+    assert "Every preset fits its GPU's memory except\n`deepseek-v3`" in README
+    unfit = [name for name, _ in list_presets()["jobs"]
+             if not memory_estimate(load_job(None, preset=name, sets=[])).fits]
+    assert unfit == ["deepseek-v3"]
+    big = load_job(None, preset="llama3-405b", sets=[])
+    assert (big.world, big.parallelism.tp, big.parallelism.pp, big.parallelism.dp) == (16384, 8, 16, 128)
+    assert "`llama3-405b` (16,384 H100: tp 8, pp 16, dp 128" in README
