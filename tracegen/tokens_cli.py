@@ -168,7 +168,7 @@ def _print(res: dict) -> None:
     t = Table(title=f"Tokens (premium vs {rows[0].reference})", title_justify="left")
     for h in ("corpus", "tokenizer", "vocab", "characters", "words", "tokens", "tokens/word",
               "tokens/char", "premium"):
-        t.add_column(h, justify="left" if h in ("corpus", "tokenizer") else "right")
+        t.add_column(h, justify="left" if h in ("corpus", "tokenizer") else "right", no_wrap=True)
     for r in rows:
         t.add_row(r.corpus, r.tokenizer, f"{res['vocab'][r.corpus, r.tokenizer]:,}", f"{r.chars:,}",
                   f"{r.words:,}", f"{r.tokens:,}", f"{r.tokens_per_word:.3f}", f"{r.tokens_per_char:.3f}",
@@ -187,7 +187,7 @@ def _print(res: dict) -> None:
               caption_justify="left")
     for h in ("corpus", "tokenizer", "sequences", "iterations (exact)", "all NICs", "busiest NIC",
               "wire", "compute", "scheduled"):
-        t.add_column(h, justify="left" if h in ("corpus", "tokenizer") else "right")
+        t.add_column(h, justify="left" if h in ("corpus", "tokenizer") else "right", no_wrap=True)
     for e in res["epochs"]:
         t.add_row(e.corpus, e.tokenizer, f"{e.sequences:,}", f"{e.iterations:,} ({e.iterations_exact:,.2f})",
                   fmt_bytes(e.aggregate_bytes), fmt_bytes(e.busiest_nic_bytes), fmt_ns(e.wire_ns),
