@@ -214,3 +214,28 @@ def test_the_jobs_the_readme_describes():
     big = load_job(None, preset="llama3-405b", sets=[])
     assert (big.world, big.parallelism.tp, big.parallelism.pp, big.parallelism.dp) == (16384, 8, 16, 128)
     assert "`llama3-405b` (16,384 H100: tp 8, pp 16, dp 128" in README
+
+
+def test_a_table_into_a_pipe_keeps_every_value_whole():
+    """cli._print_whole (plan, tokens): numbers in no_wrap columns stay whole however wide the
+    table gets; a text column (overflow fold, as plan's) wraps and nothing is elided."""
+    import io
+    from rich.console import Console
+    from rich.table import Table
+    from tracegen.cli import _print_whole
+    out = io.StringIO()
+    console = Console(file=out, width=60, force_terminal=False)
+    t = Table(title="t")
+    t.add_column("what", overflow="fold")
+    for k in range(9):
+        t.add_column(f"column {k}", justify="right", no_wrap=True)
+    values = [f"{123_456_789 * (k + 1):,} B" for k in range(9)]
+    t.add_row("a few words of text", *values)
+    _print_whole(console, t)
+    text = out.getvalue()
+    assert "…" not in text
+    for v in values:
+        assert v in text, v
+    assert console.width == 60                            # restored
+    rows = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+    assert len({len(line.rstrip()) for line in rows}) == 1 and len(rows[0].rstrip()) > 60
