@@ -70,6 +70,14 @@ def test_default_row_is_what_plan_json_says(tmp_path):
     net = sum(d["net_bytes"] for d in doc["dims"])
     assert f"per iteration (as `tracegen plan`): {net:,} B all NICs" in block("tokens")
     assert block("default-net-flows") == f"{doc['net_transfers']:,}"     # the ns-3 scenario's flows
+    # the README's table of plan --json keys names exactly the keys plan prints
+    keys = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|$", README.split("| key | what |")[1].split("\n\n")[0], re.M))
+    names = lambda text: {k.strip() for k in re.sub(r"\(.*?\)", "", text).split(":")[-1].split(",")}
+    assert set(doc) == {"schema", *keys, "transfers", "net_transfers", "pcap"}
+    assert names(keys["job"]) == set(doc["job"])
+    assert names(keys["memory"]) == set(doc["memory"])
+    assert names(keys["dims"]) == set(doc["dims"][0]) - {"dim"}
+    assert set(doc["ops"][0]) >= {"busiest_rank", "rank0"} and set(doc["pcap"]) == {"packets", "bytes"}
 
 
 def test_every_preset_row_is_what_the_pipeline_counts():
