@@ -12,9 +12,11 @@ stripped), the example's frame count from the committed pcap that tests/test_exa
 regenerates byte for byte.
 
 Long cells: deepseek-v3's pcap estimate needs its whole wire plan (26 M network messages: minutes
-and ~17 GB); with --quick (tests/test_readme_numbers.py without TRACEGEN_LONG=1) its row's other
-cells are still computed - its transfer count from the chunk templates alone, the count `plan`
-prints for a job timed chunk by chunk - and the pcap cell is kept as the README has it.
+and ~17 GB); bench/bench_scale.py's table, four llama3-405b plans of 2,048-16,384 GPUs (minutes;
+its wall time and memory columns are the machine's and stay as measured). With --quick
+(tests/test_readme_numbers.py without TRACEGEN_LONG=1) both are kept as the README has them, and
+deepseek-v3's other cells are still computed: its transfers from the chunk templates alone, the
+count `plan` prints for a job it times chunk by chunk.
 """
 from __future__ import annotations
 
@@ -198,6 +200,32 @@ def ecmp_spread(old: str, quick: bool) -> str:
     return " or ".join(parts)
 
 
+BENCH_SIZES = ("2k", "4k", "8k", "16k")
+
+
+def bench_scale_table(old: str, quick: bool) -> str:
+    """bench/bench_scale.py's table: ops (timed), rows and the iteration from its own fresh-process
+    plans (long: minutes); wall s and peak GB are the machine's, kept as measured in the README."""
+    if quick:
+        return old
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_scale
+    kept = {}
+    for line in old.strip().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        kept[cells[0]] = cells[1:3]
+    lines = ["| GPUs | wall s | peak GB | ops (timed) | rows | iteration |", "|---|---|---|---|---|---|"]
+    for size in BENCH_SIZES:
+        r = bench_scale.run(bench_scale.PRESETS[size], 1800)
+        if "error" in r:
+            raise SystemExit(f"bench_scale {size}: {r['error']}")
+        gpus = fmt_count(r["gpus"])
+        wall, peak = kept.get(gpus, [f"{r['process_wall_s']:.1f}", f"{r['peak_rss_gb']:.2f}"])
+        lines.append(f"| {gpus} | {wall} | {peak} | {r['ops']:,} ({r['timed_ops']:,}) | {r['rows']:,} | "
+                     f"{r['iteration_ns'] / 1e9:.1f} s |")
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
 @dataclass(frozen=True)
 class Block:
     render: Callable[[str, bool], str]
@@ -213,6 +241,7 @@ BLOCKS = {
     "tokens": Block(tokens_sample, "the `tracegen tokens` sample"),
     "default-net-flows": Block(default_net_flows, "the default job's transfers on the fabric (tracegen plan)"),
     "ecmp-spread": Block(ecmp_spread, "spine shares of 1,000 consecutive QPs (routing.py)"),
+    "bench-scale": Block(bench_scale_table, "bench/bench_scale.py's counts (long)"),
 }
 
 
@@ -241,7 +270,8 @@ def regenerate(text: str, quick: bool = False, only: set[str] | None = None) -> 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="compare only; exit 1 naming each block that differs")
-    ap.add_argument("--quick", action="store_true", help="keep the long cells (deepseek-v3's pcap) as they are")
+    ap.add_argument("--quick", action="store_true",
+                    help="keep the long cells (deepseek-v3's pcap, bench_scale's table) as they are")
     ap.add_argument("--only", action="append", metavar="NAME", choices=sorted(BLOCKS),
                     help="only this block (repeatable)")
     ap.add_argument("--readme", type=Path, default=README, help=argparse.SUPPRESS)
