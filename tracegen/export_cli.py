@@ -32,25 +32,25 @@ def export() -> None:
 
 
 def _common(f):
-    from .cli import _job_options
+    from .cli_common import job_options
     f = click.option("--force", is_flag=True,
                      help="Write into a folder tracegen would refuse (not its own, the current folder, ...), "
                           "beside what is there; deletes only files tracegen wrote.")(f)
     f = click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
                      help="Output folder (default: <format>/ in the job's trace folder, traces/<job name>/<format>).")(f)
-    return _job_options(f)
+    return job_options(f)
 
 
 def _export(fmt: str, job_file, preset, sets, detail, out_dir, force, fill) -> None:
     """Load the job, check where it goes (before any work), then build its CommOps and write them
     with fill(job, ops, tmp) -> (message, notes) into a temp folder swapped into place."""
     from . import outdir
-    from .cli import _load, command_errors
+    from .cli_common import command_errors, load
     from .workload import build_commops
     with command_errors():
         if detail:
             raise ConfigError(f"export {fmt}: --detail shapes the schedule, which export does not build; leave it out")
-        job = _load(job_file, preset, sets)
+        job = load(job_file, preset, sets)
         if out_dir:
             path, shown = outdir.choose(out_dir, "", job.name)
         else:
@@ -107,7 +107,7 @@ OTG_NAMES = ("otg.json", "otg.yaml", "otg-schedule.json")
 def otg(job_file, preset, sets, detail, out_dir, force, lab, max_flows):
     """The job's RoCEv2 traffic as an Open Traffic Generator config (snappi) for a closed-loop tester."""
     from . import outdir
-    from .cli import _load, _pcap_options, command_errors
+    from .cli_common import command_errors, load, pcap_options
     from .work import DEFAULT_MAX_WORK, estimate
     with command_errors():
         try:
@@ -115,7 +115,7 @@ def otg(job_file, preset, sets, detail, out_dir, force, lab, max_flows):
         except ImportError:
             raise ConfigError("export otg builds its config with snappi: pip install 'tracegen[otg]'") from None
         from .emit.otg import DEFAULT_MAX_FLOWS, write_otg
-        job = _pcap_options(_load(job_file, preset, sets, detail), lab=lab, ns3=False)
+        job = pcap_options(load(job_file, preset, sets, detail), lab=lab, ns3=False)
         if job.output.time_window:
             raise ConfigError("export otg: output.time_window cuts messages into packets; an OTG flow holds "
                               "whole messages - leave it out")
