@@ -200,6 +200,13 @@ def ecmp_spread(old: str, quick: bool) -> str:
     return " or ".join(parts)
 
 
+def deepseek_messages(old: str, quick: bool) -> str:
+    """The network messages deepseek-v3's pcap estimate expands (plan's net msgs, all dims): long."""
+    if quick:
+        return old
+    return f"{sum(d['net_messages'] for d in plan_json('deepseek-v3')['dims']) / 1e6:.1f} M"
+
+
 BENCH_SIZES = ("2k", "4k", "8k", "16k")
 
 
@@ -241,6 +248,7 @@ BLOCKS = {
     "tokens": Block(tokens_sample, "the `tracegen tokens` sample"),
     "default-net-flows": Block(default_net_flows, "the default job's transfers on the fabric (tracegen plan)"),
     "ecmp-spread": Block(ecmp_spread, "spine shares of 1,000 consecutive QPs (routing.py)"),
+    "deepseek-messages": Block(deepseek_messages, "deepseek-v3's network messages (tracegen plan, long)"),
     "bench-scale": Block(bench_scale_table, "bench/bench_scale.py's counts (long)"),
 }
 
