@@ -23,6 +23,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -30,27 +31,39 @@ from pathlib import Path
 import numpy as np
 
 from tracegen import kpi
-from tracegen.errors import ConfigError, OutputError
+from tracegen.errors import ConfigError, Interrupted, OutputError
 from .inputs import Scenario, load_scenario, replay_plan
 
 DEFAULT_MAX_PCAP_BYTES = 2 << 30   # as `tracegen generate --max-bytes`
+DCQCN_STATES = ("qp", "message")
+HANDLED_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 PCAP_RECORD_BYTES = 16
 ETH_VLAN_BYTES = 18
 
 
 def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool | None = None,
                  nic: str = "auto", pfc: bool | None = None, pcap: bool = False,
-                 max_bytes: int = DEFAULT_MAX_PCAP_BYTES, progress=None) -> dict:
+                 max_bytes: int = DEFAULT_MAX_PCAP_BYTES, progress=None,
+                 dcqcn_state: str | None = None) -> dict:
     """Simulate the scenario under `path` (a trace dir or its ns3/); returns the summary.
     dcqcn None: on when config.txt's CC_MODE is DCQCN (1); pfc None: as the manifest's network
-    section; nic: auto (as the schedule shares a NIC), fifo or rr; max_bytes: pcap budget."""
+    section; nic: auto (as the schedule shares a NIC), fifo or rr; max_bytes: pcap budget;
+    dcqcn_state: qp (rate state lives as long as the QP) or message (every message starts at
+    line rate, as HPCC and SimAI run it); None: the manifest's sim.dcqcn.per_message_reset."""
     t_wall = time.perf_counter()
     sc = load_scenario(path)
+    if len(sc) == 0:
+        raise ConfigError(f"{sc.dir}/flow.txt has no flows: nothing for ns-3 to simulate")
     plan = replay_plan(sc, gap)   # before the 15 s import: an old manifest fails fast
     from .scenario import arbitration_of
     arb = arbitration_of(sc, nic)
     if dcqcn is None:
         dcqcn = sc.config.cc_mode == 1
+    if dcqcn_state not in (None, *DCQCN_STATES):
+        raise ConfigError(f"--dcqcn-state {dcqcn_state!r}: use {' or '.join(DCQCN_STATES)}")
+    from .scenario import dcqcn_extras
+    byte_reset, per_message = dcqcn_extras(
+        sc, None if dcqcn_state is None else dcqcn_state == "message")
     if pcap:
         _check_pcap_budget(sc, max_bytes)
     say = progress or (lambda msg: None)
@@ -66,12 +79,14 @@ def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool | None = No
     target = sc.dir / "sim"
     tmp = _tmp_dir(sc.dir)
     try:
-        say(f"simulating {len(sc)} flows on {sc.topology.n_hosts} hosts "
-            f"(NIC {arb}, DCQCN {'on' if dcqcn else 'off'})")
+        state = "message" if per_message else "qp"
+        say(f"simulating {len(sc)} flows on {sc.topology.n_hosts} hosts (NIC {arb}, DCQCN "
+            f"{f'on, state per {state}' if dcqcn else 'off'})")
         res = simulate(sc, gap=gap, dcqcn=dcqcn, nic=arb, pfc=pfc,
                        pcap_dir=tmp / "pcap" if pcap else None, pcap_budget=max_bytes,
-                       plan=plan)
+                       plan=plan, per_message=per_message, progress=progress is not None)
         summary = _summary(sc, res, gap=gap, dcqcn=bool(dcqcn), nic=arb, pfc=res.pfc, pcap=pcap,
+                           dcqcn_state=state, dcqcn_byte_reset_bytes=byte_reset,
                            load_s=load_s, wall_s=time.perf_counter() - t_wall)
         _write_fct(tmp / "fct.txt", sc, res)
         _write_flows_csv(tmp / "flows.csv", sc, res)
@@ -122,14 +137,24 @@ def _tmp_dir(parent: Path) -> Path:
 
 
 def _swap_in(tmp: Path, target: Path) -> None:
+    """tmp becomes target, the old target goes; SIGINT/SIGTERM/SIGHUP wait until both renames
+    are done (a signal then is raised here, with .written set when it is an Interrupted)."""
     os.chmod(tmp, 0o755)
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=".sim.old.", dir=target.parent))
-        os.rename(target, old / "x")
-        os.rename(tmp, target)
-        shutil.rmtree(old)
-    else:
-        os.rename(tmp, target)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+    try:
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=".sim.old.", dir=target.parent))
+            os.rename(target, old / "x")
+            os.rename(tmp, target)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, target)
+    finally:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)   # a pending signal lands here
+        except Interrupted as e:
+            e.written = str(target)
+            raise
 
 
 def _ns(ps: np.ndarray) -> np.ndarray:

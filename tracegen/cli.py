@@ -389,23 +389,33 @@ def ns3_group() -> None:
                    "nothing between ring steps) or the analytic schedule's start - dep end.")
 @click.option("--dcqcn/--no-dcqcn", default=None,
               help="Senders react to CNPs (DCQCN per QP). Default: on when the job's network.cc_mode is dcqcn.")
+@click.option("--dcqcn-state", type=click.Choice(["qp", "message"]), default=None,
+              help="DCQCN rate state per QP across its messages (ConnectX) or per message (each "
+                   "starts at line rate, as HPCC and SimAI). Default: the job's "
+                   "network.dcqcn_per_message_reset.")
 @click.option("--pfc/--no-pfc", default=None, help="PFC on the RoCE priority. Default: the job's network.pfc.")
 @click.option("--nic", type=click.Choice(["auto", "fifo", "rr"]), default="auto", show_default=True,
               help="How a NIC picks the QP to send from: fifo (one message after the other, as a "
                    "serial schedule), rr (packet round robin: fair share), auto (as the schedule).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, pfc, nic, quiet):
+def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, dcqcn_state, pfc, nic, quiet):
     """Run TRACE_DIR (a `tracegen generate` folder or its ns3/) in ns-3; writes ns3/sim/."""
     from ns3_scenarios import run_scenario
     from ns3_scenarios.run import DEFAULT_MAX_PCAP_BYTES
     from .emit.select import parse_bytes
-    try:
-        budget = DEFAULT_MAX_PCAP_BYTES if max_bytes is None else parse_bytes(max_bytes)
-        say = None if quiet else (lambda msg: click.echo(msg, err=True))
-        s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pfc=pfc, nic=nic, pcap=pcap,
-                         max_bytes=budget, progress=say)
-    except (ConfigError, OutputError) as e:
-        _fail(str(e))
+    with outdir.signals_as_interrupts():   # ns3_scenarios stops the simulation on them
+        try:
+            budget = DEFAULT_MAX_PCAP_BYTES if max_bytes is None else parse_bytes(max_bytes)
+            say = None if quiet else (lambda msg: click.echo(msg, err=True))
+            s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pfc=pfc, nic=nic, pcap=pcap,
+                             max_bytes=budget, progress=say, dcqcn_state=dcqcn_state)
+        except (ConfigError, OutputError) as e:
+            _fail(str(e))
+        except Interrupted as e:
+            done = (f"the simulation had finished and {e.written}/ is in place" if e.written else
+                    "the simulation stopped, nothing was written or replaced")
+            click.echo(f"error: interrupted by {e.name}; {done}", err=True)
+            sys.exit(e.exit_code)
     if not quiet:
         k = s["kpis"]["all"]
         click.echo(f"wrote {s['dir']}/: {s['completed']}/{s['flows']} flows, "

@@ -317,6 +317,12 @@ def _sim_settings(flows: Flows, fabric: Fabric, job: Job) -> dict:
                             "after the other, in order of readiness) or fair (max-min fair "
                             "share of every link); the ns-3 NIC arbitrates the same way",
         "cnp_interval_ns": round(net.cnp_interval_us * 1000),
+        "dcqcn": {"byte_reset_bytes": int(net.dcqcn_byte_reset_bytes),
+                  "per_message_reset": bool(net.dcqcn_per_message_reset),
+                  "note": "the reaction point's keys config.txt cannot carry: the byte counter "
+                          "(rpg_byte_reset; 0: timer only, HPCC's model) and whether every "
+                          "message starts at line rate (HPCC and SimAI: a QP per flow) instead "
+                          "of keeping its QP's rate state"},
         "pfc": {"enabled": bool(net.pfc), "buffer_bytes": net.buffer_bytes,
                 "xoff_bytes": net.pfc_xoff_bytes, "resume_offset_bytes": net.pfc_resume_offset_bytes,
                 "headroom_bytes": net.pfc_headroom_bytes, "pause_quanta": net.pfc_pause_quanta},
