@@ -38,6 +38,7 @@ import numpy as np
 from .. import __version__
 from ..config import Job
 from ..errors import ConfigError, OutputError
+from ..fabric_kinds import CORE, LEAF, SPINE
 from ..shipped import template_text
 from ..tables import CollKind, Dim, Flows, LinkKind
 from ..topology import Fabric
@@ -169,15 +170,24 @@ def qp_table(flows: Flows, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     return row_qp, table
 
 
+NO_FLOWS_NOTE = ("no transfer crosses a NIC (they all stay on NVLink): no ns-3 scenario is written "
+                 "(ns-3 has nothing to simulate without flows)")
+
+
 def write_ns3(flows: Flows, fabric: Fabric, job: Job, dest_dir: Path, *,
               trace_nodes=None, enable_trace: bool = True) -> list[Path]:
     """Write the scenario files into dest_dir (created if missing); returns the paths written.
+    A job without NIC traffic (one node: NVLink only) has no scenario: nothing is written and
+    the list is empty (the caller says NO_FLOWS_NOTE).
 
     trace_nodes: node ids listed in trace.txt (default: every NIC host)."""
     if fabric.n_nics > MAX_HOSTS:
         raise OutputError(f"ns3: {fabric.n_nics} NICs, but the simulators' 11.x.y.1 host "
                           f"addressing holds at most {MAX_HOSTS}")
     lines = flow_lines(flows, fabric)
+    if len(lines) == 0:
+        _config_values(flows, fabric, job, enable_trace)   # a bad cc_mode is still refused
+        return []
     trace_nodes = range(fabric.n_nics) if trace_nodes is None else [int(x) for x in trace_nodes]
     values = _config_values(flows, fabric, job, enable_trace)   # checks cc_mode before any write
     warnings = _warnings(fabric, job)
@@ -504,15 +514,29 @@ _LOCAL_RECORD = ('  {"transfer_id":%d,"op_id":%d,"link":"%s","start_ns":%d,"end_
                  '"deps":[%s]}')
 
 
+def _switch_ids(fabric: Fabric) -> str:
+    """The switches' node ids per tier as ranges ("leaves 8..11, spines 12..13"; planes: "leaves
+    8..9 and 12..13, ..."); a fabric without spines (one leaf, a fat-tree pod, leaves linked
+    directly) says so."""
+    parts = []
+    for tier, name in ((LEAF, "leaves"), (SPINE, "spines"), (CORE, "cores")):
+        ids = fabric.n_nics + np.flatnonzero(fabric.sw_tier == tier)
+        if len(ids):
+            breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+            runs = [f"{r[0]}..{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in np.split(ids, breaks)]
+            parts.append(f"{name} {' and '.join(runs)}")
+        elif tier == SPINE:
+            parts.append("no spines")
+    return ", ".join(parts)
+
+
 def _readme(fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]) -> str:
-    leaf0, spine0 = fabric.leaf_node_id(0), fabric.spine_node_id(0)
     pfc_off = not job.network.pfc
     return _template("ns3_readme.md").substitute(
         job_name=job.name, version=__version__, n_flows=len(lines),
         n_bytes=int(lines["wire_bytes"].sum()), n_hosts=fabric.n_nics,
         n_switches=fabric.n_switches, n_links=len(fabric.links),
-        first_leaf=leaf0, last_leaf=leaf0 + fabric.n_leaves - 1,
-        first_spine=spine0, last_spine=spine0 + fabric.n_spines - 1,
+        switch_ids=_switch_ids(fabric),
         hpcc_env="NS_ATTRIBUTE_DEFAULT='ns3::QbbNetDevice::QbbEnabled=false' " if pfc_off else "",
         hpcc_pfc_note=("\nPFC is off in this job. HPCC's config has no PFC key, so the command "
                        "sets the\nQbbNetDevice attribute QbbEnabled=false through ns-3's "
