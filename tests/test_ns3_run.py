@@ -440,16 +440,17 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
 
 def test_replay_follows_ring_steps_through_nvlink(tmp_path):
     """tp=1: a DP ring alternates NVLink and NET hops, so a NET step's manifest deps are NVLink
-    transfers; flows.csv links it to the previous NET step, with the NVLink time as its gap."""
+    transfers; the manifest's local_transfers link it to the previous NET step, with the NVLink
+    time as its gap."""
     make_trace(tmp_path, {"parallelism": {"dp": 4, "tp": 1, "pp": 1, "global_batch": 8}})
     sc = load_scenario(tmp_path)
-    assert sc.nvlink
+    assert any(r["link"] == "NVLINK" for r in sc.local.values())
     plan = replay_plan(sc, "zero")
     chained = plan.n_deps > 0
     assert chained.sum() > len(sc) // 2
     assert np.all(plan.gap_ns[chained] > 0)                 # NVLink time between the NET steps
     assert np.all(plan.fixed_start_ns[chained] == -1)
-    # the manifest carries the NVLink transfers itself: a bare ns3/ dir gives the same plan
+    # the trace's flows.csv is not read: a bare ns3/ dir gives the same plan
     (tmp_path / "flows.csv").unlink()
     bare = replay_plan(load_scenario(tmp_path / "ns3"), "zero")
     for key in ("n_deps", "gap_ns", "fixed_start_ns", "dependents", "edge_gap_ns", "rel_off_ns",
