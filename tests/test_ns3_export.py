@@ -619,7 +619,8 @@ def test_one_node_job_has_no_scenario(tmp_path):
 
 
 def readme_switch_ids(text: str) -> dict[str, set[int]]:
-    """'Switch ids: leaves 8..9 and 12, spines 10..11.' -> {'leaves': {8, 9, 12}, ...}"""
+    """'Switch ids: leaves 8..9 and 12, spines 10..11.' -> {'leaves': {8, 9, 12}, ...};
+    'leaf 8, no spines' -> {'leaves': {8}, 'spines': set()}"""
     line = next(ln for ln in text.splitlines() if ln.startswith("Switch ids: "))
     out = {}
     for part in line[len("Switch ids: "):].rstrip(".").split(", "):
@@ -627,6 +628,7 @@ def readme_switch_ids(text: str) -> dict[str, set[int]]:
         if name == "no":
             out[spec] = set()
             continue
+        name = {"leaf": "leaves", "spine": "spines", "core": "cores"}.get(name, name)   # one switch
         ids = set()
         for run in spec.split(" and "):
             lo, _, hi = run.partition("..")

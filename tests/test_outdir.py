@@ -276,11 +276,11 @@ def test_a_signal_inside_a_commit_waits_for_its_end():
     """In-process, real signals: outside a critical section a signal raises at once; inside
     (a commit, taking the lock) it raises when the section ends, never half-way."""
     from tracegen.errors import Interrupted
-    from tracegen.outdir import _signals_deferred, signals_as_interrupts
+    from tracegen.guard import signals_as_interrupts, signals_deferred
     steps = []
     with pytest.raises(Interrupted) as e:
         with signals_as_interrupts():
-            with _signals_deferred():
+            with signals_deferred():
                 os.kill(os.getpid(), signal.SIGTERM)
                 for _ in range(1000):                            # the handler runs, and waits
                     steps.append(1)

@@ -38,7 +38,6 @@ import numpy as np
 from .. import __version__
 from ..config import Job
 from ..errors import ConfigError, OutputError
-from ..fabric_kinds import CORE, LEAF, SPINE
 from ..shipped import template_text
 from ..tables import CollKind, Dim, Flows, LinkKind
 from ..topology import Fabric
@@ -514,29 +513,13 @@ _LOCAL_RECORD = ('  {"transfer_id":%d,"op_id":%d,"link":"%s","start_ns":%d,"end_
                  '"deps":[%s]}')
 
 
-def _switch_ids(fabric: Fabric) -> str:
-    """The switches' node ids per tier as ranges ("leaves 8..11, spines 12..13"; planes: "leaves
-    8..9 and 12..13, ..."); a fabric without spines (one leaf, a fat-tree pod, leaves linked
-    directly) says so."""
-    parts = []
-    for tier, name in ((LEAF, "leaves"), (SPINE, "spines"), (CORE, "cores")):
-        ids = fabric.n_nics + np.flatnonzero(fabric.sw_tier == tier)
-        if len(ids):
-            breaks = np.flatnonzero(np.diff(ids) != 1) + 1
-            runs = [f"{r[0]}..{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in np.split(ids, breaks)]
-            parts.append(f"{name} {' and '.join(runs)}")
-        elif tier == SPINE:
-            parts.append("no spines")
-    return ", ".join(parts)
-
-
 def _readme(fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]) -> str:
     pfc_off = not job.network.pfc
     return _template("ns3_readme.md").substitute(
         job_name=job.name, version=__version__, n_flows=len(lines),
         n_bytes=int(lines["wire_bytes"].sum()), n_hosts=fabric.n_nics,
         n_switches=fabric.n_switches, n_links=len(fabric.links),
-        switch_ids=_switch_ids(fabric),
+        switch_ids=fabric.switch_ids_text(),   # per tier; says "no spines"
         hpcc_env="NS_ATTRIBUTE_DEFAULT='ns3::QbbNetDevice::QbbEnabled=false' " if pfc_off else "",
         hpcc_pfc_note=("\nPFC is off in this job. HPCC's config has no PFC key, so the command "
                        "sets the\nQbbNetDevice attribute QbbEnabled=false through ns-3's "
