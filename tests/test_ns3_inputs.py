@@ -240,14 +240,20 @@ def test_ns3_compare_reads_a_synthetic_fct(scenario, tmp_path):
 @pytest.mark.timeout(900)
 def test_ns3_run_stops_on_sigterm_and_sighup_in_one_line():
     """A signal while ns-3 simulates stops it within a simulated microsecond: one `error:` line,
-    exit 128 + signal, no sim/ folder and no temp folder left. The 4:1 job with DCQCN state per
-    QP runs its event loop for ~20 s or more: the signal lands inside it."""
+    exit 128 + signal, no temp folder left, and sim/ as it was - absent (SIGTERM), or the earlier
+    run's folder byte for byte (SIGHUP). The 4:1 job with DCQCN state per QP runs its event loop
+    for ~20 s or more: the signal lands inside it."""
+    from tracegen import outdir
     load_ns3_or_skip()
     root = Path(tempfile.mkdtemp(prefix="tg-signal-"))
     try:
         make_trace(root, OVERSUBSCRIBED)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         for sig in (signal.SIGTERM, signal.SIGHUP):
+            before = None
+            if sig == signal.SIGHUP:            # an earlier run's sim/ (tracegen's: a manifest)
+                outdir.write_folder(root / "ns3/sim", "sim", lambda tmp: (tmp / "fct.txt").write_text("old\n"))
+                before = folder_bytes(root / "ns3/sim")
             p = subprocess.Popen([sys.executable, "-m", "tracegen.cli", "ns3", "run", str(root)],
                                  cwd=root, env=env, stderr=subprocess.PIPE, text=True)
             for line in p.stderr:
@@ -261,8 +267,58 @@ def test_ns3_run_stops_on_sigterm_and_sighup_in_one_line():
             assert p.wait(timeout=60) == 128 + sig
             assert time.perf_counter() - t < 20
             lines = [ln for ln in rest.splitlines() if ln.strip()]
-            assert lines == [f"error: interrupted by {sig.name}; the simulation stopped, "
-                             "nothing was written or replaced"], rest
-            nothing_written(root)
+            assert lines == [f"error: interrupted by {sig.name}; the temp files were removed, "
+                             "nothing was replaced"], rest
+            if before is None:
+                nothing_written(root)
+            else:
+                assert folder_bytes(root / "ns3/sim") == before
+                assert not [n for n in os.listdir(root / "ns3") if n.startswith(".sim")]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def folder_bytes(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------- output folders (tracegen/outdir.py)
+
+def test_ns3_run_never_writes_over_a_users_folder(scenario, tmp_path):
+    """sim/ holding a file tracegen did not write (or -o naming a user's folder): refused in one
+    line before ns-3 is even loaded, every byte as it was; --force then writes beside the
+    user's file, and refuses where a file of ours would replace it."""
+    root = tmp_path / "trace"
+    shutil.copytree(scenario, root)
+    sim = root / "ns3/sim"
+    sim.mkdir()
+    (sim / "notes.txt").write_text("mine\n")
+    res = CliRunner().invoke(main, ["ns3", "run", str(root), "-q"])
+    one_line_error(res, "refusing to write into", "notes.txt")
+    assert folder_bytes(sim) == {"notes.txt": b"mine\n"}
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "fct.txt").write_text("HPCC's\n")
+    for extra in ([], ["--force"]):
+        res = CliRunner().invoke(main, ["ns3", "run", str(root), "-q", "-o", str(mine), *extra])
+        one_line_error(res, "fct.txt")
+        assert folder_bytes(mine) == {"fct.txt": b"HPCC's\n"}
+    assert not [n for n in os.listdir(root / "ns3") if n.startswith(".sim")]
+
+
+def test_ns3_compare_never_writes_over_a_users_png(scenario, tmp_path):
+    """--png over a file tracegen did not write is refused before the join (one line, file
+    unchanged); over nothing it is written (marked tracegen's), and a second run may replace it."""
+    (tmp_path / "fct.txt").write_text("".join(fct_rows(scenario)))
+    png = tmp_path / "compare.png"
+    png.write_bytes(b"a user's picture")
+    args = ["ns3", "compare", str(scenario), "--fct", str(tmp_path / "fct.txt")]
+    res = CliRunner().invoke(main, args)
+    one_line_error(res, "compare.png")
+    assert png.read_bytes() == b"a user's picture"
+    png.unlink()
+    for _ in range(2):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 0, res.output
+        assert png.read_bytes().startswith(b"\x89PNG") and b"tracegen" in png.read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["compare.png", "fct.txt"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -426,6 +427,15 @@ def test_cli_compare_prints_the_table(sim):
     assert res.exit_code == 0, res.output
     assert "DP AllReduce" in res.output and "compare.png" in res.output
     assert (sim.root / "ns3/sim/compare.png").is_file()
+    # sim/ is a tracegen output folder (tracegen/outdir.py): its manifest lists every file with
+    # its size - the run's and the picture compare put into it - and nothing else is there
+    d = sim.root / "ns3/sim"
+    man = json.loads((d / ".tracegen-manifest.json").read_text())
+    on_disk = {str(p.relative_to(d)): p.stat().st_size for p in d.rglob("*")
+               if p.is_file() and p.name != ".tracegen-manifest.json"}
+    assert man["files"] == on_disk
+    assert {"fct.txt", "flows.csv", "ops.csv", "ports.csv", "summary.json", "compare.png"} <= set(on_disk)
+    assert not [n for n in os.listdir(sim.root / "ns3") if n.startswith(".sim")]
 
 
 # ---------------------------------------------------------------- no ns-3 needed

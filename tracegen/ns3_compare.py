@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +28,8 @@ from ns3_scenarios.checks import load_json, read_text
 from ns3_scenarios.inputs import Scenario, load_scenario
 
 from . import kpi
-from .errors import ConfigError, OutputError
+from .errors import ConfigError
+from .ownership import PNG_SOFTWARE
 
 NUMBERINGS = {"pair": "hpcc_sport", "host": "host_sport"}
 SPORT_CHOICES = ("auto", "pair", "host", "hpcc", "simai")   # hpcc, simai: pair (current builds)
@@ -327,7 +326,8 @@ def _fmt(x):
 
 
 def plot(j: Joined, png: Path) -> Path:
-    """Two panels: flow end times and flow completion times, analytic (x) vs simulated (y), one
+    """Draw into `png` (the caller writes it through outdir.write_file: a temp file renamed into
+    place, never over a user's file). Two panels: flow end times and flow completion times, analytic (x) vs simulated (y), one
     colour per dim/collective, y = x dashed; log axes where the points span two decades or more."""
     import matplotlib
     matplotlib.use("Agg")
@@ -360,17 +360,8 @@ def plot(j: Joined, png: Path) -> Path:
     axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"analytic schedule vs {j.sport}-numbered fct ({len(j.line)} flows)")
     fig.tight_layout()
-    png = Path(png)
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{png.name}.", suffix=".png", dir=png.parent)
-        os.close(fd)
-        fig.savefig(tmp)
-        os.replace(tmp, png)
-    except OSError as e:
-        raise OutputError(f"cannot write {png}: {e.strerror}") from None
+        fig.savefig(png, format="png", metadata={"Software": PNG_SOFTWARE})   # tracegen's (outdir)
     finally:
         plt.close(fig)
-        if tmp:
-            Path(tmp).unlink(missing_ok=True)
-    return png
+    return Path(png)
