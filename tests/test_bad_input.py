@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -169,6 +170,39 @@ def test_big_yaml_is_refused_before_parsing(tmp_path):
 def test_job_file_that_is_a_folder_or_unreadable(tmp_path):
     (tmp_path / "d.yaml").mkdir()
     one_line(tracegen("plan", "d.yaml", cwd=tmp_path), "'d.yaml' is a directory")
+
+
+def test_job_file_that_is_dev_zero(tmp_path):
+    (tmp_path / "job.yaml").symlink_to("/dev/zero")
+    before = tree(tmp_path)
+    for cmd in ("plan", "generate"):
+        res = tracegen(cmd, "job.yaml", *(["-q", "--no-ns3"] if cmd == "generate" else []), cwd=tmp_path, timeout=60)
+        one_line(res, "job.yaml: larger than 256 KiB")
+        assert tree(tmp_path) == before
+
+
+# two leaves joined through one spine by 1 Gb/s links: a job planned on it is far slower
+TOPO = ("switches: {l0: 1, l1: 1, s: 2}\nlinks: [[l0, s, 1], [l1, s, 1]]\n"
+        "nics: [l0, l0, l0, l0, l1, l1, l1, l1]\n")
+
+
+def test_relative_fabric_file_resolves_from_the_job_file_not_the_current_folder(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "job.yaml").write_text("fabric: {kind: file, file: fab.yaml}\n")
+    (tmp_path / "jobs" / "fab.yaml").write_text(TOPO)
+    res = tracegen("plan", "--json", "jobs/job.yaml", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    default = tracegen("plan", "--json", cwd=tmp_path)
+    slow, fast = (json.loads(r.stdout)["iteration_ns"] for r in (res, default))
+    assert slow > 10 * fast                         # timed on the 1 Gb/s file fabric next to the job
+    # the same file beside the current folder only: not the one the job names
+    (tmp_path / "jobs" / "fab.yaml").rename(tmp_path / "fab.yaml")
+    before = tree(tmp_path)
+    for cmd in ("plan", "generate"):
+        res = tracegen(cmd, "jobs/job.yaml", *(["-q", "--no-ns3", "-o", "out"] if cmd == "generate" else []),
+                       cwd=tmp_path)
+        one_line(res, f"fabric.file={str(tmp_path / 'jobs' / 'fab.yaml')!r}: no such file")
+        assert tree(tmp_path) == before, "nothing written"
 
 
 def test_numba_disable_jit(tmp_path):

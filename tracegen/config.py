@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 import typing
 from collections.abc import Sequence
@@ -484,6 +485,14 @@ _RANGES = {
     "output.lab_gbps": (0, 1_000_000, "testers' rate; 0: the NICs'"),
     "nccl.fifo_tc": (-1, 255, "NCCL_IB_FIFO_TC; -1: the data's"),
 }
+# Keys whose 0 means "derived" and whose other values have a floor above 0 (a ratio of 0.0001
+# divides by zero in fabric_kinds._ceil_div; a rate below 1 Kb/s rounds to 0 in HPCC's config).
+_ZERO_OR = {
+    "fabric.oversubscription": (0.01, "below 1:100 an uplink would outrun 100 x its leaf's downlinks"),
+    "fabric.core_oversubscription": (0.01, "below 1:100 an uplink would outrun 100 x its spine's downlinks"),
+    "network.dcqcn_rate_ai_mbps": (0.001, "HPCC's config takes whole Kb/s"),
+    "network.dcqcn_rate_hai_mbps": (0.001, "HPCC's config takes whole Kb/s"),
+}
 _INT_MAX = 2**31 - 1        # integers without a row of their own
 _FLOAT_MAX = 1e9
 _STR_MAX = 65_536           # characters in any string key
@@ -522,6 +531,12 @@ def show_path(path: Any) -> str:
     characters (a message stays one line)."""
     text = str(path)
     return text if text.isprintable() else repr(text)
+
+
+def show_tail(text: str, limit: int = 120) -> str:
+    """A long string (a path) quoted with its end kept: '...c/topo.yaml'."""
+    text = repr(text[-limit - 1:])
+    return text if len(text) <= limit + 2 else text[0] + "..." + text[-limit + 1:]
 
 
 def show(value: Any, limit: int = 60) -> str:
@@ -614,16 +629,20 @@ def _check_value(path: str, value: Any, typ: type, rule: str | None = None) -> A
             if value > hi and lo in (0, 1):
                 raise ConfigError(f"{path}: must be at most {_num(hi)}{why}, got {show(value)}")
             raise ConfigError(f"{path}: must be in {_num(lo)}..{_num(hi)}{why}, got {show(value)}")
+        if rule in _ZERO_OR and 0 < value < _ZERO_OR[rule][0]:
+            floor, why = _ZERO_OR[rule]
+            raise ConfigError(f"{path}: must be 0 or in {_num(floor)}..{_num(hi)} ({_RANGES[rule][2]}; {why}), "
+                              f"got {show(value)}")
     if rule == "name" and not _JOB_NAME.fullmatch(value):
         raise ConfigError(f"name: {show(value)} is not usable as a directory name — "
                           "use letters, digits, '.', '_' and '-'")
     if rule == "name" and len(value) > _NAME_MAX:
         raise ConfigError(f"name: {len(value)} characters; a job name names folders and files, "
                           f"use at most {_NAME_MAX}")
-    if rule in ("output.dir", "output.lab") and "\0" in value:
+    if rule in ("output.dir", "output.lab", "fabric.file") and "\0" in value:
         raise ConfigError(f"{path}: a path cannot contain a NUL character")
     if rule == "output.time_window" and value:
-        parse_time_window(value)
+        parse_time_window(value, path)
     return value
 
 
@@ -631,8 +650,9 @@ def _num(x) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
-def parse_time_window(text: str) -> tuple[int, int]:
-    """'START_NS:END_NS' (either side may be empty) -> [start, end), 0 <= start < end < 2^63."""
+def parse_time_window(text: str, name: str = "output.time_window") -> tuple[int, int]:
+    """'START_NS:END_NS' (either side may be empty) -> [start, end), 0 <= start < end < 2^63;
+    `name` is what the user typed it as (the key, or the option --time-window)."""
     a, sep, b = text.partition(":")
     window = None
     if sep:
@@ -642,7 +662,8 @@ def parse_time_window(text: str) -> tuple[int, int]:
         if start is not None and end is not None:
             window = (start, end)
     if window is None or not 0 <= window[0] < window[1] <= 2**63 - 1:
-        raise ConfigError(f"output.time_window={show(text)}: use START_NS:END_NS with "
+        given = f"{name} {show(text)}" if name.startswith("--") else f"{name}={show(text)}"
+        raise ConfigError(f"{given}: use START_NS:END_NS with "
                           "0 <= START < END < 2^63 (integer ns, either side may be left empty)")
     return window
 
@@ -730,6 +751,8 @@ def _merge_job(base: dict, doc: Any, stack: tuple = ()) -> dict:
             _carry_moved(out, key)
         elif key in _SCALARS:
             out[key] = _check_value(key, value, _SCALARS[key])
+        elif key == "description":      # free text, held to the string limit like every key
+            _check_value(key, value, str)
         elif key not in _TOP_EXTRA:
             raise _unknown("", key)
     return out
@@ -744,6 +767,42 @@ def _carry_moved(doc: dict, sec: str) -> None:
     for k in moved:
         home, _, key = k[1:].partition(".")
         doc[home] = {**doc.get(home, {}), key: doc[sec].pop(k)}
+
+
+# --- paths a job names -------------------------------------------------------------------------
+# A relative path in a YAML file means "next to this file" (as in every build tool): fabric.file
+# and output.lab are made absolute when their file is read, from the file's folder (a job file, a
+# preset) or the current folder (--set). Absolute, so job.resolved.yaml replays from anywhere.
+
+FILE_KEYS = {"fabric": "file", "output": "lab"}     # section -> its key that names a file
+
+
+def job_relative(value: Any, base: str | Path) -> Any:
+    """`value` (a path named in a file whose folder is `base`) as an absolute path; anything else
+    (absolute, empty, not a string) as it is. The folder is resolved, the value only joined: a
+    `..` in it means what the file system says after symlinks."""
+    if not isinstance(value, str) or not value or os.path.isabs(value):
+        return value
+    return os.path.join(str(Path(base).resolve()), value)
+
+
+def _rebase(doc: Any, base: str | Path, sec: str = "") -> Any:
+    """A job mapping (or, with `sec`, that section's mapping) with its FILE_KEYS made absolute
+    from `base`; the same object when nothing changes."""
+    if not isinstance(doc, dict):
+        return doc
+    if sec:
+        key = FILE_KEYS.get(sec)
+        if key in doc and job_relative(doc[key], base) is not doc[key]:
+            return {**doc, key: job_relative(doc[key], base)}
+        return doc
+    out = doc
+    for name in FILE_KEYS:
+        part = doc.get(name)
+        new = _rebase(part, base, name)
+        if new is not part:
+            out = {**out, name: new}
+    return out
 
 
 # --- presets (package data, read through importlib.resources so an installed wheel works) ----
@@ -768,7 +827,8 @@ def _read_preset(kind: str, name: Any, stack: tuple) -> dict:
     where = f"preset {kind}/{name}.yaml"
     doc = _parse_yaml((_preset_dir(kind) / f"{name}.yaml").read_text("utf-8"), where)
     doc.pop("description", None)
-    return doc
+    sec = {"jobs": "", "fabrics": "fabric"}.get(kind)
+    return doc if sec is None else _rebase(doc, str(_preset_dir(kind)), sec)
 
 
 def _preset_section(sec: str, name: Any, stack: tuple) -> dict:
@@ -823,7 +883,7 @@ YAML_MAX_DEPTH = 32             # nested mappings / sequences
 YAML_MAX_VALUES = 100_000       # values after expanding aliases (an alias bomb has 10^9)
 
 
-def _check_shape(text: str, where: str) -> None:
+def _check_shape(text: str, where: str, what: str = "job file") -> None:
     """Depth and alias-expanded size from the event stream, before anything is constructed."""
     stack: list[list] = [[None, 0]]          # [anchor, values] per open collection
     sizes: dict[str, int] = {}                # anchor -> values it expands to
@@ -833,8 +893,8 @@ def _check_shape(text: str, where: str) -> None:
             stack.append([ev.anchor, 1])
             if len(stack) - 1 > YAML_MAX_DEPTH:
                 line = ev.start_mark.line + 1 if ev.start_mark else 0
-                raise ConfigError(f"{where}:{line}: nested more than {YAML_MAX_DEPTH} levels deep; "
-                                  "a job needs 2")
+                need = "; a job needs 2" if what == "job file" else ""
+                raise ConfigError(f"{where}:{line}: nested more than {YAML_MAX_DEPTH} levels deep{need}")
             continue
         if isinstance(ev, yaml.CollectionEndEvent):
             anchor, n = stack.pop()
@@ -848,17 +908,31 @@ def _check_shape(text: str, where: str) -> None:
             sizes[anchor] = n
         stack[-1][1] += n
         if stack[-1][1] > YAML_MAX_VALUES:
+            need = "; a job needs a few dozen" if what == "job file" else ""
             raise ConfigError(f"{where}: expands to more than {YAML_MAX_VALUES:,} values "
-                              "(YAML aliases referring to aliases?); a job needs a few dozen")
+                              f"(YAML aliases referring to aliases?){need}")
 
 
-def _parse_yaml(text: str, where: str) -> dict:
-    doc = _load_yaml(text, where)
+def _parse_yaml(text: str, where: str, what: str = "job file") -> dict:
+    doc = _load_yaml(text, where, what)
     if not isinstance(doc, dict):
-        got = "an empty file" if doc is None else f"a {type(doc).__name__}"
-        raise ConfigError(f"{where}: expected a mapping of keys (model:, parallelism:, ...), "
-                          f"got {got}")
+        keys = " (model:, parallelism:, ...)" if what == "job file" else ""
+        raise ConfigError(f"{where}: expected a mapping of keys{keys}, got {a_kind(doc)}")
     return doc
+
+
+def a_kind(value: Any) -> str:
+    """What a YAML value is, with its article, for 'expected X, got ...' ('an integer', 'a list')."""
+    if value is None:
+        return "an empty file"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    for typ, word in ((int, "an integer"), (float, "a number"), (str, "a string"), (list, "a list"),
+                      (dict, "a mapping")):
+        if isinstance(value, typ):
+            return word
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _clip(text: str, n: int) -> str:
@@ -866,14 +940,16 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 3] + "..."
 
 
-def _load_yaml(text: str, where: str) -> Any:
+def _load_yaml(text: str, where: str, what: str = "job file") -> Any:
     """Any YAML document, checked for size, depth and alias expansion before it is built."""
     if len(text) > YAML_MAX_BYTES:
         raise ConfigError(f"{where}: {len(text):,} characters; YAML input is capped at "
-                          f"{YAML_MAX_BYTES:,} (a job file needs a few hundred)")
+                          f"{YAML_MAX_BYTES:,} (a {what} needs a few hundred)")
     try:
-        _check_shape(text, where)
+        _check_shape(text, where, what)
         doc = yaml.load(text, Loader=_StrictLoader)
+    except ConfigError:                          # _check_shape's own (a ValueError too): as it is
+        raise
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -887,8 +963,16 @@ def _load_yaml(text: str, where: str) -> Any:
 
 
 def read_yaml_file(path: str | Path, what: str = "job file") -> dict:
-    """A YAML mapping from a file: size-capped before reading on, UTF-8, strict (duplicate keys,
-    depth, aliases), every problem a ConfigError naming the file."""
+    """The one reader of every YAML input tracegen takes (job files, presets' callers, topology
+    files, lab plans): a mapping, or a one-line ConfigError naming the file.
+
+    Hardened: at most YAML_MAX_BYTES read (a /dev/zero or a 50 GB file costs 256 KiB), UTF-8,
+    one document, nesting <= YAML_MAX_DEPTH, <= YAML_MAX_VALUES values after expanding aliases
+    (checked on the event stream before anything is built), duplicate keys refused, no tags
+    beyond plain YAML. Values keep YAML's types: check each with `check_field` (a bool is never
+    a number). `what` names the file in messages ("topology file", "lab plan"). A relative
+    `path` is opened from the current folder: resolve paths a job names with `job_relative`
+    first (load_job does that for fabric.file and output.lab)."""
     path = Path(path)
     shown = show_path(path)
     try:
@@ -908,7 +992,7 @@ def read_yaml_file(path: str | Path, what: str = "job file") -> dict:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{shown}: not UTF-8 at byte offset {e.start} (byte 0x{data[e.start]:02x}); "
                           f"save the {what} as UTF-8") from None
-    return _parse_yaml(text, shown)
+    return _parse_yaml(text, shown, what)
 
 
 def _read_yaml(path: str | Path) -> dict:
@@ -945,7 +1029,7 @@ def _yaml_scalar(item: str, raw: str) -> Any:
 def _apply_sets(doc: dict, sets: Sequence[str]) -> dict:
     for item in sets:
         try:
-            doc = _merge_job(doc, _set_fragment(item))
+            doc = _merge_job(doc, _rebase(_set_fragment(item), "."))
         except ConfigError as e:
             msg = str(e)
             msg = msg if msg.startswith("--set") else f"--set {show(item)}: {msg}"
@@ -962,19 +1046,24 @@ def load_job(path: str | Path | None = None, preset: str | None = None,
         raise ConfigError("give a job file or a preset, not both")
     if isinstance(sets, str):   # a lone "a=b" would otherwise be iterated letter by letter
         sets = [sets]
+    written: dict[str, str] = {}
     if path is not None:
-        raw = _read_yaml(path)
+        raw = _rebase(_read_yaml(path), Path(path).parent)
         try:
             doc = _unset_degrees_are_one(_merge_job({}, raw), raw)
         except ConfigError as e:
             raise ConfigError(f"{show_path(path)}: {e}") from None
         if "name" not in raw:   # the file's stem, made safe as a directory name
             doc["name"] = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(path).stem).strip("-.") or "job"
+        written = _written(raw)
     elif preset is not None:
         doc = _preset_job(preset)
     else:
         doc = {}
-    return _build(_apply_sets(doc, sets), "default")
+    doc = _apply_sets(doc, sets)
+    for item in sets:
+        written.update(_written(_set_fragment(item)))
+    return _build(doc, "default", written)
 
 
 def job_from_dict(d: dict, name: str = "job") -> Job:
@@ -982,7 +1071,36 @@ def job_from_dict(d: dict, name: str = "job") -> Job:
     doc = _unset_degrees_are_one(_merge_job({}, d), d)
     if "name" not in d:
         doc["name"] = name
-    return _build(doc, name)
+    return _build(doc, name, _written(d))
+
+
+def with_options(job: Job, section: str, values: dict[str, Any],
+                 flags: dict[str, str] | None = None) -> Job:
+    """Command-line options over one section of a job: each value checked as its key is but
+    named as the user typed it (`flags`: key -> '--time-window'), a path taken from the current
+    folder (made absolute like --set's), then the whole job validated."""
+    flags = flags or {}
+    types = _TYPES[section]
+    changes = {}
+    for key, value in values.items():
+        name = flags.get(key, f"{section}.{key}")
+        value = _check_value(name, value, types[key], f"{section}.{key}")
+        changes[key] = job_relative(value, ".") if FILE_KEYS.get(section) == key else value
+    part = dataclasses.replace(getattr(job, section), **changes)
+    return validate(dataclasses.replace(job, **{section: part}))
+
+
+def check_field(where: str, value: Any, typ: type, lo: float | None = None,
+                hi: float | None = None) -> Any:
+    """One value of any YAML input held to the job keys' rules: strict type (a bool is no
+    number, an integer stands in for a float), strings <= 65,536 characters, numbers in
+    [lo, hi]. Returns the value (a float for float); else a ConfigError '<where>: ...'."""
+    value = _check_type(where, value, typ)
+    if typ in (int, float) and not ((lo is None or value >= lo) and (hi is None or value <= hi)):
+        span = f"{_num(lo)}..{_num(hi)}" if lo is not None and hi is not None else \
+            (f">= {_num(lo)}" if lo is not None else f"<= {_num(hi)}")
+        raise ConfigError(f"{where}: must be {'in ' if '..' in span else ''}{span}, got {show(value)}")
+    return value
 
 
 DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp")
@@ -1012,11 +1130,11 @@ def job_to_dict(job: Job) -> dict:
     return out
 
 
-def _build(doc: dict, name: str) -> Job:
+def _build(doc: dict, name: str, written: dict[str, str]) -> Job:
     scalars = {k: doc[k] for k in _SCALARS if k in doc}
     scalars.setdefault("name", name)
     sections = {sec: cls(**doc.get(sec, {})) for sec, cls in SECTIONS.items()}
-    return validate(Job(**scalars, **sections))
+    return _settle_inert(validate(Job(**scalars, **sections)), written)
 
 
 def validate(job: Job) -> Job:
@@ -1033,6 +1151,8 @@ def validate(job: Job) -> Job:
     _check_parallel_features(job.model, job.parallelism)
     _check_world(job.parallelism, job.cluster)
     _check_network(job.network)
+    _check_fabric(job.fabric)
+    _check_marks(job.output, job.network)
     _check_nics(job.cluster)
     _check_tables(job.output)
     _check_output(job)
@@ -1096,6 +1216,15 @@ def _check_parallel_features(m: Model, p: Parallelism) -> None:
     if p.cp > 1 and m.seq_len % (2 * p.cp):
         raise ConfigError(f"model.seq_len={m.seq_len} is not a multiple of 2·parallelism.cp = {2 * p.cp} "
                           "(load-balanced context parallelism gives each rank two chunks)")
+    if p.sp and p.tp > 1 and m.seq_len % (p.cp * p.tp):
+        # Megatron-core scatters each micro-batch's [s/cp, b, h] activations over TP along s:
+        # tensor_parallel/mappings.py _split_along_first_dim and _reduce_scatter_along_first_dim
+        # assert "First dimension of the tensor should be divisible by tensor parallel size".
+        what = (f"parallelism.cp·tp = {p.cp}·{p.tp} = {p.cp * p.tp}" if p.cp > 1
+                else f"parallelism.tp={p.tp}")
+        raise ConfigError(f"model.seq_len={m.seq_len} is not a multiple of {what} with parallelism.sp=true "
+                          "(sequence parallelism splits every sequence over the TP ranks; Megatron asserts "
+                          f"it); make seq_len a multiple of {p.cp * p.tp} or set sp: false")
     if p.ep > 1 and not m.experts:
         raise ConfigError(f"parallelism.ep={p.ep} needs a mixture-of-experts model (model.experts > 0)")
     if p.expert_tp and not m.experts:
@@ -1206,9 +1335,171 @@ def _check_network(n: Network) -> None:
     for key in ("dcqcn_rate_ai_mbps", "dcqcn_rate_hai_mbps", "cnp_interval_us"):
         if getattr(n, key) < 0:
             raise ConfigError(f"network.{key}: must be >= 0, got {getattr(n, key)!r}")
+    # The switch buffer bounds every queue (ns3_scenarios/roce_switch.h Admit): thresholds above
+    # it are never reached.
+    if n.kmax_bytes > n.buffer_bytes:
+        raise ConfigError(f"network.kmax_bytes={n.kmax_bytes} is above network.buffer_bytes={n.buffer_bytes}: "
+                          "no queue grows that long, ECN marking would never reach pmax; lower kmax_bytes "
+                          "or raise buffer_bytes")
+    if n.pfc_xoff_bytes > n.buffer_bytes:
+        raise ConfigError(f"network.pfc_xoff_bytes={n.pfc_xoff_bytes} is above network.buffer_bytes="
+                          f"{n.buffer_bytes}: the buffer drops before a port reaches Xoff, PFC would never "
+                          "pause; lower pfc_xoff_bytes (0: dynamic) or raise buffer_bytes")
+    if n.pfc_headroom_bytes > n.buffer_bytes:
+        raise ConfigError(f"network.pfc_headroom_bytes={n.pfc_headroom_bytes} is above network.buffer_bytes="
+                          f"{n.buffer_bytes}: one port's headroom cannot exceed the whole buffer; lower "
+                          "pfc_headroom_bytes (0: 3 x the link's bandwidth-delay) or raise buffer_bytes")
     if n.pfc_xoff_bytes and n.pfc_resume_offset_bytes >= n.pfc_xoff_bytes:
         raise ConfigError(f"network.pfc_resume_offset_bytes={n.pfc_resume_offset_bytes} must be "
                           f"below network.pfc_xoff_bytes={n.pfc_xoff_bytes} (Xon = Xoff - offset)")
+
+
+def _check_fabric(f: FabricConfig) -> None:
+    if f.kind == "file" and not f.file:
+        raise ConfigError("fabric.kind=file needs fabric.file: the topology YAML's path (relative to "
+                          "the job file that names it)")
+    if f.file and f.kind != "file":
+        raise ConfigError(f"fabric.file={show_tail(f.file)} is ignored with fabric.kind={f.kind}: that kind "
+                          "builds its own switches; set fabric.kind: file to use the file, or remove fabric.file")
+    if f.kind == "file" and f.planes != 1:
+        raise ConfigError(f"fabric.planes={f.planes} with fabric.kind=file: list every plane's switches "
+                          "in the topology file instead (planes: 1)")
+
+
+def _check_marks(out: Output, n: Network) -> None:
+    """CE marks, CNPs and DCQCN's reaction against the ECN bits data packets are sent with."""
+    if out.ecn_mark_fraction > 0 and out.ecn in (0, 3):
+        sent = "Not-ECT (output.ecn=0): a switch marks only ECN-capable packets (RFC 3168 §5)" \
+            if out.ecn == 0 else "CE already (output.ecn=3): a mark could not be told from the rest"
+        raise ConfigError(f"output.ecn_mark_fraction={out.ecn_mark_fraction:g} marks CE on data packets "
+                          f"sent {sent}; set output.ecn=2 (ECT(0)) or 1, or ecn_mark_fraction: 0")
+    if out.comments and out.format != "pcapng":
+        raise ConfigError("output.comments=true needs output.format=pcapng (pcap has no comments); "
+                          "set format: pcapng or comments: false")
+    if out.dcqcn and n.cc_mode != "dcqcn":
+        raise ConfigError(f"output.dcqcn=true follows DCQCN's rate control; network.cc_mode is "
+                          f"{n.cc_mode!r} - set network.cc_mode=dcqcn or output.dcqcn=false")
+
+
+# --- keys with no effect ----------------------------------------------------------------------
+# A key that changes nothing because of another key's value: written by the user (job file,
+# --set, a mapping) with a value other than its default, it is refused naming both keys; carried
+# in by a preset (a cluster preset's spines under a fat-tree), it is reset to its default, so
+# job.resolved.yaml shows what acts and replays. Rows: (key, other key, acts(other's value),
+# what the key does, the other key's setting that makes it act) - read off where the pipeline
+# uses each key (fabric_kinds.py, workload/params.py, emit/packets.py, emit/ns3.py).
+
+_TWO_TIER = ("rail-optimised", "leaf-spine")
+_BUILT, _TWO_TIER_S = "rail-optimised, leaf-spine or fat-tree", "rail-optimised or leaf-spine"
+
+
+def _is(*values):
+    return lambda v: v in values
+
+
+_FAT, _TWO, _NOT_FILE = _is("fat-tree"), _is(*_TWO_TIER), (lambda v: v != "file")
+_POS, _MANY, _ZERO, _TRUE = (lambda v: v > 0), (lambda v: v > 1), (lambda v: v == 0), (lambda v: v is True)
+INERT = [
+    ("fabric.nodes_per_leaf", "fabric.kind", _TWO, "it counts the nodes under a two-tier leaf", _TWO_TIER_S),
+    ("fabric.spines", "fabric.kind", _TWO, "it counts a two-tier fabric's spines", _TWO_TIER_S),
+    ("fabric.k", "fabric.kind", _FAT, "it is a fat-tree's radix", "fat-tree"),
+    ("fabric.placement", "fabric.kind", _FAT, "it orders NICs on a fat-tree's leaves", "fat-tree"),
+    ("fabric.spine_core_gbps", "fabric.kind", _FAT, "it rates a fat-tree's spine-core links", "fat-tree"),
+    ("fabric.core_oversubscription", "fabric.kind", _FAT, "it rates a fat-tree's spine-core links", "fat-tree"),
+    ("fabric.spine_core_latency_ns", "fabric.kind", _FAT, "it delays a fat-tree's spine-core links", "fat-tree"),
+    ("fabric.leaf_spine_gbps", "fabric.kind", _NOT_FILE, "the topology file rates every link", _BUILT),
+    ("fabric.oversubscription", "fabric.kind", _NOT_FILE, "the topology file rates every link", _BUILT),
+    ("fabric.leaf_spine_latency_ns", "fabric.kind", _NOT_FILE, "the topology file delays every link", _BUILT),
+    ("fabric.oversubscription", "fabric.leaf_spine_gbps", _ZERO, "an explicit uplink rate wins over a ratio", "0"),
+    ("fabric.core_oversubscription", "fabric.spine_core_gbps", _ZERO, "an explicit uplink rate wins over a ratio",
+     "0"),
+    ("model.top_k", "model.experts", _POS, "it counts the experts a token goes to", "> 0"),
+    ("model.moe_ffn_hidden", "model.experts", _POS, "it is an expert's width", "> 0"),
+    ("model.shared_experts", "model.experts", _POS, "it counts the always-on experts of MoE layers", "> 0"),
+    ("model.first_k_dense", "model.experts", _POS, "it counts the dense layers before the MoE layers", "> 0"),
+    ("model.capacity_factor", "model.experts", _POS, "it sizes the MoE dispatch buffer", "> 0"),
+    ("model.q_lora_rank", "model.kv_lora_rank", _POS, "it is latent attention's query rank", "> 0"),
+    ("model.rope_head_dim", "model.kv_lora_rank", _POS, "it is latent attention's RoPE key width", "> 0"),
+    ("model.v_head_dim", "model.kv_lora_rank", _POS, "it is latent attention's value width", "> 0"),
+    ("model.kv_heads", "model.kv_lora_rank", _ZERO, "latent attention has no query groups", "0"),
+    ("model.max_position_embeddings", "model.position_embeddings", _TRUE,
+     "it counts the rows of a learned position table", "true"),
+    ("output.vlan_id", "output.vlan", _TRUE, "it is the 802.1Q tag's VID", "true"),
+    ("output.pcp", "output.vlan", _TRUE, "it is the 802.1Q tag's priority", "true"),
+    ("output.qp_split", "nccl.qps_per_connection", _MANY, "it spreads messages over a connection's QPs", "> 1"),
+    ("output.ecn_pattern", "output.ecn_mark_fraction", _POS, "it places CE marks", "> 0"),
+    ("output.ecn_seed", "output.ecn_mark_fraction", _POS, "it seeds CE marks", "> 0"),
+    ("output.ecn_seed", "output.ecn_pattern", _is("random"), "it seeds random CE marks", "random"),
+    ("output.dcqcn", "output.ecn_mark_fraction", _POS, "senders react to CNPs, which only CE marks cause", "> 0"),
+    ("network.pfc_xoff_bytes", "network.pfc", _TRUE, "it is a PFC threshold", "true"),
+    ("network.pfc_resume_offset_bytes", "network.pfc", _TRUE, "it is a PFC threshold", "true"),
+    ("network.pfc_headroom_bytes", "network.pfc", _TRUE, "it is PFC headroom", "true"),
+    ("network.pfc_pause_quanta", "network.pfc", _TRUE, "it is the PFC PAUSE time", "true"),
+    ("network.dcqcn_rate_ai_mbps", "network.cc_mode", _is("dcqcn"), "it is DCQCN's additive increase", "dcqcn"),
+    ("network.dcqcn_rate_hai_mbps", "network.cc_mode", _is("dcqcn"), "it is DCQCN's hyper increase", "dcqcn"),
+]
+
+
+def _get(job: Job, key: str) -> Any:
+    sec, _, name = key.partition(".")
+    return getattr(getattr(job, sec), name)
+
+
+def _default(key: str) -> Any:
+    sec, _, name = key.partition(".")
+    return SECTIONS[sec].__dataclass_fields__[name].default
+
+
+def _yaml_word(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return v if isinstance(v, str) and v.isprintable() and 0 < len(v) <= 60 else show(v)
+
+
+def inert_keys(job: Job) -> list[tuple[str, str]]:
+    """(key, other key) of every key with a non-default value that has no effect (INERT)."""
+    out = []
+    for key, other, acts, _, _ in INERT:
+        if _get(job, key) != _default(key) and not acts(_get(job, other)):
+            out.append((key, other))
+    return out
+
+
+def _settle_inert(job: Job, written: dict[str, str]) -> Job:
+    """Refuse the keys the user wrote that have no effect; reset those presets carried in."""
+    rows = {(k, o): (what, want) for k, o, _, what, want in INERT}
+    for key, other in inert_keys(job):
+        if _get(job, key) == _default(key):      # reset by an earlier row
+            continue
+        if key in written:
+            what, want = rows[key, other]
+            fix = f"set {other} {want}" if want.startswith(">") else f"set {other}: {want}"
+            raise ConfigError(f"{written[key]}={_yaml_word(_get(job, key))} has no effect with "
+                              f"{written.get(other, other)}={_yaml_word(_get(job, other))} ({what}); "
+                              f"remove it or {fix}")
+        sec, _, name = key.partition(".")
+        job = dataclasses.replace(job, **{sec: dataclasses.replace(getattr(job, sec), **{name: _default(key)})})
+    return job
+
+
+def _written(raw: Any) -> dict[str, str]:
+    """Canonical 'section.key' -> the key as written, for the section keys a job mapping names
+    itself (a section given as a preset, or a section's `preset:`, names none)."""
+    out: dict[str, str] = {}
+    if not isinstance(raw, dict):
+        return out
+    for sec, part in raw.items():
+        if sec not in SECTIONS or not isinstance(part, dict):
+            continue
+        for key in part:
+            if not isinstance(key, str) or key in ("preset", "name"):
+                continue
+            home = MOVED.get(sec, {}).get(key)
+            name = key if home else ALIASES.get(sec, {}).get(key, key)
+            out[f"{home or sec}.{name}"] = f"{sec}.{key}"
+    return out
 
 
 # --- the limits table (docs/limits.md) ---------------------------------------------------------
@@ -1224,7 +1515,11 @@ def limits_rows() -> list[tuple[str, str, str]]:
         elif typ in (int, float):
             lo, hi = bounds(key, typ)
             why = _RANGES[key][2] if len(_RANGES.get(key, ())) > 2 else ""
-            rows.append((key, f"{_num(lo)} .. {_num(hi)}", why))
+            accepted = f"{_num(lo)} .. {_num(hi)}"
+            if key in _ZERO_OR:
+                accepted = f"0, or {_num(_ZERO_OR[key][0])} .. {_num(hi)}"
+                why = f"{why}; {_ZERO_OR[key][1]}"
+            rows.append((key, accepted, why))
     return rows
 
 
