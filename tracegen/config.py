@@ -1,7 +1,10 @@
 """Job description: YAML / preset / dict -> frozen dataclasses, validated with one-line errors.
 
-Sections: model, parallelism, cluster, nccl, network, output. Every key has a default here, so a
-YAML file names only what differs. Megatron argument names are accepted as aliases.
+Sections: model, parallelism, cluster, fabric, nccl, network, output. Every key is declared once
+in config_schema.py (type, default, range, doc), so a YAML file names only what differs; here the
+sections gain their derived sizes, and jobs are loaded (YAML, presets, --set), checked key by key
+and between keys, and described (docs/limits.md, the JSON Schema). Megatron argument names are
+accepted as aliases.
 """
 from __future__ import annotations
 
@@ -12,63 +15,29 @@ import os
 import re
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .config_schema import (ALIASES, CHOICES as _CHOICES, DTYPE_BYTES, GPU_MEMORY_BYTES,  # noqa: F401
+                            GPU_PEAK_TFLOPS, MOVED, NAME_MAX as _NAME_MAX, POSITIVE as _POSITIVE,
+                            PRESET_DIRS as _PRESET_DIRS, RANGES as _RANGES, SCALARS as _SCALARS,
+                            STR_MAX as _STR_MAX, TOP_EXTRA as _TOP_EXTRA, TYPES as _TYPES,
+                            WORLD_MAX as _WORLD_MAX, ZERO_OR as _ZERO_OR, ClusterKeys, FabricKeys,
+                            JobKeys, KEYS, ModelKeys, NcclKeys, NetworkKeys, OutputKeys,
+                            ParallelismKeys, bounds, limits_markdown, limits_rows)
+from .config_schema import JOB_NAME as _JOB_NAME_RE
 from .errors import ConfigError
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
-# Dense peak (TFLOP/s) at the precision training runs in; MFU is the fraction achieved.
-# Memory per GPU (bytes) a plan is held against: H100/A100 SXM 80 GB, H200 141 GB, B200 180 GB.
-GPU_MEMORY_BYTES = {"a100": 80 * 10**9, "h100": 80 * 10**9, "h200": 141 * 10**9, "b200": 180 * 10**9}
+# The sections: their keys are declared in config_schema.py (type, default, range, doc); here
+# they gain what is derived from them.
 
-GPU_PEAK_TFLOPS = {
-    "a100": {"fp32": 19.5, "bf16": 312.0, "fp16": 312.0, "fp8": 312.0},
-    "h100": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
-    "h200": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
-    "b200": {"fp32": 80.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
-}
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str = "tiny"
-    layers: int = 4
-    hidden: int = 256
-    heads: int = 8
-    kv_heads: int = 0          # 0: same as heads (no GQA)
-    ffn_hidden: int = 0        # 0: 4 * hidden
-    vocab: int = 4096
-    seq_len: int = 256
-    dtype: str = "bf16"
-    # Switches that only change the parameter count (GPT-style defaults; llama flips all four).
-    gated_mlp: bool = False            # SwiGLU: 3 MLP matrices (gate, up, down) instead of 2
-    position_embeddings: bool = True   # learned s x h position table (GPT); False for RoPE
-    tied_embeddings: bool = True       # LM head shares the input embedding; False: its own V x h
-    bias: bool = True                  # biases on linears and LayerNorms; False: none (RMSNorm)
-    head_dim: int = 0                  # 0: hidden / heads
-    # Mixture of experts (experts = 0: dense). Layers after the first `first_k_dense` are MoE.
-    experts: int = 0                   # routed experts per MoE layer
-    top_k: int = 2                     # experts each token is routed to
-    moe_ffn_hidden: int = 0            # 0: ffn_hidden; width of one routed / shared expert
-    shared_experts: int = 0            # always-on experts (DeepSeek), computed locally
-    first_k_dense: int = 0             # leading dense layers before the MoE layers
-    capacity_factor: float = 1.0       # dispatch buffer = tokens x top_k x capacity_factor rows
-    # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank > 0 turns it on.
-    q_lora_rank: int = 0
-    kv_lora_rank: int = 0
-    rope_head_dim: int = 0             # decoupled RoPE key width per head
-    v_head_dim: int = 0                # 0: head_dim
-    # Megatron's sizing rules: position table rows (`--max-position-embeddings`, >= seq_len) and the
-    # vocabulary padded to a multiple of make_vocab_size_divisible_by x tp (`_vocab_size_with_padding`)
-    max_position_embeddings: int = 0  # 0: seq_len
-    make_vocab_size_divisible_by: int = 128
-    flash_attention: bool = True       # no s x s attention scores kept for backward (memory model)
+class Model(ModelKeys):
+    """A transformer: its keys (config_schema.ModelKeys) and the sizes derived from them."""
 
     @property
     def bytes_per_elem(self) -> int:
@@ -118,24 +87,8 @@ class Model:
         return 2 * (self.kv_heads or self.heads) * self.dhead
 
 
-@dataclass(frozen=True)
-class Parallelism:
-    dp: int = 2
-    tp: int = 2
-    pp: int = 2
-    micro_batch: int = 1         # b
-    global_batch: int = 8        # sequences per iteration over all DP replicas
-    dp_bucket_bytes: int = 25 * 1000 * 1000   # DDP / Megatron gradient bucket (25 MB default)
-    grad_dtype: str = ""         # "": Megatron's rule (fp32 for bf16 models, else the model dtype)
-    sp: bool = False             # Megatron sequence parallelism: TP AllReduce -> AllGather + ReduceScatter
-    cp: int = 1                  # context parallelism (ring attention over sequence chunks)
-    ep: int = 1                  # expert parallelism (Megatron-core's expert grid: etp-ep-edp-pp)
-    expert_tp: int = 0           # expert tensor parallelism (--expert-tensor-parallel-size); 0: = tp
-    zero: int = 0                # ZeRO stage 0..3 (3 = FSDP)
-    vpp: int = 1                 # virtual pipeline stages per rank (interleaved 1F1B)
-    pp_scatter_gather: bool = False   # send 1/t of each activation, AllGather it over TP after
-    recompute: str = "none"      # none | selective | full activation recomputation
-    dp_overlap: bool = True      # release gradient buckets during backward (False: all after it)
+class Parallelism(ParallelismKeys):
+    """How the job is split: degrees, batches, sharding (config_schema.ParallelismKeys)."""
 
     @property
     def world(self) -> int:
@@ -165,17 +118,8 @@ def grad_elem_bytes(model: "Model", par: Parallelism) -> int:
     return 4 if model.dtype == "bf16" else DTYPE_BYTES[model.dtype]
 
 
-@dataclass(frozen=True)
-class Cluster:
-    name: str = "mini-h100"
-    nodes: int = 0               # 0: world / gpus_per_node
-    gpus_per_node: int = 2
-    gpu: str = "h100"
-    mfu: float = 0.4
-    nic_gbps: int = 400          # one NIC per GPU, on its rail
-    nvlink_gbps: int = 3600      # per GPU per direction (H100 NVLink4: 450 GB/s)
-    nics_per_node: int = 0       # 0: one NIC per GPU; 1, 2, 4: GPUs share NICs (a rail per NIC)
-    gpu_nic_map: str = ""        # "0,0,1,1,...": NIC of each GPU; "": GPU i -> NIC i // (gpus/nics)
+class Cluster(ClusterKeys):
+    """Nodes, GPUs and NICs (config_schema.ClusterKeys)."""
 
     def node_count(self, world: int) -> int:
         return self.nodes or world // self.gpus_per_node
@@ -191,130 +135,27 @@ class Cluster:
         return [g // share for g in range(self.gpus_per_node)]
 
 
-@dataclass(frozen=True)
-class FabricConfig:
-    """The switch fabric the NICs plug into (topology.py builds it; routing.py routes over it).
+class FabricConfig(FabricKeys):
+    """The switch fabric the NICs plug into (topology.py builds it; routing.py routes over it);
+    kinds and keys: config_schema.FabricKeys."""
 
-    kind: rail-optimised - two tiers, NIC i of each group of `nodes_per_leaf` nodes on the leaf of
-                           rail i (NVIDIA DGX SuperPOD style); every leaf to every spine
-          leaf-spine     - two tiers, ToR leaves: every NIC of a node on one leaf
-          fat-tree       - three tiers, k-ary (pods of k/2 leaves and k/2 spines, (k/2)^2 cores)
-          file           - switches and links listed in a topology YAML (`file`)
-    `planes` > 1 splits each NIC into that many ports of nic_gbps / planes, each on its own copy
-    of the fabric (multi-plane); a QP uses plane QPN mod planes.
-    """
-    name: str = ""
-    kind: str = "rail-optimised"
-    nodes_per_leaf: int = 16     # two-tier: nodes under one leaf (rail-optimised: per rail)
-    spines: int = 2              # two-tier: spine count (every leaf has one uplink to each)
-    k: int = 0                   # fat-tree radix (0: the smallest even k that holds every NIC)
-    placement: str = ""          # fat-tree: node (a node's NICs on consecutive leaf ports) | rail
-    leaf_spine_gbps: int = 0     # 0: nic_gbps / planes (or from `oversubscription`)
-    spine_core_gbps: int = 0     # fat-tree spine(aggregation)-core links; 0: leaf_spine_gbps
-    oversubscription: float = 0.0       # > 0: leaf uplink rate = leaf downlink Gb/s / (ratio x uplinks)
-    core_oversubscription: float = 0.0  # fat-tree: the same for spine uplinks to the cores
-    link_latency_ns: int = 1000  # per link: propagation + switching (NIC-leaf links)
-    leaf_spine_latency_ns: int = -1     # -1: link_latency_ns
-    spine_core_latency_ns: int = -1     # -1: link_latency_ns
-    planes: int = 1
-    ecmp_seed: int = 0           # seeds every switch's ECMP hash (routing.py)
-    ecmp_hash: str = "5-tuple"   # 5-tuple | qp (BTH DestQP with the addresses; routing.py)
-    file: str = ""               # kind=file: topology YAML (switches, links; see routing docs)
+
+class Nccl(NcclKeys):
+    """NCCL's algorithm, protocol and chunking (config_schema.NcclKeys)."""
+
+
+class Network(NetworkKeys):
+    """Settings for the simulators (ns-3 export, `tracegen ns3 run`) and switch labs
+    (config_schema.NetworkKeys)."""
+
+
+class Output(OutputKeys):
+    """What generate writes and how (config_schema.OutputKeys)."""
 
 
 @dataclass(frozen=True)
-class Nccl:
-    algorithm: str = "ring"              # ring | tree | halving_doubling | hierarchical | auto
-    channels: int = 2
-    ring_msg_bytes: int = 1 << 20        # Simple protocol: 1 MiB slice per network message
-    ring_chunk_bytes: int = 2 << 20      # Simple: 2 MiB chunk per ring step per loop
-    p2p_chunk_bytes: int = 128 << 10     # send/recv network chunk
-    qps_per_connection: int = 1
-    protocol: str = "simple"             # simple | ll | ll128 | auto (NCCL_PROTO)
-    simple_step_bytes: int = 512 << 10   # NCCL_BUFFSIZE / NCCL_STEPS: Tree chunk, Broadcast/Reduce chunk
-    pxn: bool = True                     # a cross-rail send hops over NVLink to the sender node's GPU on the
-                                         # destination's rail first (NCCL >= 2.12 default: rail-aligned)
-    fifo_tc: int = -1                    # NCCL_IB_FIFO_TC: traffic class (DSCP << 2 | ECN) of the receiver's
-                                         # QPs - its CTS and ACKs - in pcaps; -1: the data's (output.dscp)
-
-
-@dataclass(frozen=True)
-class Network:
-    """Settings for the simulators (ns-3 export, `tracegen ns3 run`) and switch labs."""
-    cc_mode: str = "dcqcn"       # dcqcn | hpcc | timely | dctcp | hpcc-pint
-    kmin_bytes: int = 150_000    # ECN marking (DCQCN's RED) on a NIC-rate port; scales with rate
-    kmax_bytes: int = 1_500_000
-    pmax: float = 0.2
-    pfc: bool = True
-    buffer_bytes: int = 32 << 20  # per switch, shared by its ports
-    # DCQCN reaction point (HPCC config.txt keys; defaults as HPCC's simulation/run.py sets DCQCN)
-    dcqcn_rate_ai_mbps: float = 0.0    # additive increase; 0: 5 Mb/s per 25 Gb/s of NIC rate
-    dcqcn_rate_hai_mbps: float = 0.0   # hyper increase; 0: 50 Mb/s per 25 Gb/s of NIC rate
-    dcqcn_min_rate_mbps: float = 1000.0
-    dcqcn_g: float = 1 / 256           # alpha's EWMA gain
-    dcqcn_alpha_resume_us: float = 1.0  # alpha update period
-    dcqcn_rate_decrease_us: float = 4.0  # at most one rate cut per period
-    dcqcn_rp_timer_us: float = 300.0   # rate increase period
-    dcqcn_fast_recovery: int = 1       # increase periods of fast recovery before AI / HAI
-    cnp_interval_us: float = 4.0       # notification point: <= 1 CNP per QP per interval
-    # PFC on the RoCE priority, per switch ingress port
-    pfc_xoff_bytes: int = 0            # pause above this; 0: dynamic, 1/8 of the free buffer
-    pfc_resume_offset_bytes: int = 3072  # resume at Xoff - offset (HPCC: 3 KB)
-    pfc_headroom_bytes: int = 0        # reserved per port; 0: 3 x the link's bandwidth-delay
-    pfc_pause_quanta: int = 65535      # PAUSE time in 512-bit-time quanta (refreshed at half)
-
-
-@dataclass(frozen=True)
-class Output:
-    dir: str = ""                # "" -> traces/<job name>
-    pcap: bool = True
-    ns3: bool = True
-    pmtu: int = 4096
-    vlan: bool = True
-    vlan_id: int = 100
-    pcp: int = 3
-    dscp: int = 26
-    ecn: int = 2                 # 2 = ECT(0)
-    snaplen: int = 0             # 0: whole frames
-    payload: str = "zero"        # zero | pattern | none (none: records end at the headers, orig_len real)
-    ack_every: int = 0           # 0: one ACK per message (on the A bit); N: also every N packets
-    # pcap budget and filters (emit/select.py): refuse writing more than max_bytes (0: no limit)
-    max_bytes: int = 2 << 30
-    time_window: str = ""        # "START_NS:END_NS": only packets starting in [START, END)
-    nics: str = ""               # "0,3" or "node0001-rail0,...": only these NICs' files
-    ranks: str = ""              # "0,5": only the files of the NICs these ranks use
-    collectives: str = ""        # "dp,pp" (parallelism) or "allreduce,sendrecv" (kind): only their packets
-    iteration: int = -1          # -1: every iteration
-    # wire details
-    qp_split: bool = False       # nccl.qps_per_connection > 1: False = whole messages round-robin over
-                                 # the QPs (NCCL_IB_SPLIT_DATA_ON_QPS=0, NCCL's default); True = every
-                                 # message split in 128 B-aligned parts, one per QP
-    ip_version: int = 4          # 4 | 6 (RoCEv2 over IPv6: fd00::<IPv4 plan>)
-    pkey: int = 0xFFFF           # BTH P_Key (0xFFFF: default partition, full member)
-    # congestion artefacts (emit/congestion.py): CE marks on this fraction of data packets, and
-    # the CNPs (<= 1 per QP per 4 us) the receivers send back
-    ecn_mark_fraction: float = 0.0
-    ecn_pattern: str = "random"  # random (seeded by ecn_seed) | periodic (every 1/fraction-th)
-    ecn_seed: int = 0
-    dcqcn: bool = False          # open-loop reaction: after a CNP the QP's later messages are paced at the
-                                 # rate DCQCN gives it (parameters as the ns-3 export, network.cc_mode=dcqcn)
-    # capture files and views (emit/capture_file.py, emit/views.py)
-    format: str = "pcap"         # pcap (nanosecond) | pcapng (one interface block per NIC / port)
-    comments: bool = False       # pcapng: per-packet comment naming collective, op, step, chunk
-    merge: bool = False          # one merged file for the selected NICs instead of one per NIC
-    switch: str = ""             # "leaf3" / "spine0": one file per port of that switch instead
-    lab: str = ""                # lab plan YAML (emit/lab.py): one replayable pcap per tester port
-    # tables and pictures (emit/flows.py, emit/tables_out.py, emit/perfetto.py, emit/plots.py)
-    tables: str = "csv"          # flow + op tables: "csv", "parquet" (needs pyarrow) or "csv,parquet"
-    perfetto: bool = True        # perfetto.json: the schedule as a Chrome trace (ui.perfetto.dev)
-    pictures: bool = True        # gantt.png, traffic_matrix.png, timeline.png
-    lab_gbps: int = 0            # > 0: testers of this rate - the whole trace is scheduled again with
-                                 # NICs (and leaf-spine links, scaled alike) at it (--lab-rate 100G)
-
-
-@dataclass(frozen=True)
-class Job:
-    name: str = "default"
+class Job(JobKeys):
+    """A whole job: the top-level keys (config_schema.JobKeys) and one value per section."""
     model: Model = field(default_factory=Model)
     parallelism: Parallelism = field(default_factory=Parallelism)
     cluster: Cluster = field(default_factory=Cluster)
@@ -322,9 +163,6 @@ class Job:
     nccl: Nccl = field(default_factory=Nccl)
     network: Network = field(default_factory=Network)
     output: Output = field(default_factory=Output)
-    iterations: int = 1
-    seed: int = 0
-    detail: str = "auto"     # schedule granularity: full (every chunk) | conn (per connection per op) | auto
 
     @property
     def world(self) -> int:
@@ -340,183 +178,10 @@ class Job:
 # checked values only; the dataclass defaults fill in the rest when the Job is built.
 
 SECTIONS = {"model": Model, "parallelism": Parallelism, "cluster": Cluster, "fabric": FabricConfig,
-            "nccl": Nccl,
-            "network": Network, "output": Output}
-_SCALARS = {"name": str, "iterations": int, "seed": int, "detail": str}
-_PRESET_DIRS = {"model": "models", "cluster": "clusters", "fabric": "fabrics"}   # sections that may name a preset
-_TOP_EXTRA = ("preset", "description")                      # job-level keys that are not Job fields
-
-# Megatron-LM argument names (dashes as underscores), accepted as synonyms of ours.
-ALIASES = {
-    "parallelism": {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
-                    "data_parallel_size": "dp", "micro_batch_size": "micro_batch",
-                    "global_batch_size": "global_batch", "sequence_parallel": "sp",
-                    "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
-                    "virtual_pipeline_model_parallel_size": "vpp",
-                    "recompute_granularity": "recompute", "zero_stage": "zero",
-                    "expert_tensor_parallel_size": "expert_tp"},
-    "model": {"num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
-              "num_query_groups": "kv_heads", "ffn_hidden_size": "ffn_hidden",
-              "seq_length": "seq_len", "padded_vocab_size": "vocab", "vocab_size": "vocab",
-              "num_experts": "experts", "moe_router_topk": "top_k",
-              "moe_ffn_hidden_size": "moe_ffn_hidden", "kv_channels": "head_dim",
-              "use_flash_attn": "flash_attention"},
-}
-
-
-# Keys that moved to another section and stay accepted where they were (old job files, cluster
-# presets): cluster.nodes_per_leaf -> fabric.nodes_per_leaf, and so on.
-MOVED = {"cluster": {k: "fabric" for k in ("nodes_per_leaf", "spines", "leaf_spine_gbps",
-                                           "link_latency_ns")}}
-
-
-def _field_types(cls: type) -> dict[str, type]:
-    hints = typing.get_type_hints(cls)   # annotations are strings under `from __future__`
-    return {f.name: hints[f.name] for f in fields(cls)}
-
-
-_TYPES = {sec: _field_types(cls) for sec, cls in SECTIONS.items()}
-
-# Per-key rules, checked before any work is done. Every integer and float key has a range
-# (docs/limits.md is rendered from these tables: `python -m tracegen.config --limits`):
-#   _POSITIVE  integers that must be >= 1 (their upper bound: _RANGES, else _INT_MAX);
-#   _RANGES    key -> (lo, hi) or (lo, hi, why), inclusive. `why` says where the bound comes from;
-#   other integers must be 0.._INT_MAX, other floats finite and 0.._FLOAT_MAX.
-# A new key slots in by adding a row (tests/test_bad_input.py checks every key has one).
-_POSITIVE = {
-    "iterations",
-    "model.layers", "model.hidden", "model.heads", "model.vocab", "model.seq_len",
-    "parallelism.dp", "parallelism.tp", "parallelism.pp", "parallelism.micro_batch",
-    "parallelism.global_batch", "parallelism.dp_bucket_bytes", "parallelism.cp", "parallelism.ep",
-    "parallelism.vpp", "model.top_k", "model.make_vocab_size_divisible_by",
-    "cluster.gpus_per_node", "cluster.nic_gbps", "cluster.nvlink_gbps", "fabric.nodes_per_leaf",
-    "fabric.spines", "fabric.planes",
-    "nccl.channels", "nccl.ring_msg_bytes", "nccl.ring_chunk_bytes", "nccl.p2p_chunk_bytes",
-    "nccl.qps_per_connection", "nccl.simple_step_bytes",
-    "network.kmax_bytes", "network.buffer_bytes",
-}
-_K, _M, _G, _T = 1 << 10, 1 << 20, 1 << 30, 1 << 40
-_RANGES = {
-    "iterations": (1, 1000, "training iterations traced in one run"),
-    "seed": (0, 2**32 - 1, "32-bit seed"),
-    "model.layers": (1, 10_000, "transformer layers (the largest models have ~100)"),
-    "model.hidden": (1, _M, "hidden size"),
-    "model.heads": (1, 65_536, "attention heads"),
-    "model.kv_heads": (0, 65_536, "query groups; 0: same as heads"),
-    "model.ffn_hidden": (0, 4 * _M, "MLP width; 0: 4 x hidden"),
-    "model.vocab": (1, 16 * _M, "vocabulary size"),
-    "model.seq_len": (1, 16 * _M, "tokens per sequence"),
-    "model.head_dim": (0, 65_536, "0: hidden / heads"),
-    "model.experts": (0, 65_536, "routed experts per MoE layer"),
-    "model.top_k": (1, 1024, "experts per token"),
-    "model.moe_ffn_hidden": (0, 4 * _M, "expert MLP width; 0: ffn_hidden"),
-    "model.shared_experts": (0, 1024, "always-on experts"),
-    "model.first_k_dense": (0, 10_000, "leading dense layers"),
-    "model.capacity_factor": (0.001, 64.0, "dispatch buffer over even routing"),
-    "model.q_lora_rank": (0, _M, "MLA query rank"),
-    "model.kv_lora_rank": (0, _M, "MLA key/value rank"),
-    "model.rope_head_dim": (0, 65_536, "MLA decoupled RoPE width"),
-    "model.v_head_dim": (0, 65_536, "0: head_dim"),
-    "model.max_position_embeddings": (0, 16 * _M, "rows of a learned position table; 0: seq_len"),
-    "model.make_vocab_size_divisible_by": (1, 65_536, "vocabulary padding multiple (x tp)"),
-    "parallelism.dp": (1, _M, "data-parallel replicas"),
-    "parallelism.tp": (1, 1024, "tensor-parallel ranks"),
-    "parallelism.pp": (1, 1024, "pipeline stages"),
-    "parallelism.micro_batch": (1, 65_536, "sequences per micro-batch"),
-    "parallelism.global_batch": (1, 16 * _M, "sequences per iteration"),
-    "parallelism.dp_bucket_bytes": (1, 1 << 50, "gradient bucket (huge: one bucket per stage)"),
-    "parallelism.cp": (1, 1024, "context-parallel ranks"),
-    "parallelism.ep": (1, 65_536, "expert-parallel ranks"),
-    "parallelism.expert_tp": (0, 1024, "expert tensor-parallel ranks; 0: tp"),
-    "parallelism.zero": (0, 3, "ZeRO stage"),
-    "parallelism.vpp": (1, 1024, "model chunks per pipeline rank"),
-    "cluster.nodes": (0, _M, "0: world / gpus_per_node"),
-    "cluster.gpus_per_node": (1, 1024, "GPUs per node (an NVLink domain)"),
-    "cluster.mfu": (0.001, 1.0, "model FLOPs utilisation, a fraction of peak"),
-    "cluster.nic_gbps": (1, 1_000_000, "Gb/s per NIC (today's NICs: 100-800)"),
-    "cluster.nvlink_gbps": (1, 1_000_000, "Gb/s per GPU per direction (NVLink5: 7,200)"),
-    "fabric.nodes_per_leaf": (1, _M, "nodes under one leaf (rail-optimised: per rail)"),
-    "fabric.spines": (1, 65_536, "spine switches (two-tier)"),
-    "fabric.k": (0, 1024, "fat-tree radix; 0: the smallest even k that holds every NIC"),
-    "fabric.leaf_spine_gbps": (0, 10_000_000, "Gb/s per leaf-spine link; 0: from oversubscription or the NIC port"),
-    "fabric.spine_core_gbps": (0, 10_000_000, "Gb/s per spine-core link; 0: from core_oversubscription or leaf-spine"),
-    "fabric.oversubscription": (0.0, 1000.0, "leaf downlink : uplink Gb/s; 0: use leaf_spine_gbps"),
-    "fabric.core_oversubscription": (0.0, 1000.0, "spine downlink : uplink Gb/s (fat-tree)"),
-    "fabric.link_latency_ns": (0, 100_000_000, "ns per link (100 ms: 20,000 km of fibre)"),
-    "fabric.leaf_spine_latency_ns": (-1, 100_000_000, "-1: link_latency_ns"),
-    "fabric.spine_core_latency_ns": (-1, 100_000_000, "-1: link_latency_ns"),
-    "fabric.planes": (1, 16, "independent fabric planes per NIC"),
-    "fabric.ecmp_seed": (0, 2**32 - 1, "seeds every switch's ECMP hash"),
-    "cluster.nics_per_node": (0, 1024, "0: one NIC per GPU"),
-    "nccl.channels": (1, 64, "NCCL's MAXCHANNELS"),
-    "nccl.ring_msg_bytes": (256, _G, "network message of the Simple protocol"),
-    "nccl.ring_chunk_bytes": (1 * _K, _G, "ring chunk per step"),
-    "nccl.p2p_chunk_bytes": (1 * _K, _G, "send/recv network chunk"),
-    "nccl.qps_per_connection": (1, 128, "NCCL_IB_QPS_PER_CONNECTION"),
-    "nccl.simple_step_bytes": (1 * _K, _G, "NCCL_BUFFSIZE / NCCL_STEPS"),
-    "network.kmin_bytes": (0, 64 * _G, "ECN marking starts"),
-    "network.kmax_bytes": (1, 64 * _G, "ECN marking at pmax"),
-    "network.pmax": (0.0, 1.0, "a probability"),
-    "network.dcqcn_g": (0.0, 1.0, "DCQCN alpha gain"),
-    "network.dcqcn_rate_ai_mbps": (0.0, 1e6, "DCQCN additive increase; 0: 5 Mb/s per 25 Gb/s of NIC"),
-    "network.dcqcn_rate_hai_mbps": (0.0, 1e6, "DCQCN hyper increase; 0: 50 Mb/s per 25 Gb/s of NIC"),
-    "network.dcqcn_min_rate_mbps": (0.001, 1e7, "DCQCN rate floor"),
-    "network.dcqcn_alpha_resume_us": (0.001, 1e6, "alpha update period"),
-    "network.dcqcn_rate_decrease_us": (0.001, 1e6, "at most one rate cut per period"),
-    "network.dcqcn_rp_timer_us": (0.001, 1e6, "rate increase period"),
-    "network.dcqcn_fast_recovery": (0, 1000, "fast-recovery periods before AI / HAI"),
-    "network.cnp_interval_us": (0.0, 1e6, "<= 1 CNP per QP per interval"),
-    "network.pfc_xoff_bytes": (0, _T, "pause above; 0: dynamic (1/8 of the free buffer)"),
-    "network.pfc_resume_offset_bytes": (0, _G, "resume at Xoff - offset"),
-    "network.pfc_headroom_bytes": (0, _G, "per port; 0: 3 x the link's bandwidth-delay"),
-    "network.pfc_pause_quanta": (1, 65535, "PAUSE time in 512-bit quanta"),
-    "network.buffer_bytes": (1, _T, "switch buffer"),
-    "output.vlan_id": (1, 4094, "802.1Q VID"),
-    "output.pcp": (0, 7, "802.1Q priority"),
-    "output.dscp": (0, 63, "6-bit DSCP"),
-    "output.ecn": (0, 3, "2-bit ECN"),
-    "output.snaplen": (0, 262_144, "libpcap's largest snaplen; 0: whole frames"),
-    "output.ack_every": (0, 16 * _M, "packets per coalesced ACK; 0: one per message"),
-    "output.max_bytes": (0, 1 << 50, "pcap budget; 0: no limit"),
-    "output.iteration": (-1, 999, "-1: every iteration (else < iterations)"),
-    "output.pkey": (1, 0xFFFF, "16-bit BTH P_Key"),
-    "output.ecn_mark_fraction": (0.0, 1.0, "a fraction of data packets"),
-    "output.ecn_seed": (0, 2**32 - 1, "32-bit seed"),
-    "output.lab_gbps": (0, 1_000_000, "testers' rate; 0: the NICs'"),
-    "nccl.fifo_tc": (-1, 255, "NCCL_IB_FIFO_TC; -1: the data's"),
-}
-# Keys whose 0 means "derived" and whose other values have a floor above 0 (a ratio of 0.0001
-# divides by zero in fabric_kinds._ceil_div; a rate below 1 Kb/s rounds to 0 in HPCC's config).
-_ZERO_OR = {
-    "fabric.oversubscription": (0.01, "below 1:100 an uplink would outrun 100 x its leaf's downlinks"),
-    "fabric.core_oversubscription": (0.01, "below 1:100 an uplink would outrun 100 x its spine's downlinks"),
-    "network.dcqcn_rate_ai_mbps": (0.001, "HPCC's config takes whole Kb/s"),
-    "network.dcqcn_rate_hai_mbps": (0.001, "HPCC's config takes whole Kb/s"),
-}
-_INT_MAX = 2**31 - 1        # integers without a row of their own
-_FLOAT_MAX = 1e9
-_STR_MAX = 65_536           # characters in any string key
-_NAME_MAX = 100             # characters in a job name (it names folders and files)
-_WORLD_MAX = 1 << 20        # GPUs: dp x tp x pp x cp
-_CHOICES = {
-    "model.dtype": tuple(DTYPE_BYTES),
-    "fabric.kind": ("rail-optimised", "leaf-spine", "fat-tree", "file"),
-    "fabric.ecmp_hash": ("5-tuple", "qp"),
-    "detail": ("auto", "full", "conn"),
-    "fabric.placement": ("", "node", "rail"),
-    "parallelism.grad_dtype": ("",) + tuple(DTYPE_BYTES),
-    "cluster.gpu": tuple(GPU_PEAK_TFLOPS),
-    "parallelism.recompute": ("none", "selective", "full"),
-    "nccl.algorithm": ("ring", "tree", "halving_doubling", "hierarchical", "auto"),
-    "nccl.protocol": ("simple", "ll", "ll128", "auto"),
-    "network.cc_mode": ("dcqcn", "hpcc", "timely", "dctcp", "hpcc-pint"),
-    "output.pmtu": (256, 512, 1024, 2048, 4096),   # IB MTUs: RoCE has no other
-    "output.payload": ("zero", "pattern", "none"),
-    "output.ip_version": (4, 6),
-    "output.ecn_pattern": ("random", "periodic"),
-    "output.format": ("pcap", "pcapng"),
-}
-_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")   # becomes a directory name under traces/
+            "nccl": Nccl, "network": Network, "output": Output}
+# Every key's type, range, choices: config_schema.KEYS (docs/limits.md is rendered from them:
+# `python -m tracegen.config --limits`; tests/test_bad_input.py checks every number has a range).
+_JOB_NAME = re.compile(_JOB_NAME_RE)   # becomes a directory name under traces/
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
@@ -600,15 +265,6 @@ def _check_type(path: str, value: Any, typ: type) -> Any:
     if typ is str and len(value) > _STR_MAX:
         raise ConfigError(f"{path}: a string of {len(value):,} characters; at most {_STR_MAX:,}")
     return value
-
-
-def bounds(rule: str, typ: type = int) -> tuple:
-    """(lo, hi) accepted for a numeric key (canonical 'section.key')."""
-    if rule in _RANGES:
-        return _RANGES[rule][:2]
-    if typ is float:
-        return 0.0, _FLOAT_MAX
-    return (1 if rule in _POSITIVE else 0), _INT_MAX
 
 
 def _check_value(path: str, value: Any, typ: type, rule: str | None = None) -> Any:
@@ -1446,8 +1102,7 @@ def _get(job: Job, key: str) -> Any:
 
 
 def _default(key: str) -> Any:
-    sec, _, name = key.partition(".")
-    return SECTIONS[sec].__dataclass_fields__[name].default
+    return KEYS[key].default
 
 
 def _yaml_word(v: Any) -> str:
@@ -1502,34 +1157,39 @@ def _written(raw: Any) -> dict[str, str]:
     return out
 
 
-# --- the limits table (docs/limits.md) ---------------------------------------------------------
+# --- docs/limits.md and the JSON Schema for job files (tracegen/schema/job.schema.json) -------
 
-def limits_rows() -> list[tuple[str, str, str]]:
-    """(key, accepted values, why) for every numeric or enumerated key, in section order."""
-    rows = []
-    keyed = [(k, t) for k, t in _SCALARS.items()] + [
-        (f"{sec}.{k}", t) for sec in SECTIONS for k, t in _TYPES[sec].items()]
-    for key, typ in keyed:
-        if key in _CHOICES:
-            rows.append((key, ", ".join(str(c) for c in _CHOICES[key] if c != ""), ""))
-        elif typ in (int, float):
-            lo, hi = bounds(key, typ)
-            why = _RANGES[key][2] if len(_RANGES.get(key, ())) > 2 else ""
-            accepted = f"{_num(lo)} .. {_num(hi)}"
-            if key in _ZERO_OR:
-                accepted = f"0, or {_num(_ZERO_OR[key][0])} .. {_num(hi)}"
-                why = f"{why}; {_ZERO_OR[key][1]}"
-            rows.append((key, accepted, why))
-    return rows
+def limits_doc(doc: str) -> str:
+    """`doc` (docs/limits.md's text) with its key table - from the '| key |' header to the first
+    blank line - replaced by the one the declarations give; the prose around it stays."""
+    start = doc.index("| key | accepted | note |")
+    end = doc.find("\n\n", start)
+    return doc[:start] + limits_markdown() + (doc[end + 1:] if end >= 0 else "")
 
 
-def limits_markdown() -> str:
-    lines = ["| key | accepted | note |", "|---|---|---|"]
-    lines += [f"| `{k}` | {v} | {w} |" for k, v, w in limits_rows()]
-    return "\n".join(lines) + "\n"
+def job_schema_text() -> str:
+    """The JSON Schema of job files, from the key declarations and the shipped presets' names."""
+    from .config_schema import schema_text
+    kinds = {"jobs": "jobs", **_PRESET_DIRS}
+    return schema_text({sec: _preset_names(kind) for sec, kind in kinds.items()})
+
+
+def job_schema_path() -> Path:
+    """Where the shipped schema is (point an editor at it: README, 'Editing job files')."""
+    from .config_schema import SCHEMA_PATH
+    return SCHEMA_PATH
 
 
 if __name__ == "__main__":
     import sys
     if sys.argv[1:] == ["--limits"]:
         sys.stdout.write(limits_markdown())
+    elif sys.argv[1:2] == ["--limits"] and len(sys.argv) == 3:   # rewrite docs/limits.md's table in place
+        doc_path = Path(sys.argv[2])
+        doc_path.write_text(limits_doc(doc_path.read_text("utf-8")), "utf-8")
+    elif sys.argv[1:] == ["--schema"]:        # rewrite the shipped schema (a test checks it is current)
+        job_schema_path().parent.mkdir(exist_ok=True)
+        job_schema_path().write_text(job_schema_text(), "utf-8")
+        print(job_schema_path())
+    else:
+        sys.exit("usage: python -m tracegen.config --limits [docs/limits.md] | --schema")
