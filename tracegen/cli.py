@@ -7,6 +7,7 @@ a manifest of our files): outdir.py. Work is estimated and bounded before the pi
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import replace
@@ -25,6 +26,23 @@ from .work import DEFAULT_MAX_WORK, estimate, parse_work
 def _fail(msg, code: int = 2) -> None:
     click.echo(f"error: {' '.join(str(msg).split())}", err=True)      # one line, whatever it holds
     sys.exit(getattr(msg, "exit_code", code))
+
+
+@contextlib.contextmanager
+def command_errors():
+    """The body of a command that reads or writes: SIGINT/SIGTERM/SIGHUP become Interrupted (temp
+    files removed on the way out); ConfigError and OutputError are one line, exit 2 (WriteError:
+    exit 1); Interrupted says whether the output was already in place, exit 128 + signal."""
+    with outdir.signals_as_interrupts():
+        try:
+            yield
+        except (ConfigError, OutputError) as e:
+            _fail(e)
+        except Interrupted as e:
+            done = (f"the new output was already in place in {e.written}/" if e.written else
+                    "the temp files were removed, nothing was replaced")
+            click.echo(f"error: interrupted by {e.name}; {done}", err=True)
+            sys.exit(e.exit_code)
 
 
 class _OneLineErrors(click.Group):
@@ -142,6 +160,9 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                                 lab_gbps=parse_rate(lab_rate) if lab_rate is not None else None)
             job = retime(job)
             _check_environment()
+            if scheduler:                       # before any work (emit/distributed.py)
+                from .emit.distributed import check_scheduler
+                check_scheduler(scheduler)
             target = _where(out_dir, job, job_file, force)
             with _stages(quiet) as stage:
                 stage("work estimate: the job's collectives")
@@ -170,11 +191,14 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
 
 def _run(job, quiet: bool, pcap: bool = True, budget: bool = True):
     """The pipeline, the pcap estimate and the checks on it (nothing selected, budget)."""
-    from .emit.bundle import with_pcap_estimate
+    from .emit.bundle import wire_note, with_pcap_estimate
     from .emit.select import check_budget, check_not_empty
     from .pipeline import run_pipeline
     with _stages(quiet) as stage:
         run = run_pipeline(job, stage, emit=budget and (job.output.pcap or job.output.ns3))
+        note = wire_note(run) if budget else None
+        if note:                    # generate, nothing crosses a NIC: tables etc. only, one line
+            run, pcap = replace(run, report=replace(run.report, notes=[*run.report.notes, note])), False
         if pcap:
             stage("pcap estimate")
             run = with_pcap_estimate(run)
@@ -227,6 +251,11 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
     try:
         job = retime(_pcap_options(_load(job_file, preset, sets, detail)))
         _check_environment()
+        if corpus:                          # a missing corpus or tokenizer: before any work
+            from .corpus.reader import open_corpus
+            from .corpus.tokenizers import resolve_tokenizer
+            open_corpus(corpus)
+            resolve_tokenizer(tokenizer)
         try:
             target = _where(out_dir, job, job_file, force)
             where = f"generate would write {target.shown}/ ({target.note})"
@@ -349,12 +378,15 @@ def _rate_column():
 
 def _print_plan(run) -> None:
     """The plan's tables, made to fit 100 columns: numbers right-aligned and never wrapped, the
-    per-NIC bytes summarised (sum / min / median / max and the busiest NICs)."""
+    per-NIC bytes summarised (sum / min / median / max and the busiest NICs). Into a pipe or a
+    file (no terminal width to respect) each table is as wide as it needs: nothing is cut."""
     from rich import box
     from rich.console import Console
     from .report import report_tables
     from rich.table import Table
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=100)
     names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
     for title, header, rows in report_tables(run.report, exact=False, nic_names=names):
         table = Table(title=title, title_justify="left", box=box.SQUARE)
@@ -364,7 +396,17 @@ def _print_plan(run) -> None:
                              overflow="fold")
         for r in rows:
             table.add_row(*r)
+        _print_whole(console, table)
+
+
+def _print_whole(console, table) -> None:
+    """A table at the console's width, or wider when a value would be cut (not a terminal)."""
+    if console.is_terminal:
         console.print(table)
+        return
+    from rich.measure import Measurement
+    need = Measurement.get(console, console.options.update(width=10_000), table).maximum
+    console.print(table, width=max(console.width, need), crop=False)
 
 
 def _numeric(cell: str) -> bool:

@@ -358,3 +358,9 @@ def _refuse(job: Job, w: Work, max_work: int, what: str) -> None:
         f"memory; shrink it (fewer layers, iterations or micro-batches: model.layers={job.model.layers}, "
         f"iterations={job.iterations}, global_batch={p.global_batch}; larger chunks and buckets) "
         "or raise --max-work (0: no limit)")
+
+
+def op_transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes: int) -> int:
+    """Rows the collectives stage's template makes for one op of `n` ranks on N nodes x L GPUs
+    (the estimate's per-op count; `tracegen collective` sums it over its sizes)."""
+    return _transfers(kind, plan, n, N, L, nbytes, elem_bytes)

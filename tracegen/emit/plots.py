@@ -12,7 +12,6 @@ fabric work's `link_utilisation.png`: utilisation over time of the busiest links
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,7 +19,6 @@ from typing import Callable
 import numpy as np
 
 from .. import progress
-from ..errors import OutputError
 from ..tables import CollKind, Dim, LinkKind, Ragged
 
 # Strong, distinct colours per parallelism dimension (Tableau 10, reordered so the busy ones differ).
@@ -82,15 +80,13 @@ class TraceView:
 
     @staticmethod
     def from_dir(trace_dir: Path) -> "TraceView":
+        """A written trace folder, checked as it is read (trace_read: a damaged file is one line)."""
+        from .trace_read import FLOW_COLUMNS, OP_COLUMNS, check_ranges, read_summary, read_table
         trace_dir = Path(trace_dir)
-        meta_path = trace_dir / "summary.json"
-        if not meta_path.is_file():
-            raise OutputError(f"{trace_dir}: no summary.json — give a folder written by `tracegen generate`")
-        meta = json.loads(meta_path.read_text())
-        flows = _read_table(trace_dir, "flows", ["src_rank", "dst_rank", "src_nic", "dst_nic", "link", "dim",
-                                                 "bytes", "start_ns", "end_ns"])
-        ops = _read_table(trace_dir, "ops", ["collective", "dim", "iteration", "gap_ns", "start_ns", "end_ns",
-                                             "group"])
+        meta = read_summary(trace_dir)
+        flows = read_table(trace_dir, "flows", FLOW_COLUMNS)
+        ops = read_table(trace_dir, "ops", OP_COLUMNS)
+        check_ranges(trace_dir, flows, ops, int(meta["world"]), len(meta["nic_names"]))
         code = lambda enum, names: np.array([enum[x].value for x in names] if len(names) else [], np.uint8)
         coll = {k.label: int(k) for k in CollKind}
         return TraceView(
@@ -107,54 +103,6 @@ class TraceView:
 
 def _links_meta(run) -> dict:
     return {"utilisation": top_link_utilisation(run.flows, run.fabric)}
-
-
-def _read_table(trace_dir: Path, name: str, columns: list[str]) -> dict:
-    """Columns of <name>.parquet (preferred) or <name>.csv: ints as int64 arrays, labels as lists
-    of str, list columns (`group`, `deps`) as Ragged."""
-    pq_path, csv_path = trace_dir / f"{name}.parquet", trace_dir / f"{name}.csv"
-    lists = {"group", "deps", "route"}
-    if pq_path.is_file():
-        from .tables_out import _pa
-        pa, pq = _pa()
-        t = pq.read_table(str(pq_path), columns=columns)
-        out = {}
-        for c in columns:
-            col = t.column(c).combine_chunks()
-            if pa.types.is_dictionary(col.type):
-                out[c] = np.asarray(col.dictionary.to_pylist(), dtype=object)[
-                    col.indices.to_numpy(zero_copy_only=False)].tolist() if len(col) else []
-            elif pa.types.is_list(col.type):
-                ptr = col.offsets.to_numpy().astype(np.int64)
-                out[c] = Ragged(ptr - ptr[0], col.values.to_numpy(zero_copy_only=False).astype(np.int64)
-                                [ptr[0]:ptr[-1]] if len(col.values) else np.zeros(0, np.int64))
-            else:
-                out[c] = col.to_numpy(zero_copy_only=False).astype(np.int64)
-        return out
-    if not csv_path.is_file():
-        raise OutputError(f"{trace_dir}: neither {name}.parquet nor {name}.csv — give a folder written by "
-                          "`tracegen generate`")
-    with open(csv_path) as f:
-        header = f.readline().rstrip("\n").split(",")
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise OutputError(f"{csv_path}: no column {missing[0]!r}")
-        idx = [header.index(c) for c in columns]
-        raw = [line.rstrip("\n").split(",") for line in f]
-    out = {}
-    for c, i in zip(columns, idx):
-        vals = [row[i] for row in raw]
-        if c in lists:
-            out[c] = Ragged.from_lists([[int(x) for x in v.split(";")] if v else [] for v in vals])
-        elif vals and not _is_int(vals[0]):
-            out[c] = vals
-        else:
-            out[c] = np.array(vals, dtype=np.int64) if vals else np.zeros(0, np.int64)
-    return out
-
-
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit()
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -340,13 +288,13 @@ def top_link_utilisation(flows, fabric, top: int = TOP_LINKS) -> dict:
     if load is None or end <= 0 or not len(load.t):
         return {}
     from ..report import UTIL_BINS
-    n = 2 * len(fabric.links)
     width = max(1, -(-end // UTIL_BINS))
-    gbps = np.repeat(fabric.links["gbps"], 2).astype(np.float64)
-    util = load.binned(n, width, UTIL_BINS) * 8 / (gbps[:, None] * width)
+    used, busy = load.binned_used(width, UTIL_BINS)                     # only links with a load
+    gbps = np.repeat(fabric.links["gbps"], 2).astype(np.float64)[used]
+    util = busy * 8 / (gbps[:, None] * width)
     order = np.argsort(-util.sum(axis=1), kind="stable")[:top]          # busiest over the iteration
     order = order[util[order].max(axis=1) > 0]
-    return {"bin_ns": int(width), "name": [fabric.link_dir_name(int(d)) for d in order],
+    return {"bin_ns": int(width), "name": [fabric.link_dir_name(int(d)) for d in used[order]],
             "gbps": gbps[order].astype(int).tolist(),
             "util": np.round(util[order], 5).tolist(), "truncated": bool(load.truncated)}
 
