@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import typing
 from dataclasses import dataclass, field, fields
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -363,7 +364,9 @@ def limits_markdown() -> str:
 # integer key, while JSON Schema (draft 6 on) counts 2.0 as an integer. It checks each key alone;
 # the rules between keys (config.validate) stay the loader's.
 
-SCHEMA_PATH = Path(__file__).parent / "schema" / "job.schema.json"
+# Found from the package root (as the presets are), not from this module: it stays put when
+# modules move (tools/layout.map).
+SCHEMA_PATH = Path(str(resources.files("tracegen"))) / "schema" / "job.schema.json"
 _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
