@@ -5,7 +5,10 @@ key's path."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -140,3 +143,18 @@ def test_schema_refuses_each_bad_config_the_loader_refuses_for_one_key(path):
 def test_schema_accepts_each_bad_config_refused_only_between_keys(path):
     # each key is in range alone: a schema that refused these would be stricter than the loader
     assert errors(yaml.safe_load(path.read_text("utf-8"))) == []
+
+
+def test_the_command_prints_the_table_and_rewrites_a_stale_doc(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tracegen.config", *a], env=env, cwd=tmp_path,
+                                    capture_output=True, text=True)
+    res = run("--limits")
+    assert res.returncode == 0 and res.stdout == config.limits_markdown()
+    doc = (ROOT / "docs" / "limits.md").read_text("utf-8")
+    stale = tmp_path / "limits.md"
+    stale.write_text(doc.replace("| 1 .. 1,000 |", "| 1 .. 999 |", 1), "utf-8")
+    assert stale.read_text("utf-8") != doc
+    assert run("--limits", str(stale)).returncode == 0 and stale.read_text("utf-8") == doc
+    res = run("--bogus")
+    assert res.returncode == 1 and res.stderr.strip().startswith("usage: python -m tracegen.config")

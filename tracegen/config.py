@@ -1180,16 +1180,23 @@ def job_schema_path() -> Path:
     return SCHEMA_PATH
 
 
-if __name__ == "__main__":
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m tracegen.config --limits [docs/limits.md] | --schema`: print the limits table (or
+    rewrite it in place in the doc named), or rewrite the shipped schema (tests check both are current)."""
     import sys
-    if sys.argv[1:] == ["--limits"]:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--limits"]:
         sys.stdout.write(limits_markdown())
-    elif sys.argv[1:2] == ["--limits"] and len(sys.argv) == 3:   # rewrite docs/limits.md's table in place
-        doc_path = Path(sys.argv[2])
+    elif args[:1] == ["--limits"] and len(args) == 2:
+        doc_path = Path(args[1])
         doc_path.write_text(limits_doc(doc_path.read_text("utf-8")), "utf-8")
-    elif sys.argv[1:] == ["--schema"]:        # rewrite the shipped schema (a test checks it is current)
+    elif args == ["--schema"]:
         job_schema_path().parent.mkdir(exist_ok=True)
         job_schema_path().write_text(job_schema_text(), "utf-8")
         print(job_schema_path())
     else:
         sys.exit("usage: python -m tracegen.config --limits [docs/limits.md] | --schema")
+
+
+if __name__ == "__main__":     # tools/layout.map: `main tracegen.config` once config is a package
+    main()
