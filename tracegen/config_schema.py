@@ -183,18 +183,24 @@ class NetworkKeys:
     pmax: float = key(0.2, "a probability", 0.0, 1.0)
     pfc: bool = key(True, "PFC on the RoCE priority")
     buffer_bytes: int = key(32 << 20, "switch buffer", 1, _T)
-    # DCQCN reaction point (HPCC config.txt keys; defaults as HPCC's simulation/run.py sets DCQCN)
-    dcqcn_rate_ai_mbps: float = key(0.0, "DCQCN additive increase; 0: 5 Mb/s per 25 Gb/s of NIC", 0.0, 1e6,
-                                    zero_or=_KBPS)
-    dcqcn_rate_hai_mbps: float = key(0.0, "DCQCN hyper increase; 0: 50 Mb/s per 25 Gb/s of NIC", 0.0, 1e6,
-                                     zero_or=_KBPS)
-    dcqcn_min_rate_mbps: float = key(1000.0, "DCQCN rate floor", 0.001, 1e7)
-    dcqcn_g: float = key(1 / 256, "DCQCN alpha gain", 0.0, 1.0)
-    dcqcn_alpha_resume_us: float = key(1.0, "alpha update period", 0.001, 1e6)
-    dcqcn_rate_decrease_us: float = key(4.0, "at most one rate cut per period", 0.001, 1e6)
-    dcqcn_rp_timer_us: float = key(300.0, "rate increase period", 0.001, 1e6)
-    dcqcn_fast_recovery: int = key(1, "fast-recovery periods before AI / HAI", 0, 1000)
-    cnp_interval_us: float = key(4.0, "<= 1 CNP per QP per interval", 0.0, 1e6)
+    # DCQCN reaction point: NVIDIA ConnectX firmware defaults (DOCA "DCQCN CC Parameters";
+    # mlxconfig RPG_* / DCE_TCP_* / RATE_REDUCE_MONITOR_PERIOD / MIN_TIME_BETWEEN_CNPS), see
+    # ns3_scenarios/dcqcn.h and the README's ns-3 section
+    dcqcn_rate_ai_mbps: float = key(5.0, "DCQCN additive increase (rpg_ai_rate); 0: 5 Mb/s per 25 Gb/s of NIC "
+                                    "(HPCC's run.py)", 0.0, 1e6, zero_or=_KBPS)
+    dcqcn_rate_hai_mbps: float = key(50.0, "DCQCN hyper increase (rpg_hai_rate); 0: 50 Mb/s per 25 Gb/s of NIC "
+                                     "(HPCC's run.py)", 0.0, 1e6, zero_or=_KBPS)
+    dcqcn_min_rate_mbps: float = key(1.0, "DCQCN rate floor (rpg_min_rate)", 0.001, 1e7)
+    dcqcn_g: float = key(5 / 1024, "DCQCN alpha gain: 1 - dce_tcp_g / 1024, dce_tcp_g = 1019", 0.0, 1.0)
+    dcqcn_alpha_resume_us: float = key(1.0, "alpha update period (dce_tcp_rtt)", 0.001, 1e6)
+    dcqcn_rate_decrease_us: float = key(4.0, "at most one rate cut per period (rate_reduce_monitor_period)",
+                                        0.001, 1e6)
+    dcqcn_rp_timer_us: float = key(300.0, "rate increase period (rpg_time_reset)", 0.001, 1e6)
+    dcqcn_byte_reset_bytes: int = key(32767, "bytes sent per rate increase (rpg_byte_reset); 0: timer only (HPCC)",
+                                      0, _G)
+    dcqcn_fast_recovery: int = key(1, "fast-recovery periods before AI / HAI (rpg_threshold)", 0, 1000)
+    dcqcn_per_message_reset: bool = key(False, "every message starts at line rate (HPCC, SimAI: a QP per flow)")
+    cnp_interval_us: float = key(4.0, "<= 1 CNP per QP per interval (min_time_between_cnps)", 0.0, 1e6)
     # PFC on the RoCE priority, per switch ingress port
     pfc_xoff_bytes: int = key(0, "pause above; 0: dynamic (1/8 of the free buffer)", 0, _T)
     pfc_resume_offset_bytes: int = key(3072, "resume at Xoff - offset", 0, _G)
