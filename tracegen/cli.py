@@ -351,9 +351,31 @@ def _print_whole(console, table) -> None:
     if console.is_terminal:
         console.print(table)
         return
+    width = console.width             # print(width=) is capped at the console's width: widen it
+    console.width = max(width, _uncut_width(console, table))
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+
+
+def _uncut_width(console, table) -> int:
+    """The narrowest width at which rich cuts no value of `table`: its no_wrap columns as wide as
+    their widest cell, the others as their longest word (rich's own measure of a table takes
+    every column at its longest word, so it would cut no_wrap ones with an ellipsis)."""
     from rich.measure import Measurement
-    need = Measurement.get(console, console.options.update(width=10_000), table).maximum
-    console.print(table, width=max(console.width, need), crop=False)
+    from rich.padding import Padding
+    opts = console.options.update(width=10_000)
+    _, right, _, left = Padding.unpack(table.padding)
+    total = 0
+    for col in table.columns:
+        sizes = [Measurement.get(console, opts, cell) for cell in (col.header, *col.cells)]
+        total += max(m.maximum if col.no_wrap else m.minimum for m in sizes) + left + right
+    if not table.pad_edge and table.columns:
+        total -= left + right
+    if table.box:
+        total += len(table.columns) - 1 + (2 if table.show_edge else 0)
+    return total
 
 
 def _numeric(cell: str) -> bool:
