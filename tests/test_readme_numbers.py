@@ -225,12 +225,12 @@ def test_the_jobs_the_readme_describes():
 
 
 def test_a_table_into_a_pipe_keeps_every_value_whole():
-    """cli._print_whole (plan, tokens): numbers in no_wrap columns stay whole however wide the
+    """cli.print_whole (plan, tokens): numbers in no_wrap columns stay whole however wide the
     table gets; a text column (overflow fold, as plan's) wraps and nothing is elided."""
     import io
     from rich.console import Console
     from rich.table import Table
-    from tracegen.cli import _print_whole
+    from tracegen.cli_common import print_whole
     out = io.StringIO()
     console = Console(file=out, width=60, force_terminal=False)
     t = Table(title="t")
@@ -239,7 +239,7 @@ def test_a_table_into_a_pipe_keeps_every_value_whole():
         t.add_column(f"column {k}", justify="right", no_wrap=True)
     values = [f"{123_456_789 * (k + 1):,} B" for k in range(9)]
     t.add_row("a few words of text", *values)
-    _print_whole(console, t)
+    print_whole(console, t)
     text = out.getvalue()
     assert "…" not in text
     for v in values:

@@ -158,7 +158,7 @@ def _print(res: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .cli import _print_whole
+    from .cli_common import print_whole
     from .corpus.five_stages import GLOBAL_BATCH, stage_table
     from .corpus.traffic import fmt_bytes, fmt_ns
     console = Console()
@@ -173,7 +173,7 @@ def _print(res: dict) -> None:
         t.add_row(r.corpus, r.tokenizer, f"{res['vocab'][r.corpus, r.tokenizer]:,}", f"{r.chars:,}",
                   f"{r.words:,}", f"{r.tokens:,}", f"{r.tokens_per_word:.3f}", f"{r.tokens_per_char:.3f}",
                   f"{r.premium:.3f}")
-    _print_whole(console, t)
+    print_whole(console, t)
     par = job.parallelism
     t = Table(title=f"One epoch of job {job.name!r}: {job.model.name}, dp={par.dp} tp={par.tp} "
                     f"pp={par.pp}, s={it.seq_len}, global batch {it.global_batch} "
@@ -192,7 +192,7 @@ def _print(res: dict) -> None:
         t.add_row(e.corpus, e.tokenizer, f"{e.sequences:,}", f"{e.iterations:,} ({e.iterations_exact:,.2f})",
                   fmt_bytes(e.aggregate_bytes), fmt_bytes(e.busiest_nic_bytes), fmt_ns(e.wire_ns),
                   fmt_ns(e.compute_ns), fmt_ns(e.scheduled_ns))
-    _print_whole(console, t)
+    print_whole(console, t)
     if res["five"] is not None:
         fs = res["five"]
         header, stage_rows, notes = stage_table(fs)
@@ -206,6 +206,6 @@ def _print(res: dict) -> None:
             t.add_column(h, justify="left" if h in ("stage", "quantity") else "right", overflow="fold")
         for r in stage_rows:
             t.add_row(*r)
-        _print_whole(console, t)
+        print_whole(console, t)
     if res["png"]:
         console.print(f"wrote {res['png']}")
