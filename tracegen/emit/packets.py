@@ -51,7 +51,7 @@ from ..config import Nccl, Output
 from ..errors import ConfigError
 from ..tables import CollKind, Dim, Flows
 from ..topology import Fabric
-from . import congestion, nccl_net, roce, select
+from . import congestion, nccl_net, roce, routes, select
 from .capture_file import Format, comment_option_bytes
 from .roce import Opcode
 
@@ -234,6 +234,7 @@ class Plan:
     c_qpn_dst: np.ndarray       # QPN on the receiver NIC
     c_sport: np.ndarray
     c_hops: np.ndarray
+    c_plane: np.ndarray         # the plane its QP uses (routes.plane_of): a NIC port of its own
     # messages: one RDMA WRITE-with-imm each (a whole NCCL message, or one QP's part of it)
     m_conn: np.ndarray          # its QP pair
     m_q: np.ndarray             # QP index within the connection (its QP 0 pair is m_conn - m_q)
@@ -282,7 +283,8 @@ class Plan:
     late: int = 0                          # ACKs/messages still ahead of what they wait for
     fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
     line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
-    line_gbps: int = 0                     # that line rate: the NICs'
+    line_gbps: int = 0                     # that line rate: a NIC port's (nic_gbps / planes)
+    planes: int = 1                        # NIC ports per NIC (fabric.planes), each its own transmitter
     m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
                                            # rate the schedule gave its flow (timing.paced_trains)
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
@@ -439,7 +441,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     cap = incl_cap(out, hdr)
     fmt = Format(out.format == "pcapng", out.snaplen)
     rec = lambda op, f: fmt.rec_bytes(np.minimum(f, cap[op]))
-    gbps = fabric.nic_gbps
+    gbps = fabric.port_gbps          # a multi-plane NIC: each plane's port at nic_gbps / planes
     _, last_payload = data_packet(m_size, m_npk, m_npk - 1, pmtu)
     frames = [frame(Opcode.RC_WRITE_FIRST, pmtu), frame(Opcode.RC_WRITE_MIDDLE, pmtu),
               frame(Opcode.RC_WRITE_LAST_IMM, last_payload), frame(Opcode.RC_WRITE_ONLY_IMM, m_size)]
@@ -510,6 +512,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         out=out, sel=sel, fmt=fmt, row_comment=row_comment, hdr_bytes=hdr, nics=np.unique(np.r_[c_src, c_dst]),
         c_src=c_src, c_dst=c_dst, c_qpn_src=c_qpn_src, c_qpn_dst=c_qpn_dst,
         c_sport=roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64), c_hops=c_hops,
+        c_plane=routes.plane_of(fabric, c_qpn_src), planes=fabric.planes,
         m_conn=m_conn, m_q=m_q, m_imm=m_imm, m_keep=m_keep,
         m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
         m_nominal_ns=m_nominal, wire=wire, line_wire=wire, line_gbps=gbps, m_pace=m_pace, m_curve=curve, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,

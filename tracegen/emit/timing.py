@@ -15,7 +15,7 @@ from ..topology import Fabric
 from .. import progress
 from . import congestion, roce
 from .capture_file import comment_option_bytes
-from .packets import CNP, CNP_CHECK_ROUNDS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
+from .packets import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
 from .roce import Opcode
 
 
@@ -23,7 +23,7 @@ def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nc
             network: Network | None = None) -> Plan | None:
     """The plan, scheduled when `times` or when CNPs need it (their rate limit is in time).
     network: the job's (DCQCN parameters for output.dcqcn)."""
-    dcqcn = congestion.Dcqcn.for_job(network, fabric.nic_gbps) if out.dcqcn else None
+    dcqcn = congestion.Dcqcn.for_job(network, fabric.port_gbps) if out.dcqcn else None   # a QP's port rate
     p = build(flows, fabric, out, qps, nccl)
     if p is None:
         return None
@@ -103,7 +103,7 @@ def _insert_cnps(p: Plan, fabric: Fabric, base: dict) -> None:
     keep = congestion.rate_limit(p.m_conn[m], ready)
     m, j, ready = m[keep], j[keep], ready[keep]
     frame = p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES
-    w_cnp = int(wire_ns(frame, fabric.nic_gbps))
+    w_cnp = int(wire_ns(frame, p.line_gbps))
     rec_cnp = int(p.fmt.rec_bytes(min(frame, incl_cap(p.out, p.hdr_bytes)[Opcode.CNP])))
     at = len(base["k_kind"]) - len(p.cts_msg)
     for _ in range(CNP_CHECK_ROUNDS):
@@ -231,14 +231,9 @@ def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
     not the packets'; plans of more than COARSE_ABOVE_PACKETS packets (a big job's NICs over a
     whole iteration) use trains of at least 32 (2.2x faster to write, coarser interleaving)."""
     M = p.n_msgs
-    f = p.m_pace
-    if f is None or (f <= 1).all():
+    B = train_packets(p)
+    if B is None:
         return Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
-    slow = f > 1
-    least = COARSE_TRAIN_PACKETS if int(p.m_npk.sum()) > COARSE_ABOVE_PACKETS else MIN_TRAIN_PACKETS
-    B = np.where(slow, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), least, MAX_TRAIN_PACKETS),
-                 p.m_npk).astype(np.int64)
-    B = np.maximum(np.minimum(B, p.m_npk), 1)
     nb = -(-p.m_npk // B)
     msg = np.repeat(np.arange(M), nb)
     b = np.arange(len(msg)) - np.repeat(np.cumsum(nb) - nb, nb)
@@ -246,6 +241,61 @@ def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
     kb = np.minimum(ka + B[msg], p.m_npk[msg])
     t = m_nominal[msg] + p.paced_offset(msg, p.offset(msg, ka))
     return Segs(msg, ka, kb, t)
+
+
+def train_packets(p: Plan) -> np.ndarray | None:
+    """Per message: packets per train (paced_trains), or None when no message is paced."""
+    f = p.m_pace
+    if f is None or (f <= 1).all():
+        return None
+    least = COARSE_TRAIN_PACKETS if int(p.m_npk.sum()) > COARSE_ABOVE_PACKETS else MIN_TRAIN_PACKETS
+    B = np.where(f > 1, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), least, MAX_TRAIN_PACKETS),
+                 p.m_npk).astype(np.int64)
+    return np.maximum(np.minimum(B, p.m_npk), 1)
+
+
+def qp_in_order(p: Plan, m_nominal: np.ndarray) -> np.ndarray:
+    """Message nominal times such that each QP sends its messages one after the other, packet
+    after packet. An RC send queue executes its work requests in order (IBA Vol 1 10.8.3; mlx5
+    processes a QP's WQEs in order), and NCCL posts a connection's messages in order:
+    ncclIbIsend sends only the request of CTS FIFO slot fifoHead + 1, and ncclIbMultiSend posts
+    its WRITEs with one ibv_post_send per QP (nccl src/transport/net_ib/p2p.cc). serialize()
+    keeps trains in nominal order per NIC port (ties in plan order), so it is enough that
+    message n+1 of a QP (plan order: the order NCCL posts them) starts no earlier than the
+    nominal start of message n's last train: the QP's packets then leave in PSN order whatever
+    the contention, pacing and rate changes included."""
+    M = p.n_msgs
+    m = np.arange(M)
+    B = train_packets(p)
+    last_train = np.zeros(M, np.int64) if B is None else p.paced_offset(m, p.offset(m, (p.m_npk - 1) // B * B))
+    return running_max(np.lexsort((m, p.m_conn)), p.m_conn, m_nominal, last_train)
+
+
+def control_in_order(p: Plan, k_nominal: np.ndarray) -> np.ndarray:
+    """Control frame nominal times in order per QP and kind: a responder acknowledges a QP's
+    packets in PSN order (ACKs of data, ACKs of CTS), a receiver posts a connection's CTS in
+    FIFO order; each no earlier than its predecessor (serialize keeps ties in plan order)."""
+    kind, m = p.k_kind, p.k_msg
+    qp0 = (kind == CTS) | (kind == ACK_CTS)
+    qp = np.where(qp0, p.m_conn[m] - p.m_q[m], p.m_conn[m])
+    ordered = np.flatnonzero(kind != CNP)
+    key = qp[ordered] * 3 + np.select([kind[ordered] == ACK_CTS, kind[ordered] == ACK_DATA], [0, 1], 2)
+    o = np.lexsort((np.arange(len(ordered)), key))
+    out = k_nominal.copy()
+    out[ordered] = running_max(o, key, k_nominal[ordered], np.zeros(len(ordered), np.int64))
+    return out
+
+
+def ports(p: Plan):
+    """The NIC port (nic x planes + plane of the QP) each message and control frame leaves and
+    enters by: every port is its own transmitter at nic_gbps / planes (NIC ids when one plane).
+    CTS and their ACKs use the connection's first QP, ACKs of data and CNPs the message's QP."""
+    P = p.planes
+    m_plane = p.c_plane[p.m_conn]
+    m = p.k_msg
+    qp0 = (p.k_kind == CTS) | (p.k_kind == ACK_CTS)
+    k_plane = p.c_plane[np.where(qp0, p.m_conn[m] - p.m_q[m], p.m_conn[m])]
+    return p.m_src * P + m_plane, p.m_dst * P + m_plane, p.k_tx_nic * P + k_plane, p.k_rx_nic * P + k_plane
 
 
 def schedule(p: Plan) -> None:
@@ -272,12 +322,15 @@ def schedule(p: Plan) -> None:
     # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
     # flow's following messages with it) and reschedule. Nominal times only grow.
     paced = burst if p.m_pace is None else np.ceil(burst * p.m_pace).astype(np.int64)
+    m_port_tx, m_port_rx, k_port_tx, k_port_rx = ports(p)
     for fix in range(FIX_ROUNDS):
         progress.report(fix, FIX_ROUNDS)         # the CLI's bar: rounds, at most FIX_ROUNDS
+        m_nominal = qp_in_order(p, m_nominal)
+        k_nominal = control_in_order(p, k_nominal)
         bursts = paced_trains(p, m_nominal)
-        tx, k_tx = serialize(p, bursts, p.m_src[bursts.msg], p.k_tx_nic, k_nominal, p.k_wire_ns)
+        tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
         arriving = Segs(tx.msg, tx.ka, tx.kb, tx.t + p.m_flight_ns[tx.msg])
-        rx, k_rx = serialize(p, arriving, p.m_dst[tx.msg], p.k_rx_nic, k_tx + k_flight, p.k_wire_ns)
+        rx, k_rx = serialize(p, arriving, m_port_rx[tx.msg], k_port_rx, k_tx + k_flight, p.k_wire_ns)
         ack_ready = np.r_[k_rx[n_ack:], arrival(p, rx, acked_m, acked_j)] + acked_wire
         data_ready = np.zeros(M, np.int64)       # messages without a CTS (later parts) wait for none
         data_ready[p.cts_msg] = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
