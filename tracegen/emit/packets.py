@@ -288,17 +288,28 @@ class Plan:
     m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
                                            # rate the schedule gave its flow (timing.paced_trains)
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
+    m_cap: np.ndarray | None = None        # per message: line rate / the rate DCQCN lets its QP send
+                                           # at (>= 1; timing.pace), None: no DCQCN reaction
+
+    def pace_of(self, m) -> np.ndarray:
+        """Per message: its packets' spacing / line rate, the schedule's pace or DCQCN's cap."""
+        f = np.ones(len(m)) if self.m_pace is None else self.m_pace[m]
+        return f if self.m_cap is None else np.maximum(f, self.m_cap[m])
 
     def paced_offset(self, m, x) -> np.ndarray:
         """Integer ns after its first packet that paced message m reaches line-rate offset x (ns):
-        x stretched by the message's pace, or on its flow's rate curve (follow_rates)."""
-        out = np.floor(x * self.m_pace[m]).astype(np.int64)
+        x stretched by the message's pace, or on its flow's rate curve (follow_rates); never
+        faster than DCQCN's cap."""
+        m = np.asarray(m)
+        out = np.floor(x * (np.ones(len(m)) if self.m_pace is None else self.m_pace[m])).astype(np.int64)
         if self.m_curve is not None:
             c = self.m_curve.m_row[m] >= 0
             if c.any():
                 mc = m[c]
                 xc = np.asarray(x, np.float64)[c]
                 out[c] = np.floor(self.m_curve.at(mc, xc) - self.m_curve.at(mc, np.zeros(len(mc)))).astype(np.int64)
+        if self.m_cap is not None:
+            out = np.maximum(out, np.floor(x * self.m_cap[m]).astype(np.int64))
         return out
 
     @property

@@ -21,31 +21,43 @@ from .roce import Opcode
 
 def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nccl: Nccl | None = None,
             network: Network | None = None) -> Plan | None:
-    """The plan, scheduled when `times` or when CNPs need it (their rate limit is in time).
-    network: the job's (DCQCN parameters for output.dcqcn)."""
+    """The plan, scheduled (its CNPs chosen on the schedule) when `times`; else unscheduled, and
+    a count needs cnp_estimate for its CNPs. network: the job's (DCQCN parameters for
+    output.dcqcn)."""
     dcqcn = congestion.Dcqcn.for_job(network, fabric.port_gbps) if out.dcqcn else None   # a QP's port rate
     p = build(flows, fabric, out, qps, nccl)
-    if p is None:
-        return None
+    if p is None or not times:
+        return p
     if len(p.ce_g):
         add_cnps(p, fabric, dcqcn)
-    elif times:
+    else:
         schedule(p)
     return p
 
 
+def cnp_estimate(p: Plan) -> np.ndarray:
+    """Messages answered by a CNP, without a schedule (the pcap estimate): the CE marks rate
+    limited per QP (congestion.rate_limit's rule, vectorized) at the times the marked packets
+    would arrive on an idle fabric (nominal start + paced offset + flight + the packet's wire
+    time). The written trace chooses them on its schedule (add_cnps): contention moves
+    arrivals, so the count can differ by a few CNPs; never more than the marks."""
+    g = p.ce_g
+    if not len(g):
+        return np.zeros(0, np.int64)
+    m = np.searchsorted(p.m_pkt0, g, "right") - 1
+    j = g - p.m_pkt0[m]
+    ready = (p.m_nominal_ns[m] + p.paced_offset(m, p.offset(m, j)) + p.m_flight_ns[m]
+             + p.wire.span(p.m_npk[m], m, j, j + 1))
+    return m[congestion.rate_limit_fast(p.m_conn[m], ready)]
+
+
 def pace(p: Plan, rate_factor: np.ndarray) -> None:
-    """Per message: pace its packets at line rate / rate_factor (>= 1): packet k starts k slots
-    of wire time x rate_factor after the first (the last packet keeps its own wire time).
-    The seam for per-message rates: DCQCN's reaction here, per-flow fabric rates later; 1
-    everywhere leaves the plan unpaced (bytes unchanged). Call schedule(p) after it."""
+    """Per message: send at most at line rate / rate_factor (>= 1; DCQCN's reaction): its
+    packets go in trains at line rate with gaps between (paced_trains), so the NIC port sends
+    other QPs' packets meanwhile, as a rate limiter per QP does; 1 everywhere leaves the plan
+    unpaced. Call schedule(p) after it."""
     f = np.asarray(rate_factor, dtype=np.float64)
-    if (f <= 1).all():
-        return
-    w = p.wire
-    first, mid = w.first_of(np.arange(p.n_msgs)), w.mid_of(np.arange(p.n_msgs))
-    p.wire = PerPacket(np.ceil(np.broadcast_to(first, f.shape) * np.maximum(f, 1)).astype(np.int64),
-                       np.ceil(np.broadcast_to(mid, f.shape) * np.maximum(f, 1)).astype(np.int64), w.last, w.only, w.each)
+    p.m_cap = np.maximum(f, 1) if (f > 1).any() else None
 
 
 def dcqcn_pacing(p: Plan, d: congestion.Dcqcn) -> np.ndarray:
@@ -81,7 +93,7 @@ def add_cnps(p: Plan, fabric: Fabric, dcqcn: congestion.Dcqcn | None = None) -> 
     _insert_cnps(p, fabric, base)
     if dcqcn is None:
         return
-    unpaced, factor = p.wire, np.ones(p.n_msgs)
+    factor = np.ones(p.n_msgs)
     for _ in range(DCQCN_ROUNDS):
         new = dcqcn_pacing(p, dcqcn)
         if np.array_equal(new, factor):
@@ -89,7 +101,6 @@ def add_cnps(p: Plan, fabric: Fabric, dcqcn: congestion.Dcqcn | None = None) -> 
         factor = new
         for k, v in base.items():
             setattr(p, k, v)
-        p.wire = unpaced
         pace(p, factor)
         _insert_cnps(p, fabric, base)
 
@@ -100,27 +111,32 @@ def _insert_cnps(p: Plan, fabric: Fabric, base: dict) -> None:
     m = np.searchsorted(p.m_pkt0, g, "right") - 1
     j = g - p.m_pkt0[m]
     ready = arrival(p, p.rx, m, j) + p.wire.span(p.m_npk[m], m, j, j + 1)
-    keep = congestion.rate_limit(p.m_conn[m], ready)
+    keep = congestion.rate_limit_fast(p.m_conn[m], ready)
     m, j, ready = m[keep], j[keep], ready[keep]
-    frame = p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES
-    w_cnp = int(wire_ns(frame, p.line_gbps))
-    rec_cnp = int(p.fmt.rec_bytes(min(frame, incl_cap(p.out, p.hdr_bytes)[Opcode.CNP])))
+    w_cnp = int(wire_ns(p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES, p.line_gbps))
     at = len(base["k_kind"]) - len(p.cts_msg)
     for _ in range(CNP_CHECK_ROUNDS):
         n = len(m)
-        opt = (comment_option_bytes(len(COMMENT_PREFIX[CNP]) + np.array([len(p.row_comment[r]) for r in p.m_row[m]],
-                                                                        np.int64)) if p.row_comment else 0)
         new = dict(k_kind=np.full(n, CNP, np.int8), k_msg=m, k_pkt=j, k_tx_nic=p.m_dst[m],
-                   k_rx_nic=p.m_src[m], k_wire_ns=np.full(n, w_cnp), k_rec_bytes=rec_cnp + opt + 0 * m,
+                   k_rx_nic=p.m_src[m], k_wire_ns=np.full(n, w_cnp), k_rec_bytes=cnp_record_bytes(p, m),
                    k_nominal_ns=ready)
         for k, v in base.items():
             setattr(p, k, np.concatenate([v[:at], new[k].astype(v.dtype), v[at:]]))
         schedule(p)
         t = p.k_tx_ns[at:at + n]
-        ok = congestion.rate_limit(p.m_conn[m], t)
+        ok = congestion.rate_limit_fast(p.m_conn[m], t)
         if ok.all():
             break
         m, j, ready = m[ok], j[ok], ready[ok]
+
+
+def cnp_record_bytes(p: Plan, m: np.ndarray) -> np.ndarray:
+    """Bytes of the pcap record of a CNP answering message m (with its pcapng comment)."""
+    frame = p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES
+    rec = int(p.fmt.rec_bytes(min(frame, incl_cap(p.out, p.hdr_bytes)[Opcode.CNP])))
+    opt = (comment_option_bytes(len(COMMENT_PREFIX[CNP]) + np.array([len(p.row_comment[r]) for r in p.m_row[m]],
+                                                                    np.int64)) if p.row_comment else 0)
+    return (rec + opt + 0 * np.asarray(m)).astype(np.int64)
 
 
 # --- schedule -----------------------------------------------------------------------------------
@@ -245,8 +261,8 @@ def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
 
 def train_packets(p: Plan) -> np.ndarray | None:
     """Per message: packets per train (paced_trains), or None when no message is paced."""
-    f = p.m_pace
-    if f is None or (f <= 1).all():
+    f = p.pace_of(np.arange(p.n_msgs))
+    if (f <= 1).all():
         return None
     least = COARSE_TRAIN_PACKETS if int(p.m_npk.sum()) > COARSE_ABOVE_PACKETS else MIN_TRAIN_PACKETS
     B = np.where(f > 1, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), least, MAX_TRAIN_PACKETS),
@@ -310,9 +326,10 @@ def schedule(p: Plan) -> None:
     cts_conn = (p.m_conn - p.m_q)[p.cts_msg]
     last = p.m_npk - 1
     windowed = bool((cts_wait >= 0).any())
+    paced = np.ceil(burst * p.pace_of(np.arange(M))).astype(np.int64)     # first packet to last one done
     if windowed:                 # idle fabric: a message's parts back to back, a CTS one flight away
         nccl_burst = np.zeros(int(p.m_nccl.max()) + 1, np.int64)
-        np.add.at(nccl_burst, p.m_nccl, burst)
+        np.add.at(nccl_burst, p.m_nccl, paced)
         span = nccl_burst[p.m_nccl[p.cts_msg]]
         flight = p.m_flight_ns[p.cts_msg]
         m_nominal, k_nominal[n_ack:] = _window_bounds(p, m_nominal, k_nominal[n_ack:], span, span + flight,
@@ -321,11 +338,15 @@ def schedule(p: Plan) -> None:
     # a message before its CTS has, or a CTS before NCCL_STEPS let its receive be posted (the
     # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
     # flow's following messages with it) and reschedule. Nominal times only grow.
-    paced = burst if p.m_pace is None else np.ceil(burst * p.m_pace).astype(np.int64)
     m_port_tx, m_port_rx, k_port_tx, k_port_rx = ports(p)
     for fix in range(FIX_ROUNDS):
         progress.report(fix, FIX_ROUNDS)         # the CLI's bar: rounds, at most FIX_ROUNDS
         m_nominal = qp_in_order(p, m_nominal)
+        if p.m_cap is not None:      # ACKs of DCQCN-paced messages: no earlier than their packets on an idle fabric
+            capped = np.flatnonzero(p.m_cap[acked_m] > 1)
+            cm, cj = acked_m[capped], acked_j[capped]
+            k_nominal[C + capped] = np.maximum(k_nominal[C + capped], m_nominal[cm] + p.paced_offset(cm, p.offset(cm, cj))
+                                               + p.m_flight_ns[cm] + p.wire.span(p.m_npk[cm], cm, cj, cj + 1))
         k_nominal = control_in_order(p, k_nominal)
         bursts = paced_trains(p, m_nominal)
         tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
@@ -347,7 +368,7 @@ def schedule(p: Plan) -> None:
             break
         k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
         if windowed and (late_cts.any() or late_data.any()):     # the window, with measured spans
-            tx_end = m_start + burst
+            tx_end = arrival(p, tx, np.arange(M), last) + p.wire.span(p.m_npk, np.arange(M), last, p.m_npk)
             nccl_tx = np.zeros(len(nccl_end), np.int64)
             np.maximum.at(nccl_tx, p.m_nccl, tx_end)
             s0 = m_start[p.cts_msg]
@@ -409,7 +430,9 @@ def _window_bounds(p: Plan, m_nominal, cts_nominal, tx_span, arr_span, cts_lat, 
         start[i], end[i] = st, st + arr_span[i]
     m_nominal = m_nominal.copy()
     m_nominal[cm] = np.maximum(m_nominal[cm], start)
-    return running_max(np.arange(p.n_msgs), p.m_row, m_nominal, p.wire.span(p.m_npk, np.arange(p.n_msgs), 0, p.m_npk)), cts
+    m = np.arange(p.n_msgs)
+    paced = np.ceil(p.wire.span(p.m_npk, m, 0, p.m_npk) * p.pace_of(m)).astype(np.int64)
+    return running_max(m, p.m_row, m_nominal, paced), cts
 
 
 def _ip_ids(p: Plan) -> None:
