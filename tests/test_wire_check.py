@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wire_check import check_capture, check_wire, tags
+from wire_check import Stats, check_capture, check_wire, tags
 
 NIC_A, NIC_B = bytes.fromhex("020000000001"), bytes.fromhex("020000000101")
 LEAF, LEAF_P1 = bytes.fromhex("024c00000000"), bytes.fromhex("024c01000000")
@@ -170,10 +170,8 @@ CASES = {
     "cts-counter": (lambda r: _edit(r, 1, cts(1, 3, 0x7A0000080000)), "[cts]"),
     # the second message writes where no CTS granted it
     "no-cts": (lambda r: _edit(r, 5, message(3, 100, 0x7A0000900000)[0]), "[cts]"),
-    # a CNP from B before the CE-marked packet it answers arrived
-    "cnp-early": (lambda r: r[:2] + [(r[2][0] - 50, roce(0x81, 0, dqp=QP_A, src=IP_B, dst=IP_A, smac=LEAF,
-                                                         dmac=NIC_A, becn=True, cnp=True))]
-                  + [(t + 1000, message(0, 100, 0x7A0000000000, ecn=3)[0]) for t, _ in r[-1:]], "[cnp]"),
+    # a CNP from B to A's QP before the CE-marked packet of that QP has passed
+    "cnp-early": (lambda r: _cnp_after(r, -50), "[cnp]"),
     "bad-icrc": (lambda r: _edit(r, 2, message(0, 700, 0x7A0000000000, icrc_ok=False)[0]), "[frame]"),
     "bad-ipv4-checksum": (lambda r: _edit(r, 2, message(0, 700, 0x7A0000000000, csum_ok=False)[0]), "[frame]"),
     "padcnt-on-middle": (lambda r: _edit(r, 3, roce(0x07, 1, payload=bytes(PMTU - 4), pad=3)), "[frame]"),
@@ -182,6 +180,26 @@ CASES = {
                                                               dmac=NIC_A, cnp=True))], "[frame]"),
     "time-goes-back": (lambda r: r + [(r[0][0] - 500, r[0][1])], "[time]"),
 }
+
+
+def _cnp_after(r, dt_ns: int, qp: int = QP_A):
+    """The clean conversation with A's first packet CE-marked and B's CNP to A's QP dt_ns after
+    that packet started (it has passed whole at 100 Gb/s after ~100 ns)."""
+    r = _edit(r, 2, message(0, 700, 0x7A0000000000, ecn=3)[0])
+    cnp = roce(0x81, 0, dqp=qp, src=IP_B, dst=IP_A, smac=LEAF, dmac=NIC_A, becn=True, cnp=True)
+    return sorted(r + [(r[2][0] + dt_ns, cnp)], key=lambda x: x[0])
+
+
+def test_a_cnp_is_judged_against_its_own_qp(tmp_path):
+    """A CNP once its QP's CE-marked packet has passed is clean; one naming another QP of the
+    same two NICs is not judged (mlx5 gives a CNP its own UDP source port: on a fabric port it
+    may travel without that QP's data)."""
+    st = Stats()
+    assert check_capture(write_pcap(tmp_path / "x.pcap", _cnp_after(clean(), 2000)), GBPS, stats=st) == []
+    assert (st["cnp_judged"], st["cnp_unpaired"]) == (1, 0)
+    st = Stats()
+    assert check_capture(write_pcap(tmp_path / "y.pcap", _cnp_after(clean(), -50, QP_A + 1)), GBPS, stats=st) == []
+    assert (st["cnp_judged"], st["cnp_unpaired"]) == (0, 1)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

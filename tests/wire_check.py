@@ -35,8 +35,11 @@ Rules (each violation line starts with its tag):
                ncclIbSendFifo: addr, size, rkeys[0], nreqs, tag, idx) of the reverse direction
                said, and that CTS has passed whole before the message's first packet; CTS
                FIFO counters +1 per CTS on a QP (from 1 in a complete capture).
-  [cnp]        a CNP from R to S follows a CE-marked data packet from S to R (when the capture
-               holds CE-marked packets from S to R at all).
+  [cnp]        a CNP from R to S to S's QP follows a CE-marked data packet of that QP (S to R,
+               the UDP source port R's ACKs to that QP carry) that has passed whole; judged
+               where the capture holds CE-marked data of that QP and an ACK naming it (a fabric
+               port may carry the CNP but not the data: the CNP has its own UDP source port and
+               route; before the marking switch the QP's packets are not marked yet).
 A request/ACK/CTS pair is only judged where the capture holds both directions of that QP pair
 (a fabric port may carry the data but not the reverse path's route).
 Rates: port_rate_gbps (an int, or a function (iface, src_mac, dst_mac) -> Gb/s), else the
@@ -358,7 +361,7 @@ def check_capture(path, port_rate_gbps=None, complete: bool = True, per_source: 
     msgs = _qp_streams(tx, complete, name, bad, stats)
     _acks(tx, msgs, gbps_of, complete, name, bad)
     _cts(tx, msgs, gbps_of, complete, name, bad)
-    _cnps(roce, gbps_of, name, bad)
+    _cnps(roce, gbps_of, name, bad, stats)
     return bad
 
 
@@ -509,19 +512,34 @@ def _cts(tx, msgs, gbps_of, complete, name, bad):
                            f"#{c.n + 1} (counter {c.cts[5]}) at {c.t} ns has not passed")
 
 
-def _cnps(roce, gbps_of, name, bad):
-    ce = defaultdict(list)
+def _cnps(roce, gbps_of, name, bad, stats):
+    """A CNP (R -> S) names the sender's QP (its DestQP), not the data's route: mlx5 sends it with
+    its own UDP source port, so it may cross a fabric port the QP's data never crosses. The
+    data stream it answers is the one R ACKs on that QP (an ACK R -> S to the same DestQP carries
+    the data's UDP source port), so a CNP is judged where the capture holds that QP's data and
+    one of its ACKs; a host capture always does."""
+    sport_of = {}                                    # (R, S, S's QPN) -> the data's UDP source port
+    data = defaultdict(list)                         # data frames per (S, R, sport)
     for f in roce:
-        if f.op in REQ and f.ecn == 3:
-            ce[(f.ips, f.ipd)].append(f)
+        if f.op == ACK:
+            sport_of.setdefault((f.ips, f.ipd, f.dqp), f.sport)
+        elif f.op in REQ:
+            data[(f.ips, f.ipd, f.sport)].append(f)
     for f in roce:
         if f.op != CNP:
             continue
-        marks = ce.get((f.ipd, f.ips))
-        if marks is None:
+        sport = sport_of.get((f.ips, f.ipd, f.dqp))
+        stream = data.get((f.ipd, f.ips, sport)) if sport is not None else None
+        if not stream:
+            stats["cnp_unpaired"] += 1               # that QP's data or ACKs take another route
             continue
+        marks = [d for d in stream if d.ecn == 3]
+        if not marks:
+            continue      # a switch after this capture point marked it (the sender's own capture)
+        stats["cnp_judged"] += 1
         if not any(d.t <= f.t and _passed(d, f.t, gbps_of) for d in marks):
-            bad.append(f"[cnp] {name} #{f.n + 1}: CNP at {f.t} ns before any CE-marked packet it answers")
+            bad.append(f"[cnp] {name} #{f.n + 1}: CNP at {f.t} ns to QP {f.dqp:#x} before any CE-marked "
+                       f"packet of that QP ({len(marks)} in the capture) has passed")
 
 
 # --- a generate folder -----------------------------------------------------------------------
