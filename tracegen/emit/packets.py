@@ -215,6 +215,7 @@ class Segs:
     kb: np.ndarray
     t: np.ndarray
     ip_id: np.ndarray | None = None    # IPv4 identification of packet ka (+1 per packet after it)
+    w: PerPacket | None = None         # its packets' spacing (a switch link's, hops.py); None: the plan's
 
 
 @dataclass
@@ -285,6 +286,15 @@ class Plan:
     line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
     line_gbps: int = 0                     # that line rate: a NIC port's (nic_gbps / planes)
     planes: int = 1                        # NIC ports per NIC (fabric.planes), each its own transmitter
+    # routes (routes.link_dirs: link directions, -1 padded) and the links they cross (hops.py)
+    c_route: np.ndarray | None = None      # per QP pair: the data's route, sender to receiver
+    c_rroute: np.ndarray | None = None     # per QP pair: the way back (CTS, ACKs of data)
+    k_route: np.ndarray | None = None      # per control frame: its route
+    link_gbps: np.ndarray | None = None    # per fabric link
+    link_lat: np.ndarray | None = None
+    frame_bytes: tuple | None = None       # data frames (no FCS): (First, Middle, Last per message, Only per message)
+    k_frame: np.ndarray | None = None      # per control frame: its bytes (no FCS)
+    hops: list | None = None               # filled by schedule: the frames at each switch link (hops.Hop)
     m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
                                            # rate the schedule gave its flow (timing.paced_trains)
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
@@ -316,14 +326,16 @@ class Plan:
     def n_msgs(self) -> int:
         return len(self.m_conn)
 
-    def offset(self, m, k):
-        """Start of packet k within message m's back-to-back burst (k = npk: the burst's end)."""
-        return self.wire.span(self.m_npk[m], m, 0, k)
+    def offset(self, m, k, w: PerPacket | None = None):
+        """Start of packet k within message m's back-to-back burst (k = npk: the burst's end), at
+        the plan's spacing or w's."""
+        return (w or self.wire).span(self.m_npk[m], m, 0, k)
 
-    def packets_before(self, m, ka, kb, x):
+    def packets_before(self, m, ka, kb, x, w: PerPacket | None = None):
         """The first of packets [ka, kb) of messages m that starts at or after burst offset x (ns);
         kb if none does."""
-        first, mid = self.wire.first_of(m), self.wire.mid_of(m)
+        w = w or self.wire
+        first, mid = w.first_of(m), w.mid_of(m)
         k = np.where(x <= 0, 0, np.where(x <= first, 1, 1 + -(-(x - first) // mid)))
         return np.clip(k, ka, kb)
 
@@ -411,6 +423,12 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         q = (ci[:, None] * flows.conns.qps + np.arange(qps)[None, :]).ravel()
         c_qpn_src, c_qpn_dst = flows.conns.qpn_src[q], flows.conns.qpn_dst[q]
     c_hops = np.asarray(fabric.hops(c_src, c_dst), dtype=np.int64)
+    c_plane = routes.plane_of(fabric, c_qpn_src)
+    c_sport = roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64)
+    c_route = routes.link_dirs(fabric, c_src, c_dst, c_sport, c_plane, c_qpn_dst)
+    c_rroute = routes.link_dirs(fabric, c_dst, c_src, c_sport, c_plane, c_qpn_src)
+    link_lat = fabric.links["latency_ns"].astype(np.int64)
+    route_lat = lambda r: np.where(r >= 0, link_lat[np.maximum(r, 0) >> 1], 0).sum(axis=1)     # noqa: E731
 
     # Messages: NCCL cuts a transfer into network messages of at most max_msg_bytes. What the NIC
     # carries is wire_bytes (payload + LL/LL128 flags) where the table has it.
@@ -477,7 +495,8 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     excl = np.cumsum(burst) - burst
     first_of_row = np.r_[True, m_row[1:] != m_row[:-1]]
     row_base = np.maximum.accumulate(np.where(first_of_row, np.arange(M), 0))
-    flight = (c_hops * fabric.link_latency_ns)[m_conn]
+    flight = route_lat(c_route)[m_conn]          # propagation over the links of its route
+    cts_flight = route_lat(c_rroute)[m_conn - m_q]   # a CTS's: the way back, on the QP 0 pair
     if flows.finish_ns is not None:            # when the schedule's last byte left the sender
         send_ns = flows.finish_ns[net_idx].astype(np.int64) - rows["start_ns"].astype(np.int64)
     else:
@@ -509,7 +528,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     # NCCL_STEPS allow it (timing.py waits for the slots); an ACK once its packet has arrived.
     f_cts, f_ack = frame(Opcode.RC_WRITE_ONLY, CTS_BYTES), frame(Opcode.RC_ACK, 0)
     w_cts, w_ack = int(wire_ns(f_cts, gbps)), int(wire_ns(f_ack, gbps))
-    latest = m_nominal - flight - w_cts - CTS_LEAD_FRAMES * wire.first
+    latest = m_nominal - cts_flight - w_cts - CTS_LEAD_FRAMES * wire.first
     cts_nominal = np.maximum(0, np.minimum(op_release(flows, rows)[m_row], latest))[cts_msg]
     C = len(cts_msg)
     a_off = wire.span(m_npk[a_msg], a_msg, 0, a_pkt)
@@ -522,8 +541,11 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     return Plan(
         out=out, sel=sel, fmt=fmt, row_comment=row_comment, hdr_bytes=hdr, nics=np.unique(np.r_[c_src, c_dst]),
         c_src=c_src, c_dst=c_dst, c_qpn_src=c_qpn_src, c_qpn_dst=c_qpn_dst,
-        c_sport=roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64), c_hops=c_hops,
-        c_plane=routes.plane_of(fabric, c_qpn_src), planes=fabric.planes,
+        c_sport=c_sport, c_hops=c_hops, c_plane=c_plane, planes=fabric.planes,
+        c_route=c_route, c_rroute=c_rroute, link_gbps=fabric.links["gbps"].astype(np.int64), link_lat=link_lat,
+        frame_bytes=tuple(frames), k_route=np.concatenate([c_route[(m_conn - m_q)[cts_msg]], c_rroute[m_conn[a_msg]],
+                                                           c_rroute[(m_conn - m_q)[cts_msg]]]),
+        k_frame=np.repeat([f_ack, f_ack, f_cts], [C, A, C]).astype(np.int64),
         m_conn=m_conn, m_q=m_q, m_imm=m_imm, m_keep=m_keep,
         m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
         m_nominal_ns=m_nominal, wire=wire, line_wire=wire, line_gbps=gbps, m_pace=m_pace, m_curve=curve, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
@@ -538,7 +560,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         k_wire_ns=per_kind(w_ack, w_cts),
         k_rec_bytes=per_kind(int(rec(Opcode.RC_ACK, f_ack)), int(rec(Opcode.RC_WRITE_ONLY, f_cts)))
         + np.r_[ctl_opt(ACK_CTS, cts_msg), ctl_opt(ACK_DATA, a_msg), ctl_opt(CTS, cts_msg)],
-        k_nominal_ns=np.r_[cts_nominal + flight[cts_msg] + w_cts,
+        k_nominal_ns=np.r_[cts_nominal + cts_flight[cts_msg] + w_cts,
                            m_nominal[a_msg] + a_off + flight[a_msg] + a_wire, cts_nominal],
     )
 

@@ -13,8 +13,9 @@ from ..config import Nccl, Network, Output
 from ..tables import Flows
 from ..topology import Fabric
 from .. import progress
-from . import congestion, roce
+from . import congestion, hops, roce, routes
 from .capture_file import comment_option_bytes
+from .ports import running_max, serialize
 from .packets import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
 from .roce import Opcode
 
@@ -89,7 +90,7 @@ def add_cnps(p: Plan, fabric: Fabric, dcqcn: congestion.Dcqcn | None = None) -> 
     the CNPs again on the paced schedule, a few rounds or until the pacing stays the same; the
     CNPs in the trace are those of the final (paced) schedule."""
     base = {k: getattr(p, k) for k in ("k_kind", "k_msg", "k_pkt", "k_tx_nic", "k_rx_nic", "k_wire_ns",
-                                       "k_rec_bytes", "k_nominal_ns")}
+                                       "k_rec_bytes", "k_nominal_ns", "k_route", "k_frame")}
     _insert_cnps(p, fabric, base)
     if dcqcn is None:
         return
@@ -113,13 +114,17 @@ def _insert_cnps(p: Plan, fabric: Fabric, base: dict) -> None:
     ready = arrival(p, p.rx, m, j) + p.wire.span(p.m_npk[m], m, j, j + 1)
     keep = congestion.rate_limit_fast(p.m_conn[m], ready)
     m, j, ready = m[keep], j[keep], ready[keep]
-    w_cnp = int(wire_ns(p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES, p.line_gbps))
+    f_cnp = int(p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES)
+    w_cnp = int(wire_ns(f_cnp, p.line_gbps))
     at = len(base["k_kind"]) - len(p.cts_msg)
     for _ in range(CNP_CHECK_ROUNDS):
         n = len(m)
         new = dict(k_kind=np.full(n, CNP, np.int8), k_msg=m, k_pkt=j, k_tx_nic=p.m_dst[m],
                    k_rx_nic=p.m_src[m], k_wire_ns=np.full(n, w_cnp), k_rec_bytes=cnp_record_bytes(p, m),
-                   k_nominal_ns=ready)
+                   k_nominal_ns=ready, k_frame=np.full(n, f_cnp),
+                   # the NIC's CNP: receiver to the sender's QP, UDP source port 0, the QP's plane
+                   k_route=routes.link_dirs(fabric, p.m_dst[m], p.m_src[m], 0, p.c_plane[p.m_conn[m]],
+                                            p.c_qpn_src[p.m_conn[m]]))
         for k, v in base.items():
             setattr(p, k, np.concatenate([v[:at], new[k].astype(v.dtype), v[at:]]))
         schedule(p)
@@ -140,98 +145,6 @@ def cnp_record_bytes(p: Plan, m: np.ndarray) -> np.ndarray:
 
 
 # --- schedule -----------------------------------------------------------------------------------
-
-def running_max(order: np.ndarray, nic: np.ndarray, nominal: np.ndarray, wire: np.ndarray):
-    """Items in `order` (grouped by NIC): t_i = max(nominal_i, t_{i-1} + wire_{i-1}) per NIC.
-    With C_i = wire of earlier items, t_i - C_i is a running max of nominal - C: one accumulate."""
-    s = nic[order]
-    first = np.r_[True, s[1:] != s[:-1]]
-    del s                    # (temporaries go as soon as they are used: the peak is per item)
-    w = wire[order]
-    cw = np.cumsum(w) - w
-    del w
-    before = cw - cw[np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))]
-    del cw
-    v = nominal[order] - before
-    seg_id = np.cumsum(first) - 1
-    span = int(v.max() - v.min()) + 1
-    if span * (int(seg_id[-1]) + 1) < 2 ** 62:
-        lift = seg_id * span     # each NIC above the previous: one accumulate restarts per NIC
-        del seg_id
-        v += lift
-        u = np.maximum.accumulate(v)
-        u -= lift
-        del v, lift
-    else:
-        u = np.empty_like(v)
-        for a, b in zip(np.flatnonzero(first), np.r_[np.flatnonzero(first)[1:], len(first)]):
-            u[a:b] = np.maximum.accumulate(v[a:b])
-    t = np.empty_like(nominal)
-    t[order] = u + before
-    return t
-
-
-def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire):
-    """One direction of every NIC: trains (runs of a message's packets, nominally back to back
-    from trains.t) and single control frames. Trains keep their order by nominal start and are
-    never interleaved; a control frame goes in at the first packet boundary at or after its
-    nominal time. Returns the trains split at those boundaries (with times) and control times."""
-    T, C = len(train_nic), len(ctl_nic)
-    data_order = np.lexsort((trains.t, train_nic))      # lexsort is stable: ties keep index order
-    rank = np.empty(T, np.int64)
-    rank[data_order] = np.arange(T)
-    # The last train on the same NIC that starts at or before each control frame. (Temporaries
-    # are dropped as soon as they are used: this is the peak of the schedule's memory.)
-    is_ctl = np.r_[np.zeros(T, bool), np.ones(C, bool)]
-    o = np.lexsort((is_ctl, np.r_[trains.t, ctl_nominal], np.r_[train_nic, ctl_nic]))
-    last = np.maximum.accumulate(np.where(is_ctl[o], -1, np.r_[rank, np.zeros(C, np.int64)][o]))
-    del is_ctl
-    pos = np.empty(T + C, np.int64)
-    pos[o] = np.arange(T + C)
-    del o
-    r = last[pos[T:]]
-    del last, pos
-    tr = data_order[np.maximum(r, 0)]
-    r = np.where((r >= 0) & (train_nic[tr] == ctl_nic), r, -1)
-    m, ka, kb = trains.msg[tr], trains.ka[tr], trains.kb[tr]
-    x = ctl_nominal - trains.t[tr] + p.offset(m, ka)
-    k = np.where(r >= 0, p.packets_before(m, ka, kb, x), 0)
-    # Split trains where a control frame goes in between two of their packets.
-    inside = (r >= 0) & (k > ka) & (k < kb)
-    width = int(trains.kb.max()) + 1
-    cuts = np.r_[rank, r[inside]]
-    del rank
-    cuts *= width
-    cuts += np.r_[trains.ka, k[inside]]
-    cuts.sort()
-    cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]]
-    seg_r, seg_ka = np.divmod(cuts, width)
-    del cuts
-    seg_tr = data_order[seg_r]
-    del data_order
-    same_next = np.r_[seg_r[1:] == seg_r[:-1], False]
-    seg_kb = np.where(same_next, np.r_[seg_ka[1:], 0], trains.kb[seg_tr])
-    del same_next
-    seg_m = trains.msg[seg_tr]
-    seg_nominal = trains.t[seg_tr] + p.offset(seg_m, seg_ka) - p.offset(seg_m, trains.ka[seg_tr])
-    seg_wire = p.wire.span(p.m_npk[seg_m], seg_m, seg_ka, seg_kb)
-    # One sequence per NIC: by train rank, packet index, control frames first, nominal time.
-    S = len(seg_r)
-    nic = np.r_[train_nic[seg_tr], ctl_nic]
-    del seg_tr
-    place = np.r_[seg_r, r] + 1
-    del seg_r
-    place *= width
-    place += np.r_[seg_ka, k]
-    place *= 2
-    place[:S] += 1
-    nominal = np.r_[seg_nominal, ctl_nominal]
-    del seg_nominal
-    order = np.lexsort((nominal, place, nic))
-    del place
-    t = running_max(order, nic, nominal, np.r_[seg_wire, ctl_wire])
-    return Segs(seg_m, seg_ka, seg_kb, t[:S]), t[S:]
-
 
 MIN_TRAIN_PACKETS, MAX_TRAIN_PACKETS = 8, 64
 COARSE_TRAIN_PACKETS, COARSE_ABOVE_PACKETS = 32, 1 << 22
@@ -317,7 +230,6 @@ def ports(p: Plan):
 def schedule(p: Plan) -> None:
     M, C = p.n_msgs, len(p.cts_msg)
     n_ack = len(p.k_kind) - C
-    k_flight = p.m_flight_ns[p.k_msg]
     acked_m, acked_j = p.k_msg[C:n_ack], p.k_pkt[C:n_ack]
     acked_wire = np.r_[p.k_wire_ns[n_ack:], p.wire.span(p.m_npk[acked_m], acked_m, acked_j, acked_j + 1)]
     burst = p.wire.span(p.m_npk, np.arange(M), 0, p.m_npk)
@@ -350,8 +262,9 @@ def schedule(p: Plan) -> None:
         k_nominal = control_in_order(p, k_nominal)
         bursts = paced_trains(p, m_nominal)
         tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
-        arriving = Segs(tx.msg, tx.ka, tx.kb, tx.t + p.m_flight_ns[tx.msg])
-        rx, k_rx = serialize(p, arriving, m_port_rx[tx.msg], k_port_rx, k_tx + k_flight, p.k_wire_ns)
+        seg_arrive, k_arrive, hop_list = hops.through(p, tx, k_tx)       # the switch links on the way
+        rx, k_rx = serialize(p, Segs(tx.msg, tx.ka, tx.kb, seg_arrive), m_port_rx[tx.msg], k_port_rx, k_arrive,
+                             p.k_wire_ns)
         ack_ready = np.r_[k_rx[n_ack:], arrival(p, rx, acked_m, acked_j)] + acked_wire
         data_ready = np.zeros(M, np.int64)       # messages without a CTS (later parts) wait for none
         data_ready[p.cts_msg] = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
@@ -384,7 +297,7 @@ def schedule(p: Plan) -> None:
                                         np.zeros(C, np.int64))
         m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), paced)
     p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
-    p.tx, p.rx, p.k_tx_ns, p.k_rx_ns = tx, rx, k_tx, k_rx
+    p.tx, p.rx, p.k_tx_ns, p.k_rx_ns, p.hops = tx, rx, k_tx, k_rx, hop_list
     _ip_ids(p)
 
     # PSNs and MSNs follow the order messages really left on their QP.
@@ -453,8 +366,9 @@ def _ip_ids(p: Plan) -> None:
     width = int(p.m_npk.max()) + 1
     key = tx.msg * width + tx.ka
     o = np.argsort(key, kind="stable")
-    seg = o[np.searchsorted(key[o], p.rx.msg * width + p.rx.ka, "right") - 1]
-    p.rx.ip_id = (tx.ip_id[seg] + p.rx.ka - tx.ka[seg]) & 0xFFFF
+    for segs in [p.rx] + [h.segs for h in p.hops or []]:       # at the receiver, and at each switch link
+        seg = o[np.searchsorted(key[o], segs.msg * width + segs.ka, "right") - 1]
+        segs.ip_id = (tx.ip_id[seg] + segs.ka - tx.ka[seg]) & 0xFFFF
 
 
 def arrival(p: Plan, rx: Segs, m, j):
