@@ -140,8 +140,17 @@ def paths_from_routes(flows: Flows, fabric, out, ptr, ids, gbps, *, hops=None, p
     wire = flow_wire_bytes(flows, out)
     L = np.where(net, int(fabric.link_latency_ns), 0)
     full_pkt = out.pmtu + packet_overhead(out.vlan, getattr(out, "ip_version", 4))
-    P = np.where(net, ns_for_bits(np.minimum(wire, full_pkt), fabric.nic_gbps), 0)
-    latency = np.where(net, hops * L + np.maximum(hops - 1, 0) * P, 0)
+    last_pkt = np.minimum(wire, full_pkt)
+    P = np.where(net, ns_for_bits(last_pkt, fabric.nic_gbps), 0)
+    # Store-and-forward: each switch sends the last packet again at its EGRESS link's rate (the
+    # path entry after it). Where the path lists every link it crossed (fabric routes) that rate is
+    # known; paths of NIC ports only fall back to the NIC's rate at every switch.
+    egress = np.where(pos >= 1, ns_for_bits(last_pkt[flow], np.maximum(gbps[ids], 1)), 0)
+    sf_known = np.zeros(n, np.int64)
+    np.add.at(sf_known, flow, egress)
+    complete = net & (lens == hops)
+    sf = np.where(complete, sf_known, np.maximum(hops - 1, 0) * P)
+    latency = np.where(net, hops * L + sf, 0)
     f_hops = hops[flow]
     lead = pos * (L + P)[flow]
     lag = np.where(net[flow], (f_hops - pos) * L[flow] + np.maximum(f_hops - 1 - pos, 0) * P[flow], 0)
@@ -311,7 +320,7 @@ def validate(flows: Flows, fabric, out, links_of=nic_links, *, exact: bool = Tru
     w = p.wire[flow]
     order = np.lexsort((a, p.link))
     links = p.link[order]
-    cuts = np.flatnonzero(np.r_[True, links[1:] != links[:-1], True])
+    cuts = np.flatnonzero(np.r_[True, links[1:] != links[:-1], True]) if len(links) else np.zeros(1, np.int64)
     n_cap = n_excl = 0
     for lo, hi in zip(cuts[:-1], cuts[1:]):
         idx = order[lo:hi]
@@ -371,8 +380,9 @@ def fabric_routes(flows: Flows, fabric, out) -> Paths:
     r = flows.rows
     net = r["link"] == LinkKind.NET
     n_dirs = 2 * len(fabric.links)
-    route = flows.conns.route[np.maximum(flows.row_conn, 0) * flows.conns.qps] if flows.conns is not None \
-        else np.zeros((len(r), 1), np.int64)
+    has_conns = flows.conns is not None and len(flows.conns.route) > 0    # one node: no NIC traffic
+    route = flows.conns.route[np.maximum(flows.row_conn, 0) * flows.conns.qps] if has_conns \
+        else np.full((len(r), 1), -1, np.int64)
     lens = np.where(net, (route >= 0).sum(axis=1), 2)
     ptr = np.r_[0, np.cumsum(lens)]
     ids = np.empty(int(ptr[-1]), np.int64)

@@ -118,3 +118,25 @@ def test_snaplen_header_only(tmp_path):
             _, _, incl, orig = struct.unpack_from("<IIII", data, off)
             assert incl <= 128 and orig >= incl
             off += 16 + incl
+
+
+def test_plan_into_a_pipe_never_cuts_a_value(tmp_path):
+    """`tracegen plan | cat`: no terminal width to respect, so every table is as wide as it needs;
+    it used to be cut at 80 columns inside values (`41.16 Mi`). Checked against plan --json, and
+    whatever COLUMNS says."""
+    import json
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "COLUMNS": "60"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tracegen.cli", "plan", *a], cwd=tmp_path, env=env,
+                                    capture_output=True, text=True, timeout=300)
+    text, doc = run().stdout, json.loads(run("--json").stdout)
+    assert "…" not in text and "..." not in text
+    tables = [line for line in text.splitlines() if line[:1] in "┌│├└"]
+    assert len(tables) > 20
+    for line in tables:                      # every row closed by its border: nothing cropped
+        assert line.rstrip()[-1] in "┐│┤┘", line
+    mib = lambda n: f"{n / (1 << 20):.2f} MiB"
+    for d in doc["dims"]:
+        assert f"│ {d['dim']:<3} │" in text
+        assert mib(d["net_bytes"]) in text or d["net_bytes"] < 1 << 20, d
+    assert f"{doc['transfers']:,}" in text
+    assert os.listdir(tmp_path) == []

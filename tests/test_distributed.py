@@ -75,3 +75,42 @@ def test_an_existing_scheduler_with_its_own_worker_processes_writes_the_same_byt
             p.wait(timeout=30)
     a, b = _files(tmp_path / "one"), _files(tmp_path / "two")
     assert len(a) >= 2 and a == b
+
+
+def test_a_worker_dying_as_the_cluster_starts_is_one_line(tmp_path):
+    """Every worker process exits as it starts (a preload that calls os._exit, as an OOM kill or
+    a broken environment would): `distributed` raised "Nanny failed to start" through a
+    traceback; now one line naming --workers, exit 1, no output folder."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    die = tmp_path / "die.py"
+    die.write_text("import os\nos._exit(3)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "DASK_DISTRIBUTED__WORKER__PRELOAD": f'["{die}"]'}
+    res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "-q", *JOB, "--workers", "2", "-o", "x"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: --workers 2: the local Dask cluster did not start"), lines
+    assert sorted(os.listdir(tmp_path)) == ["die.py"]
+
+
+@pytest.mark.parametrize("address", ["foo", "tcp://", "http://x:1", "tcp://[::1", "tcp://127.0.0.1:abc",
+                                     "tcp://127.0.0.1:65536"])
+def test_a_malformed_scheduler_address_is_refused_before_any_work(tmp_path, address):
+    from tracegen.emit.distributed import check_scheduler
+    from tracegen.errors import ConfigError
+    with pytest.raises(ConfigError, match="give tcp://HOST:PORT"):
+        check_scheduler(address)
+    res = CliRunner().invoke(main, ["generate", "-q", *JOB, "--scheduler", address, "-o", str(tmp_path / "x")])
+    assert res.exit_code == 2 and res.output.startswith("error: --scheduler") and res.output.count("\n") == 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_well_formed_scheduler_addresses_pass():
+    from tracegen.emit.distributed import check_scheduler
+    for address in ("tcp://127.0.0.1:8786", "127.0.0.1:8786", "tls://sched-1.example.org:8786",
+                    "tcp://[::1]:8786", "ws://host:1"):
+        assert check_scheduler(address) == address

@@ -138,11 +138,12 @@ def test_qp_hash_choice_matches_an_independent_crc_model(ip_version):
     src, dst = 0, 63                                            # different pods: 6 links
     assert f.hops(np.array([src]), np.array([dst]))[0] == 6
     ip = [int(x) for x in f.nic_ip]
+    adj = _graph(f)                                  # neighbours from the link list, not the router
     for dqpn in range(0x100, 0x140):
         nodes = r.path_nodes(r.routes([src], [dst], [0], 0, ip_version, dest_qpn=[dqpn])[0])
         leaf, agg, core = (n - f.n_nics for n in nodes[1:4])
-        aggs = sorted(int(x) for x in r.adj[leaf] if x >= 0 and f.sw_tier[x] == 2)
-        cores = sorted(int(x) for x in r.adj[agg] if x >= 0 and f.sw_tier[x] == 3)
+        aggs = sorted(x - f.n_nics for x in adj[f.n_nics + leaf] if x >= f.n_nics and f.sw_tier[x - f.n_nics] == 2)
+        cores = sorted(x - f.n_nics for x in adj[f.n_nics + agg] if x >= f.n_nics and f.sw_tier[x - f.n_nics] == 3)
         assert agg == aggs[_qp_choice(ip[src], ip[dst], dqpn, leaf, 11, len(aggs), 0, ip_version)]
         assert core == cores[_qp_choice(ip[src], ip[dst], dqpn, agg, 11, len(cores), 16, ip_version)]
 
@@ -373,3 +374,114 @@ def test_link_utilisation_picture_from_a_run_and_from_disk(tmp_path):
     res = CliRunner().invoke(main, ["report", str(out), "-o", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "r" / "link_utilisation.png").read_bytes() == (out / "link_utilisation.png").read_bytes()
+
+
+# --- the router against a reference of its own; bounded tables ------------------------------------
+
+def _reference_routes(f, src, dst, sport, dqpn, hash_kind, seed):
+    """Routes by the module doc alone, in plain Python: BFS distances to the destination's leaf,
+    the candidates one hop closer in ascending switch order, the (hash mod n)-th (plane 0, IPv4)."""
+    n = f.n_nics
+    nbrs, port = {}, {}
+    for lk, (a, b) in enumerate(zip(f.links["a"].tolist(), f.links["b"].tolist())):
+        if a >= n and b >= n:
+            nbrs.setdefault(a, []).append((b, 2 * lk))
+            nbrs.setdefault(b, []).append((a, 2 * lk + 1))
+        else:
+            port[a if a < n else b] = (b if a < n else a, 2 * lk if a < n else 2 * lk + 1)
+    nic_leaves = {leaf for leaf, _ in port.values()}
+    ip = [int(x) for x in f.nic_ip]
+    out, dist_to = [], {}
+    for s, d, sp, q in zip(src, dst, sport, dqpn):
+        (cur, up), (goal, down_rev) = port[s], port[d]
+        if goal not in dist_to:
+            dist, frontier = {goal: 0}, [goal]
+            while frontier:
+                frontier = [v for u in frontier for v, _ in nbrs.get(u, []) if v not in dist
+                            and not dist.setdefault(v, dist[u] + 1) is None]
+            dist_to[goal] = dist
+        dist, route = dist_to[goal], [up]
+        while cur != goal:
+            cand = sorted((v, dr) for v, dr in nbrs[cur] if dist.get(v, -9) == dist[cur] - 1)
+            sw = cur - n
+            k = (_choice(ip[s], ip[d], sp, sw, seed, len(cand)) if hash_kind == "5-tuple" else
+                 _qp_choice(ip[s], ip[d], q, sw, seed, len(cand), 0 if cur in nic_leaves else 16))
+            cur, dr = cand[k]
+            route.append(dr)
+        out.append(route + [down_rev ^ 1])
+    return out
+
+
+def _random_file_fabric(rng, path):
+    """Connected, no parallel links: 2-5 leaves (some without NICs), 0-4 switches of tier 2 or 3,
+    a random spanning tree plus random extra links (leaf-leaf ones included)."""
+    leaves = [f"l{i}" for i in range(int(rng.integers(2, 6)))]
+    others = [f"s{i}" for i in range(int(rng.integers(0, 5)))]
+    names = leaves + others
+    order = rng.permutation(len(names))
+    pairs = {tuple(sorted((names[order[i]], names[order[int(rng.integers(0, i))]]))) for i in range(1, len(names))}
+    for _ in range(int(rng.integers(0, 10))):
+        a, b = rng.choice(len(names), 2, replace=False)
+        pairs.add(tuple(sorted((names[a], names[b]))))
+    tiers = {x: 1 for x in leaves} | {x: int(rng.integers(2, 4)) for x in others}
+    nics = [leaves[int(rng.integers(0, len(leaves) - 1))] for _ in range(8)]    # the last leaf: no NIC
+    path.write_text(f"switches: {tiers}\nlinks: {[[a, b] for a, b in sorted(pairs)]}\nnics: {nics}\n".replace("'", ""))
+
+
+@pytest.mark.parametrize("ecmp_hash", ["5-tuple", "qp"])
+def test_routes_match_a_reference_router_on_random_fabrics(tmp_path, ecmp_hash):
+    """30 random connected file fabrics (chains, meshes, leaves linked directly, tier-3 switches)
+    and the presets: every route equals the plain-Python reference's, link by link."""
+    rng = np.random.default_rng(5)
+    jobs = [fabric_job(dict(p, ecmp_hash=ecmp_hash, ecmp_seed=3), dp=32, gpn=2)
+            for p in ({"preset": "rail-optimised"}, {"preset": "leaf-spine-2to1"}, {"preset": "fat-tree-k8"},
+                      {"preset": "dgx-h100-su"}, {"kind": "leaf-spine", "nodes_per_leaf": 1, "spines": 3},
+                      {"kind": "rail-optimised", "nodes_per_leaf": 2, "spines": 5})]
+    for t in range(30):
+        _random_file_fabric(rng, tmp_path / f"f{t}.yaml")
+        jobs.append(fabric_job({"kind": "file", "file": str(tmp_path / f"f{t}.yaml"), "ecmp_hash": ecmp_hash,
+                                "ecmp_seed": t}, dp=8, gpn=2))
+    for j in jobs:
+        f = build_fabric(j)
+        src, dst = rng.integers(0, f.n_nics, 200), rng.integers(0, f.n_nics, 200)
+        src, dst = src[src != dst], dst[src != dst]
+        sport, dqpn = rng.integers(0xC000, 0x10000, len(src)), rng.integers(0x100, 1 << 24, len(src))
+        got = f.router.routes(src, dst, sport, 0, dest_qpn=dqpn)
+        want = _reference_routes(f, src.tolist(), dst.tolist(), sport.tolist(), dqpn.tolist(), ecmp_hash,
+                                 j.fabric.ecmp_seed)
+        assert [r[r >= 0].tolist() for r in got] == want
+        assert got.shape[1] >= max(len(r) for r in want)
+
+
+def test_a_fabric_of_65536_spines_routes_in_bounded_memory():
+    """fabric.spines at its documented maximum (docs/limits.md): the router's tables grow with
+    the links (2 x 65,536), not switches x neighbours (a padded adjacency: 65,538 x 65,536 x 8 B
+    twice, 64 GiB); 2,000 routes pick their spine as the independent hash model says."""
+    import tracemalloc
+    f = build_fabric(load_job(sets=["fabric.spines=65536"]))          # the default job: 2 leaves
+    assert f.n_spines == 65536
+    n = 2000
+    src, dst = np.zeros(n, int), np.full(n, 1)        # node0000-rail0 (leaf0) -> node0000-rail1 (leaf1)
+    sport = udp_sport(np.arange(0x100, 0x100 + n), np.arange(0x200, 0x200 + n)).astype(np.int64)
+    tracemalloc.start()
+    r = f.router
+    spine = r.node_after(r.routes(src, dst, sport, 0), 1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 << 20, peak
+    leaf = f.nic_port_leaf[0, 0]
+    want = [_choice(int(f.nic_ip[0]), int(f.nic_ip[1]), int(s), int(leaf), 0, 65536) for s in sport]
+    assert (spine - f.spine_node_id(0)).tolist() == want
+
+
+@pytest.mark.parametrize("ratio,per_leaf,spines,want", [
+    (0.0001, 2, 2, 4_000_000),    # a rail leaf of 2 nodes: 2 x 400G down; 800 / (0.0001 x 2), no division by 0
+    (0.0001, 16, 1, 10_000_000),  # 4 nodes: 1600 / 0.0001 = 16,000,000 -> the most fabric.leaf_spine_gbps allows
+    (2.5, 2, 3, 107),             # 800 / 7.5 = 106.67 -> 107, exactly (2.5 x 3 is no float error)
+    (3, 2, 1, 267),               # 800 / 3
+])
+def test_uplink_rate_from_any_oversubscription(ratio, per_leaf, spines, want):
+    f = build_fabric(load_job(sets=[f"fabric.nodes_per_leaf={per_leaf}", f"fabric.spines={spines}",
+                                    f"fabric.oversubscription={ratio}"]))
+    up = f.links["gbps"][(f.links["a"] >= f.n_nics) & (f.links["b"] >= f.n_nics)]
+    assert set(up.tolist()) == {want}

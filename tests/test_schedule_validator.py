@@ -151,6 +151,26 @@ def test_store_and_forward_through_a_spine():
     assert_valid(flows, fabric, job.output, fabric_routes, exact=False)
 
 
+def test_store_and_forward_at_each_switch_egress_rate():
+    """Uplinks faster than the NIC (800G leaf <-> spine, 400G NICs): each switch resends the last
+    packet at its egress rate - the leaf and spine at 800G, the far leaf at 400G. The validator's
+    lower bound must hold exactly on that (a bound at the NIC's rate everywhere is too strict)."""
+    job = cluster_job(4, cluster={"nodes_per_leaf": 1, "leaf_spine_gbps": 800})
+    size = 100_000
+    flows, fabric = run_ops(job, [(P2P, [0, 3], size, 1_000, [])])
+    (i,) = np.flatnonzero(flows.rows["link"] == LinkKind.NET)
+    r = flows.rows[i]
+    per_pkt = packet_overhead(job.output.vlan)
+    wire = size + -(-size // job.output.pmtu) * per_pkt + 16 + 4 + (-(size % job.output.pmtu)) % 4
+    pkt_bits = (job.output.pmtu + per_pkt) * 8
+    L = job.fabric.link_latency_ns
+    sf = 2 * -(-pkt_bits // 800) + -(-pkt_bits // 400)            # leaf->spine, spine->leaf, leaf->NIC
+    assert r["end_ns"] - r["start_ns"] == -(-wire * 8 // 400) + 4 * L + sf
+    p = fabric_routes(flows, fabric, job.output)
+    assert p.latency_ns[i] == 4 * L + sf
+    assert_valid(flows, fabric, job.output, fabric_routes, exact=False)
+
+
 # --- each rule catches its violation -----------------------------------------------------------
 
 def altered(flows: Flows, rows=None, op_start=None, op_end=None) -> Flows:

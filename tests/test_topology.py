@@ -94,3 +94,59 @@ def test_gpus_sharing_a_nic_keep_their_own_qps(tmp_path):
     dqps = {(p[IP].dst, int(p[BTH].dqpn)) for p in rdpcap(str(paths[0]))
             if BTH in p and p[BTH].opcode in (0x06, 0x0B) and p[IP].src == run.fabric.nic_ip_str(0)}
     assert len(pairs) > 1 and len(dqps) == len(pairs)
+
+
+# --- fabrics without spines; jobs without a NIC -------------------------------------------------
+
+from tracegen.config import load_job  # noqa: E402
+
+
+@pytest.mark.parametrize("sets,text,spines", [
+    ([], "leaves 8..9, spines 10..11", 2),                                     # the default job
+    (["fabric.kind=leaf-spine"], "leaf 8, no spines", 0),                      # 4 nodes fit one leaf
+    (["fabric.kind=fat-tree", "fabric.k=16"], "leaf 8, no spines", 0),         # 8 ports of 8: one leaf
+    (["fabric.kind=fat-tree", "fabric.k=8"], "leaves 8..9, spines 10..13", 4),  # one pod, no core
+    (["fabric=multi-plane-2", "fabric.kind=leaf-spine", "fabric.nodes_per_leaf=2"],
+     "leaves 8..9 and 12..13, spines 10..11 and 14..15", 2),
+])
+def test_switch_ids_of_every_shape(sets, text, spines):
+    """What a README needs about switch ids, well defined for any fabric: per tier the node ids
+    (NICs 0..7 first), spines only where there are; spine_node_id refuses one that does not exist."""
+    f = build_fabric(load_job(sets=sets))
+    assert f.switch_ids_text() == text and f.n_spines == spines
+    assert f.tier_node_ids(2, plane=0).tolist() == list(range(f.n_nics + f.n_leaves, f.n_nics + f.n_leaves + spines))
+    if spines:
+        assert f.spine_node_id(spines - 1) == f.tier_node_ids(2, plane=0)[-1]
+    with pytest.raises(IndexError, match="no spines" if not spines else f"spines 0..{spines - 1}"):
+        f.spine_node_id(spines)
+
+
+@pytest.mark.parametrize("extra,line", [
+    ([], "no pcap files and no ns-3 scenario written"),
+    (["--no-ns3"], "no pcap files written"),
+    (["--nics", "0", "--format", "pcapng"], "no pcap files and no ns-3 scenario written"),
+    (["--no-pcap", "--no-ns3"], None),
+])
+def test_one_node_job_writes_everything_but_the_wire(tmp_path, extra, line):
+    """One node of 8 GPUs: every transfer on NVLink. Tables, pictures, Perfetto and summaries are
+    written; pcaps and ns-3 files are not, and one line says why (none when neither was asked)."""
+    from click.testing import CliRunner
+    from tracegen.cli import main
+    out = tmp_path / "one"
+    res = CliRunner().invoke(main, ["generate", "-q", "--set", "cluster.nodes=1", "--set", "cluster.gpus_per_node=8",
+                                    *extra, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    if line is None:
+        assert lines == []
+    else:
+        assert lines == [f"warning: no traffic crosses a NIC (one node: every transfer stays on NVLink), so {line}"]
+    files = {p.name for p in out.iterdir()}
+    assert {"flows.csv", "ops.csv", "perfetto.json", "summary.json", "summary.md", "gantt.png",
+            "traffic_matrix.png", "timeline.png"} <= files and not {"pcap", "ns3"} & files
+    import csv
+    rows = list(csv.DictReader(open(out / "flows.csv")))
+    assert rows and {r["link"] for r in rows} == {"NVLINK"} and {r["route"] for r in rows} == {""}
+    import json
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["job"]["output"]["pcap"] is ("--no-pcap" not in extra)          # the job as asked

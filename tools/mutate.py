@@ -14,8 +14,14 @@ Run from the repository root:
   python tools/mutate.py                                  # the default mutations and test subset
   python tools/mutate.py --list                           # names and edits only
   python tools/mutate.py -m psn-2^23 -m rx-port-ignored   # some mutations
-  python tools/mutate.py --tests tests                    # against the full suite (slow: ~5 min each)
+  python tools/mutate.py --tests tests                    # the whole suite (the README's table)
+  python tools/mutate.py --tests tests --jobs 2 --readme  # ... two at a time, table into README.md
   python tools/mutate.py --tests "tests/test_psn_wrap.py tests/test_workload.py"
+
+Each mutation runs the test files that name the mutated module first (so a caught bug is found in
+seconds), then the rest of --tests; pytest stops at the first failure (-x). A test that runs away
+fails on pytest-timeout's per-test limit (--test-timeout), which counts as caught only when the
+run did not reach the whole-mutation --timeout; a mutation that hangs the whole run is "hang".
 
 Exit status 1 when a mutation is missed or stale. The README's "Development" section keeps the
 last result. Add a mutation by appending (name, file, old text, new text) to MUTATIONS; the old
@@ -25,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +75,8 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
                  "tests/test_report_asym.py tests/test_timing_closed_forms.py tests/test_examples.py "
                  "tests/test_workload.py tests/test_topology.py tests/test_collectives.py")
 
-COPY = ("tracegen", "tests", "tools", "traces/examples", "pyproject.toml", "README.md")
+COPY = ("tracegen", "tests", "tools", "traces/examples", "templates", "ns3_scenarios", "pyproject.toml",
+        "README.md", "docs")
 
 
 def _copy_tree(dest: Path) -> None:
@@ -81,9 +90,24 @@ def _copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / item)
 
 
-def run_one(name: str, path: str, old: str, new: str, tests: list[str], timeout: int) -> tuple[str, str, float]:
+def related_tests(path: str, tests: list[str]) -> list[str]:
+    """Test files (within `tests`) that name the mutated module: its dotted name, or its leaf
+    name in an import. They run first, so a caught mutation costs seconds, not the whole suite."""
+    mod = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    leaf = mod.rsplit(".", 1)[-1]
+    pat = re.compile(rf"{re.escape(mod)}\b|import[^\n]*\b{re.escape(leaf)}\b|\b{re.escape(leaf)}\.py\b")
+    files: list[Path] = []
+    for t in tests:
+        p = ROOT / t.split("::")[0]
+        files += sorted(p.rglob("test_*.py")) if p.is_dir() else [p] if p.suffix == ".py" else []
+    return [str(f.relative_to(ROOT)) for f in files if pat.search(f.read_text(errors="replace"))]
+
+
+def run_one(name: str, path: str, old: str, new: str, tests: list[str], timeout: int,
+            test_timeout: int) -> tuple[str, str, float]:
     """(verdict, first failing test or note, seconds) for one mutation."""
-    with tempfile.TemporaryDirectory(prefix=f"mutate-{name.replace('^', '')}-") as tmp:
+    safe = re.sub(r"[^\w-]", "", name)
+    with tempfile.TemporaryDirectory(prefix=f"mutate-{safe}-") as tmp:
         work = Path(tmp)
         _copy_tree(work)
         target = work / path
@@ -91,29 +115,39 @@ def run_one(name: str, path: str, old: str, new: str, tests: list[str], timeout:
         if text.count(old) != 1:
             return "stale", f"{path}: the old text occurs {text.count(old)} times (expected once)", 0.0
         target.write_text(text.replace(old, new))
-        env = dict(os.environ, PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
+        env = dict(os.environ, PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1",
+                   NUMBA_CACHE_DIR=str(work / ".numba-cache"))
         env.pop("TRACEGEN_CI", None)
+        order = related_tests(path, tests) + tests          # pytest runs a path given twice once
         t0 = time.perf_counter()
         try:
             res = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                                  "-o", "addopts=", *tests], cwd=work, env=env, capture_output=True,
-                                 text=True, timeout=timeout)
+                                  "-o", "addopts=", f"--timeout={test_timeout}", *order], cwd=work,
+                                 env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return "caught", f"timeout after {timeout} s", time.perf_counter() - t0
+            return "hang", f"the run passed {timeout} s", time.perf_counter() - t0
         secs = time.perf_counter() - t0
         if res.returncode == 0:
             return "MISSED", "all passed: " + (res.stdout.strip().splitlines() or ["?"])[-1], secs
         failed = [ln.split(" ", 1)[1].split(" - ")[0] for ln in res.stdout.splitlines() if ln.startswith("FAILED ")]
         errors = [ln.split(" ", 1)[1].split(" - ")[0] for ln in res.stdout.splitlines() if ln.startswith("ERROR ")]
         first = (failed or errors or [f"pytest exit {res.returncode}"])[0]
+        if "Timeout" in res.stdout and not failed:
+            first += " (per-test timeout)"
         return "caught", first, secs
+
+
+README_BEGIN, README_END = "<!-- mutate.py table: begin -->", "<!-- mutate.py table: end -->"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--mutation", action="append", help="run only these mutations (by name)")
     ap.add_argument("--tests", default=DEFAULT_TESTS, help="pytest arguments (space-separated paths / node ids)")
-    ap.add_argument("--timeout", type=int, default=1800, help="seconds per mutation")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per mutation (the whole run)")
+    ap.add_argument("--test-timeout", type=int, default=600, help="seconds per test (pytest-timeout)")
+    ap.add_argument("--jobs", type=int, default=1, help="mutations run side by side")
+    ap.add_argument("--readme", action="store_true", help="write the table into README.md between its markers")
     ap.add_argument("--list", action="store_true", help="print the mutations and exit")
     args = ap.parse_args()
     chosen = [m for m in MUTATIONS if not args.mutation or m[0] in args.mutation]
@@ -125,14 +159,31 @@ def main() -> int:
             print(f"{name}: {path}: {old!r} -> {new!r}")
         return 0
     tests = args.tests.split()
-    print(f"{len(chosen)} mutations, tests: {' '.join(tests)}")
-    print(f"| mutation | file | verdict | first failing test | s |\n|---|---|---|---|---|")
+    print(f"{len(chosen)} mutations, tests: {' '.join(tests)}", flush=True)
+    rows: dict[str, str] = {}
     bad = 0
-    for name, path, old, new in chosen:
-        verdict, note, secs = run_one(name, path, old, new, tests, args.timeout)
-        bad += verdict != "caught"
-        print(f"| {name} | `{path}` | {verdict} | `{note}` | {secs:.0f} |", flush=True)
-    print(f"\n{len(chosen) - bad} of {len(chosen)} caught")
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {pool.submit(run_one, *m, tests, args.timeout, args.test_timeout): m for m in chosen}
+        for fut in as_completed(futures):
+            name, path, _, _ = futures[fut]
+            verdict, note, secs = fut.result()
+            bad += verdict != "caught"
+            rows[name] = f"| {name} | `{path}` | {verdict} | `{note}` | {secs:.0f} |"
+            print(rows[name], flush=True)
+    table = ["| mutation | file | verdict | first failing test | s |", "|---|---|---|---|---|"]
+    table += [rows[m[0]] for m in chosen]
+    summary = f"{len(chosen) - bad} of {len(chosen)} caught ({100 * (len(chosen) - bad) / max(1, len(chosen)):.0f} %)"
+    print("\n" + "\n".join(table) + "\n\n" + summary)
+    if args.readme:
+        readme = ROOT / "README.md"
+        text = readme.read_text()
+        if README_BEGIN not in text or README_END not in text:
+            print(f"README.md has no {README_BEGIN} ... {README_END} markers", file=sys.stderr)
+            return 2
+        head, rest = text.split(README_BEGIN, 1)
+        _, tail = rest.split(README_END, 1)
+        readme.write_text(head + README_BEGIN + "\n" + f"`python tools/mutate.py --tests \"{args.tests}\"`: "
+                          + summary + ".\n\n" + "\n".join(table) + "\n" + README_END + tail)
     return 1 if bad else 0
 
 

@@ -7,7 +7,6 @@ a manifest of our files): outdir.py. Work is estimated and bounded before the pi
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -15,16 +14,13 @@ from pathlib import Path
 import click
 
 from . import __version__, outdir
-from .config import list_presets, load_job, validate
+from .config import list_presets
 from .errors import ConfigError, Interrupted, OutputError
 from .work import DEFAULT_MAX_WORK, estimate, parse_work
+from .cli_common import (command_errors, fail as _fail, job_options as _job_options,  # noqa: F401
+                         load as _load, pcap_options as _pcap_options)
 
 # The pipeline, numba and matplotlib load only once a job is valid: a mistake costs ~0.5 s.
-
-
-def _fail(msg, code: int = 2) -> None:
-    click.echo(f"error: {' '.join(str(msg).split())}", err=True)      # one line, whatever it holds
-    sys.exit(getattr(msg, "exit_code", code))
 
 
 class _OneLineErrors(click.Group):
@@ -68,23 +64,6 @@ def _output_options(f):
 def _where(out_dir, job, job_file, force):
     path, shown = outdir.choose(out_dir, job.output.dir, job.name)
     return outdir.inspect(path, shown, force, protect=(job_file, job.output.lab))
-
-
-def _job_options(f):
-    f = click.option("--detail", type=click.Choice(["auto", "full", "conn"]), default=None,
-                     help="Schedule granularity: every chunk (full), per NCCL connection per op (conn, "
-                          "for big jobs), or by size (auto, the default).")(f)
-    f = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                     help="Override a job key, e.g. --set parallelism.dp=4 (repeatable).")(f)
-    f = click.option("--preset", metavar="NAME", help="Start from a shipped job preset (see `tracegen presets`).")(f)
-    f = click.argument("job_file", required=False, type=click.Path(dir_okay=False))(f)
-    return f
-
-
-def _load(job_file, preset, sets, detail=None) -> Job:
-    if job_file and not os.path.lexists(job_file):
-        raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")
-    return load_job(job_file, preset=preset, sets=list(sets) + ([f"detail={detail}"] if detail else []))
 
 
 @click.group(cls=_OneLineErrors)
@@ -142,6 +121,9 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                                 lab_gbps=parse_rate(lab_rate) if lab_rate is not None else None)
             job = retime(job)
             _check_environment()
+            if scheduler:                       # before any work (emit/distributed.py)
+                from .emit.distributed import check_scheduler
+                check_scheduler(scheduler)
             target = _where(out_dir, job, job_file, force)
             with _stages(quiet) as stage:
                 stage("work estimate: the job's collectives")
@@ -170,11 +152,14 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
 
 def _run(job, quiet: bool, pcap: bool = True, budget: bool = True):
     """The pipeline, the pcap estimate and the checks on it (nothing selected, budget)."""
-    from .emit.bundle import with_pcap_estimate
+    from .emit.bundle import wire_note, with_pcap_estimate
     from .emit.select import check_budget, check_not_empty
     from .pipeline import run_pipeline
     with _stages(quiet) as stage:
         run = run_pipeline(job, stage, emit=budget and (job.output.pcap or job.output.ns3))
+        note = wire_note(run) if budget else None
+        if note:                    # generate, nothing crosses a NIC: tables etc. only, one line
+            run, pcap = replace(run, report=replace(run.report, notes=[*run.report.notes, note])), False
         if pcap:
             stage("pcap estimate")
             run = with_pcap_estimate(run)
@@ -200,20 +185,6 @@ def retime(job):
     return again(job)
 
 
-def _pcap_options(job, max_bytes=None, **options):
-    """generate's options over the job's output section, validated with the job like YAML keys;
-    a lab plan is read and checked here too (before any work)."""
-    from .emit.select import parse_bytes
-    changes = {k: v for k, v in options.items() if v is not None}
-    if max_bytes is not None:
-        changes["max_bytes"] = parse_bytes(max_bytes)
-    job = validate(replace(job, output=replace(job.output, **changes)))
-    if job.output.lab:
-        from .emit.lab import check_plan
-        check_plan(job.output)
-    return job
-
-
 @main.command()
 @_job_options
 @click.option("--corpus", metavar="PATH", help="Also size one epoch of this corpus (file, folder, or dante-it/dante-en).")
@@ -227,6 +198,11 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
     try:
         job = retime(_pcap_options(_load(job_file, preset, sets, detail)))
         _check_environment()
+        if corpus:                          # a missing corpus or tokenizer: before any work
+            from .corpus.reader import open_corpus
+            from .corpus.tokenizers import resolve_tokenizer
+            open_corpus(corpus)
+            resolve_tokenizer(tokenizer)
         try:
             target = _where(out_dir, job, job_file, force)
             where = f"generate would write {target.shown}/ ({target.note})"
@@ -349,12 +325,15 @@ def _rate_column():
 
 def _print_plan(run) -> None:
     """The plan's tables, made to fit 100 columns: numbers right-aligned and never wrapped, the
-    per-NIC bytes summarised (sum / min / median / max and the busiest NICs)."""
+    per-NIC bytes summarised (sum / min / median / max and the busiest NICs). Into a pipe or a
+    file (no terminal width to respect) each table is as wide as it needs: nothing is cut."""
     from rich import box
     from rich.console import Console
     from .report import report_tables
     from rich.table import Table
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=100)
     names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
     for title, header, rows in report_tables(run.report, exact=False, nic_names=names):
         table = Table(title=title, title_justify="left", box=box.SQUARE)
@@ -364,7 +343,17 @@ def _print_plan(run) -> None:
                              overflow="fold")
         for r in rows:
             table.add_row(*r)
+        _print_whole(console, table)
+
+
+def _print_whole(console, table) -> None:
+    """A table at the console's width, or wider when a value would be cut (not a terminal)."""
+    if console.is_terminal:
         console.print(table)
+        return
+    from rich.measure import Measurement
+    need = Measurement.get(console, console.options.update(width=10_000), table).maximum
+    console.print(table, width=max(console.width, need), crop=False)
 
 
 def _numeric(cell: str) -> bool:

@@ -10,7 +10,8 @@ Kinds (config `fabric.kind`, see config.FabricConfig):
                   to cores j*k/2 .. j*k/2 + k/2 - 1. k/2 NIC ports per leaf; only the pods the NICs
                   need are built. Placement `node` fills leaves in NIC order (a node's NICs on
                   consecutive ports), `rail` in rail-major order (rail 0 of every node first).
-  file            switches, links and each NIC's leaf from a YAML file (custom, uneven fabrics).
+  file            switches, links and each NIC's leaf from a YAML file (custom, uneven fabrics;
+                  read and checked by fabric_file.py).
 Multi-plane (`planes` = P > 1): the graph is built once per plane (switch names prefixed `pK-` for
 plane K > 0); each NIC has one port of nic_gbps / P on every plane.
 
@@ -19,12 +20,11 @@ NIC-facing Gb/s to its uplink Gb/s), else the NIC port rate. Spine-core likewise
 """
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass
-from pathlib import Path
+from fractions import Fraction
 
 import numpy as np
-import yaml
 
 from .config import FabricConfig
 from .errors import ConfigError
@@ -49,15 +49,18 @@ class SwitchGraph:
         return len(self.names)
 
 
-def _ceil_div(a: float, b: float) -> int:
-    return int(-(-int(round(a * 1000)) // int(round(b * 1000))))
+MAX_LINK_GBPS = 10_000_000     # the most fabric.leaf_spine_gbps / spine_core_gbps accept (docs/limits.md)
 
 
 def _uplink_gbps(explicit: int, ratio: float, down_gbps: int, uplinks: int, port_gbps: int) -> int:
+    """down_gbps / (ratio x uplinks) rounded up, in exact arithmetic on the ratio as written
+    (2.5 is 5/2: no float error, and 0.0001 divides by 1/10000, never by a rounded 0), at most
+    MAX_LINK_GBPS: an uplink no faster than a user could set one."""
     if explicit:
         return explicit
     if ratio > 0 and uplinks:
-        return max(1, _ceil_div(down_gbps, ratio * uplinks))
+        need = Fraction(down_gbps) / (Fraction(repr(float(ratio))) * uplinks)
+        return int(min(MAX_LINK_GBPS, max(1, math.ceil(need))))
     return port_gbps
 
 
@@ -71,7 +74,7 @@ class _Builder:
         self.tier: list[int] = []
         self.plane: list[int] = []
         self.index: list[int] = []
-        self.links: list[tuple[int, int, int, int]] = []
+        self.links: list[np.ndarray] = []      # blocks of [m, 4]: switch a, switch b, gbps, latency_ns
 
     def add(self, tier: int, count: int, plane: int) -> np.ndarray:
         first = len(self.names)
@@ -83,10 +86,12 @@ class _Builder:
         return np.arange(first, first + count)
 
     def link(self, a, b, gbps: int, lat: int) -> None:
-        self.links.append((int(a), int(b), int(gbps), int(lat)))
+        """Links a[i] - b[i] (arrays or one pair), all of one rate and latency, in that order."""
+        a, b = np.broadcast_arrays(np.asarray(a, np.int64).reshape(-1), np.asarray(b, np.int64).reshape(-1))
+        self.links.append(np.column_stack([a, b, np.full(len(a), gbps, np.int64), np.full(len(a), lat, np.int64)]))
 
     def graph(self, nic_leaf, port_gbps, port_lat) -> SwitchGraph:
-        links = np.array(self.links, dtype=np.int64).reshape(-1, 4)
+        links = np.concatenate(self.links) if self.links else np.zeros((0, 4), np.int64)
         return SwitchGraph(self.names, np.array(self.tier, np.int8), np.array(self.plane, np.int16),
                            np.array(self.index, np.int32), np.asarray(nic_leaf, np.int32), port_gbps,
                            port_lat, links)
@@ -126,9 +131,7 @@ def _two_tier(b: _Builder, fc: FabricConfig, plane: int, nodes: int, nics: int, 
         spines = b.add(SPINE, fc.spines, plane)
         gbps = _uplink_gbps(fc.leaf_spine_gbps, fc.oversubscription, down, fc.spines, port)
         lat = _lat(fc.leaf_spine_latency_ns, fc.link_latency_ns)
-        for lf in leaves:
-            for sp in spines:
-                b.link(lf, sp, gbps, lat)
+        b.link(np.repeat(leaves, len(spines)), np.tile(spines, len(leaves)), gbps, lat)   # leaf by leaf
     return leaves[leaf_of]
 
 
@@ -181,96 +184,29 @@ def _fat_tree(b: _Builder, fc: FabricConfig, plane: int, nodes: int, nics: int, 
     spines = b.add(SPINE, pods * half, plane)
     up = _uplink_gbps(fc.leaf_spine_gbps, fc.oversubscription, half * port, half, port)
     lat_ls = _lat(fc.leaf_spine_latency_ns, fc.link_latency_ns)
-    for lf in range(n_leaves):
-        pod = lf // half
-        for j in range(half):
-            b.link(leaves[lf], spines[pod * half + j], up, lat_ls)
+    pod_first = np.arange(n_leaves) // half * half          # each leaf to the k/2 spines of its pod
+    b.link(np.repeat(leaves, half), spines[(pod_first[:, None] + np.arange(half)).ravel()], up, lat_ls)
     if pods > 1:
         cores = b.add(CORE, half * half, plane)
         core_up = _uplink_gbps(fc.spine_core_gbps, fc.core_oversubscription, half * up, half,
                                fc.spine_core_gbps or up)
         lat_sc = _lat(fc.spine_core_latency_ns, fc.link_latency_ns)
-        for pod in range(pods):
-            for j in range(half):
-                for c in range(half):
-                    b.link(spines[pod * half + j], cores[j * half + c], core_up, lat_sc)
+        j = np.arange(pods * half) % half                     # spine j of each pod to cores j*k/2 ..
+        b.link(np.repeat(spines, half), cores[(j[:, None] * half + np.arange(half)).ravel()], core_up, lat_sc)
     return leaves[nic_order // half]
 
 
 # --- file ---------------------------------------------------------------------------------------
 
-FILE_HELP = ("a topology file is a mapping with 'switches' ({name: tier}, tier 1 = leaf: NICs plug "
-             "in there), 'links' ([[a, b, gbps, latency_ns], ...]; gbps and latency optional) and "
-             "'nics' (the leaf of each NIC in NIC order, or {nic name: leaf})")
-
-
-_SWITCH_NAME = re.compile(r"[A-Za-z][A-Za-z0-9._-]{0,63}")
-
-
 def _from_file(fc: FabricConfig, nodes: int, nics: int, port: int) -> SwitchGraph:
-    path = Path(fc.file)
-    if not fc.file:
-        raise ConfigError("fabric.kind=file needs fabric.file: the topology YAML's path")
-    try:
-        doc = yaml.safe_load(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"fabric.file={fc.file!r}: no such file") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"fabric.file={fc.file!r}: cannot read it ({e.__class__.__name__})") from None
-    where = f"fabric.file {fc.file}"
-    if not isinstance(doc, dict) or not {"switches", "links", "nics"} <= set(doc):
-        raise ConfigError(f"{where}: {FILE_HELP}")
-    sw = doc["switches"]
-    if not isinstance(sw, dict) or not sw:
-        raise ConfigError(f"{where}: 'switches' must map switch names to tiers (1, 2, 3)")
-    names = [str(n) for n in sw]
-    for n in names:      # a name names files (switch views) and appears in MAC-less reports
-        if not _SWITCH_NAME.fullmatch(n) or n.startswith("node"):
-            raise ConfigError(f"{where}: switch name {n[:40]!r}: use letters, digits, '.', '_', '-' "
-                              "(at most 64, not starting with 'node': NIC names do)")
-    idx = {n: i for i, n in enumerate(names)}
-    tiers = []
-    for n, t in sw.items():
-        if t not in (1, 2, 3):
-            raise ConfigError(f"{where}: switch {n!r} has tier {t!r}; use 1 (leaf), 2 or 3")
-        tiers.append(t)
+    from .fabric_file import read_topology
+    names, tiers, links, nic_leaf = read_topology(fc, nodes, nics, port)
     b = _Builder()
     b.names, b.tier, b.plane = names, tiers, [0] * len(names)
     counts: dict[int, int] = {}
     for t in tiers:
         b.index.append(counts.get(t, 0))
         counts[t] = counts.get(t, 0) + 1
-    if not isinstance(doc["links"], list):
-        raise ConfigError(f"{where}: 'links' must be a list of [a, b, gbps, latency_ns]")
-    for k, ln in enumerate(doc["links"]):
-        if not isinstance(ln, list) or not 2 <= len(ln) <= 4 or str(ln[0]) not in idx or str(ln[1]) not in idx \
-                or ln[0] == ln[1]:
-            raise ConfigError(f"{where}: links[{k}] = {str(ln)[:60]}: give [a, b, gbps, latency_ns] "
-                              "with two different switches named in 'switches'")
-        gbps = ln[2] if len(ln) > 2 else port
-        lat = ln[3] if len(ln) > 3 else fc.link_latency_ns
-        if not (isinstance(gbps, int) and 0 < gbps <= 10**7 and isinstance(lat, int) and 0 <= lat <= 10**9):
-            raise ConfigError(f"{where}: links[{k}]: gbps must be a positive integer and latency_ns >= 0")
-        b.link(idx[str(ln[0])], idx[str(ln[1])], gbps, lat)
-    n_nics = nodes * nics
-    spec = doc["nics"]
-    if isinstance(spec, dict):
-        names_of = {f"node{n // nics:04d}-rail{n % nics}": n for n in range(n_nics)}
-        leaf = [None] * n_nics
-        for k, v in spec.items():
-            if str(k) not in names_of:
-                raise ConfigError(f"{where}: nics: {str(k)[:40]!r} is not a NIC of this job "
-                                  f"(node0000-rail0 .. {list(names_of)[-1]})")
-            leaf[names_of[str(k)]] = v
-    elif isinstance(spec, list):
-        leaf = list(spec)
-    else:
-        raise ConfigError(f"{where}: 'nics' must be a list or a mapping")
-    if len(leaf) != n_nics or any(v is None for v in leaf):
-        raise ConfigError(f"{where}: 'nics' must place all {n_nics} NICs of the job (got {len(leaf)})")
-    out = np.zeros((n_nics, 1), np.int32)
-    for n, v in enumerate(leaf):
-        if str(v) not in idx or tiers[idx[str(v)]] != 1:
-            raise ConfigError(f"{where}: NIC {n} on {str(v)[:40]!r}, which is not a tier-1 switch")
-        out[n, 0] = idx[str(v)]
-    return b.graph(out, port, fc.link_latency_ns)
+    for a, z, gbps, lat in links:
+        b.link(a, z, gbps, lat)
+    return b.graph(nic_leaf.reshape(-1, 1), port, fc.link_latency_ns)

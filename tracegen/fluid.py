@@ -199,6 +199,12 @@ class LinkLoad(NamedTuple):
     bytes_per_ns: np.ndarray
     truncated: bool
 
+    def binned_used(self, bin_ns: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
+        """(links, bytes per bin) of only the links with records: a fabric of 65,536 spines has
+        262,000 link directions, a small job loads a few dozen (binned() would hold them all)."""
+        used, compact = np.unique(self.link, return_inverse=True)
+        return used, self._replace(link=compact.reshape(-1)).binned(len(used), bin_ns, bins)
+
     def binned(self, n_links: int, bin_ns: int, bins: int) -> np.ndarray:
         """Bytes each link carried in each bin [k bin_ns, (k+1) bin_ns)."""
         out = np.zeros((n_links, bins + 2))

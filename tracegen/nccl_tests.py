@@ -11,18 +11,23 @@ Sizes: all_reduce/broadcast/reduce the buffer; all_gather/reduce_scatter the gat
 (count = elements per rank); alltoall one rank's send buffer; sendrecv what each rank sends to the
 next (rank r -> r+1, all at once).
 `-o DIR` writes what `tracegen generate` writes (pcaps, ns-3 scenario, flows.csv, summary.md) for
-the sweep: the capture of one all_reduce_perf run (without its warm-up iterations).
+the sweep: the capture of one all_reduce_perf run (without its warm-up iterations), through the
+same output guard (outdir: a new folder or one tracegen wrote, replaced whole; --force).
+
+Bounds, checked before anything runs: a size is at most MAX_SIZE_BYTES (1 TiB); a sweep has at
+most MAX_SIZES sizes (counted, not listed); its transfers (the work estimate's per-op count,
+work.op_transfers) stay within --max-work, like a job's. Every option is checked before the sweep.
 """
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 
-from .errors import ConfigError, OutputError
+from .config import show
+from .errors import ConfigError
 from .tables import CollKind, Dim, Phase
 
 COLLECTIVES = {"all_reduce": CollKind.ALLREDUCE, "all_gather": CollKind.ALLGATHER,
@@ -31,15 +36,23 @@ COLLECTIVES = {"all_reduce": CollKind.ALLREDUCE, "all_gather": CollKind.ALLGATHE
                "sendrecv": CollKind.SENDRECV}
 TYPES = {"int8": 1, "uint8": 1, "half": 2, "bfloat16": 2, "float": 4, "int32": 4, "uint32": 4,
          "double": 8, "int64": 8, "uint64": 8}
-_SIZE = re.compile(r"(\d+)([KMGkmg]?)[bB]?")
+_SIZE = re.compile(r"([0-9]+)([KMGTkmgt]?)[bB]?")
+MAX_SIZE_BYTES = 1 << 40          # one size: 1 TiB, far beyond any GPU buffer
+MAX_SIZES = 1000                  # sizes in one sweep (nccl-tests' own sweeps have ~30)
 
 
 def parse_size(text: str, flag: str) -> int:
-    """nccl-tests' sizes: 8, 64K, 8M, 1G (binary multiples)."""
+    """nccl-tests' sizes: 8, 64K, 8M, 1G (binary multiples), at most MAX_SIZE_BYTES."""
     m = _SIZE.fullmatch(str(text).strip())
     if not m:
-        raise ConfigError(f"{flag} {text!r}: use bytes or a size like 64K, 8M, 1G")
-    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+        raise ConfigError(f"{flag} {show(text)}: use bytes or a size like 64K, 8M, 1G")
+    digits = m.group(1).lstrip("0")
+    if len(digits) > 16:
+        raise ConfigError(f"{flag}: a {len(digits)}-digit size; at most 1T ({MAX_SIZE_BYTES:,} bytes)")
+    value = int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
+    if value > MAX_SIZE_BYTES:
+        raise ConfigError(f"{flag} {show(text)}: {value:,} bytes; at most 1T ({MAX_SIZE_BYTES:,} bytes)")
+    return value
 
 
 def busbw_factor(kind: CollKind, n: int) -> float:
@@ -48,6 +61,30 @@ def busbw_factor(kind: CollKind, n: int) -> float:
     if kind in (CollKind.ALLGATHER, CollKind.REDUCESCATTER, CollKind.ALLTOALL):
         return (n - 1) / n
     return 1.0
+
+
+def count_sizes(min_bytes: int, max_bytes: int, factor: int, step_bytes: int) -> int:
+    """len(sizes(...)) without listing them (min_bytes >= 1: a factor sweep has <= 41 sizes)."""
+    if factor > 1:
+        n, size = 0, min_bytes
+        while size <= max_bytes:
+            n, size = n + 1, size * factor
+        return n
+    return (max_bytes - min_bytes) // step_bytes + 1
+
+
+def check_sweep(min_bytes: int, max_bytes: int, factor: int, step_bytes: int) -> int:
+    """The sweep's options, and its size count within MAX_SIZES; returns the count."""
+    if min_bytes < 1 or max_bytes < min_bytes:
+        raise ConfigError(f"-b {min_bytes} / -e {max_bytes}: need 1 <= minbytes <= maxbytes")
+    if factor < 2 and step_bytes < 1:
+        raise ConfigError("-f FACTOR must be >= 2, or give -i STEPBYTES >= 1")
+    n = count_sizes(min_bytes, max_bytes, factor, step_bytes)
+    if n > MAX_SIZES:
+        how = f"-i {step_bytes}" if factor < 2 else f"-f {factor}"
+        raise ConfigError(f"-b {min_bytes} -e {max_bytes} {how}: {n:,} sizes, more than {MAX_SIZES:,}; "
+                          "narrow the range (-b, -e) or take bigger steps (-i, or -f 2)")
+    return n
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int, step_bytes: int) -> list[int]:
@@ -107,23 +144,50 @@ def build_ops(kind: CollKind, world: int, size_list: list[int], elem_bytes: int)
     return ops.table(), per_size
 
 
+def sweep_transfers(kind: CollKind, job, size_list: list[int], elem_bytes: int) -> int:
+    """The transfers the collectives stage will make for the sweep (work.op_transfers per size:
+    within ~30 % of the real count for every collective and algorithm)."""
+    from .collectives import tuning
+    from .work import op_transfers
+    c = job.cluster
+    n, N = job.world, job.world // job.cluster.gpus_per_node
+    if kind == CollKind.SENDRECV:      # n pairs of 2 ranks, point to point
+        return n * sum(op_transfers(int(kind), tuning.plan(kind, job.nccl, 2, 1, 2, s, c.nic_gbps, c.nvlink_gbps),
+                                    2, 1, 2, s, elem_bytes) for s in size_list)
+    return sum(op_transfers(int(kind), tuning.plan(kind, job.nccl, n, N, c.gpus_per_node, s, c.nic_gbps,
+                                                   c.nvlink_gbps), n, N, c.gpus_per_node, s, elem_bytes)
+               for s in size_list)
+
+
+def check_work(kind: CollKind, job, size_list: list[int], elem_bytes: int, max_work: int) -> int:
+    """Refuse a sweep whose transfers (+ 4 units per op, as a job's) exceed max_work (0: no limit)."""
+    from .work import OP_UNITS
+    ops = len(size_list) * (job.world if kind == CollKind.SENDRECV else 1)
+    units = sweep_transfers(kind, job, size_list, elem_bytes) + OP_UNITS * ops
+    if max_work and units > max_work:
+        raise ConfigError(f"sweep too big for --max-work {max_work:,}: ~{units:,} transfers over {len(size_list):,} "
+                          f"sizes on {job.world} GPUs; shrink it (fewer or smaller sizes: -b, -e, -f, -i; "
+                          "fewer --nodes; more --channels is not fewer) or raise --max-work (0: no limit)")
+    return units
+
+
 def run_collective(name: str, cluster: str, nodes: int, min_bytes: int, max_bytes: int,
                    factor: int = 2, step_bytes: int = 0, dtype: str = "float",
-                   algorithm: str = "ring", channels: int = 0, protocol: str = "simple"):
-    """(rows, run): the nccl-tests table of one sweep and the pipeline Run behind it."""
+                   algorithm: str = "ring", channels: int = 0, protocol: str = "simple",
+                   max_work: int | None = None):
+    """(rows, run): the nccl-tests table of one sweep and the pipeline Run behind it.
+    max_work: refuse beyond that many work units (None: work.DEFAULT_MAX_WORK; 0: no limit)."""
     from .collectives import expand
     from .pipeline import Run
     from .report import build_report
     from .schedule import schedule
     from .topology import build_fabric
+    from .work import DEFAULT_MAX_WORK
     if name not in COLLECTIVES:
         raise ConfigError(f"collective {name!r}: use one of " + ", ".join(COLLECTIVES))
     if dtype not in TYPES:
         raise ConfigError(f"-d {dtype!r}: use one of " + ", ".join(TYPES))
-    if min_bytes < 1 or max_bytes < min_bytes:
-        raise ConfigError(f"-b {min_bytes} / -e {max_bytes}: need 1 <= minbytes <= maxbytes")
-    if factor < 2 and step_bytes < 1:
-        raise ConfigError("-f FACTOR must be >= 2, or give -i STEPBYTES >= 1")
+    check_sweep(min_bytes, max_bytes, factor, step_bytes)
     kind, eb = COLLECTIVES[name], TYPES[dtype]
     job = collective_job(cluster, nodes, algorithm, channels, protocol,
                          f"{name}-{nodes}x{cluster}")
@@ -132,6 +196,7 @@ def run_collective(name: str, cluster: str, nodes: int, min_bytes: int, max_byte
     if n < 2:
         raise ConfigError(f"--nodes {nodes} x {fabric.gpus_per_node} GPUs: a collective needs 2 or more")
     size_list = sizes(min_bytes, max_bytes, factor, step_bytes)
+    check_work(kind, job, size_list, eb, DEFAULT_MAX_WORK if max_work is None else max_work)
     ops, per_size = build_ops(kind, n, size_list, eb)
     transfers = expand(ops, fabric, job.nccl)
     flows = schedule(ops, transfers, fabric, job)
@@ -167,10 +232,11 @@ def format_table(name: str, rows: list[Row], n: int, header: str) -> str:
 
 @click.command("collective")
 @click.argument("name", metavar="COLLECTIVE", type=click.Choice(list(COLLECTIVES)))
-@click.option("-b", "--minbytes", default="8M", show_default=True, help="Smallest size (8, 64K, 8M, 1G).")
+@click.option("-b", "--minbytes", default="8M", show_default=True, help="Smallest size (8, 64K, 8M, 1G; at most 1T).")
 @click.option("-e", "--maxbytes", default="1G", show_default=True, help="Largest size.")
 @click.option("-f", "--stepfactor", type=int, default=2, show_default=True, help="Multiply the size by this.")
-@click.option("-i", "--stepbytes", default="0", help="Add this to the size instead (with -f 1).")
+@click.option("-i", "--stepbytes", default="0",
+              help=f"Add this to the size instead (with -f 1); a sweep has at most {MAX_SIZES:,} sizes.")
 @click.option("-d", "--datatype", default="float", show_default=True, type=click.Choice(list(TYPES)))
 @click.option("--nodes", type=int, default=4, show_default=True, help="Nodes of the cluster preset.")
 @click.option("--cluster", default="dgx-h100", show_default=True, help="Cluster preset (tracegen presets).")
@@ -182,40 +248,70 @@ def format_table(name: str, rows: list[Row], n: int, header: str) -> str:
               help="Also write pcaps, ns-3 scenario, flows.csv, summary.md of the sweep here.")
 @click.option("--max-bytes", default=None, metavar="SIZE", help="With -o: refuse pcaps beyond SIZE (default 2GiB).")
 @click.option("--nics", default=None, metavar="LIST", help="With -o: only these NICs' pcaps.")
+@click.option("--force", is_flag=True,
+              help="With -o: write into a folder tracegen would refuse, beside what is there; deletes only "
+                   "files tracegen wrote.")
+@click.option("--max-work", default=None, metavar="N",
+              help="Refuse sweeps estimated beyond N work units (~transfers; default as generate's; 0: no limit).")
 def collective(name, minbytes, maxbytes, stepfactor, stepbytes, datatype, nodes, cluster, algorithm,
-               protocol, channels, out_dir, max_bytes, nics):
+               protocol, channels, out_dir, max_bytes, nics, force, max_work):
     """Time one NCCL collective over sizes like nccl-tests' *_perf (e.g. `tracegen collective
     all_reduce -b 8M -e 1G -f 2 --nodes 16`) and print its table; -o writes the capture."""
-    try:
-        rows, run = run_collective(name, cluster, nodes, parse_size(minbytes, "-b"),
-                                   parse_size(maxbytes, "-e"), stepfactor, parse_size(stepbytes, "-i"),
-                                   datatype, algorithm, channels, protocol)
+    from . import outdir
+    from .cli_common import command_errors
+    from .work import parse_work
+    with command_errors():
+        # every option first: nothing runs before a mistake is found
+        lo, hi, step = parse_size(minbytes, "-b"), parse_size(maxbytes, "-e"), parse_size(stepbytes, "-i")
+        check_sweep(lo, hi, stepfactor, step)
+        work = parse_work(max_work) if max_work is not None else None
+        if max_bytes is not None:
+            from .emit.select import parse_bytes
+            parse_bytes(max_bytes)
+        target = None
+        if out_dir:
+            out = _output(name, cluster, nodes, algorithm, channels, protocol, max_bytes, nics)
+            path, shown = outdir.choose(out_dir, "", name)
+            target = outdir.inspect(path, shown, force)
+        elif max_bytes is not None or nics is not None or force:
+            raise ConfigError("--max-bytes, --nics and --force shape what -o writes; add -o DIR or leave them out")
+        rows, run = run_collective(name, cluster, nodes, lo, hi, stepfactor, step, datatype, algorithm, channels,
+                                   protocol, max_work=work)
         f = run.fabric
         header = (f"tracegen collective {name}: {f.nodes} nodes x {f.gpus_per_node} GPUs ({cluster}), "
                   f"nccl {run.job.nccl.algorithm}/{run.job.nccl.protocol}, {run.job.nccl.channels} channels; "
                   "time = scheduled duration")
         click.echo(format_table(name, rows, f.world, header))
-        if out_dir:
-            _write(run, Path(out_dir), max_bytes, nics)
-    except (ConfigError, OutputError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
+        if target is not None:
+            _write(replace(run, job=replace(run.job, output=out)), target, force)
 
 
-def _write(run, target: Path, max_bytes, nics) -> None:
-    from . import outdir
+def _output(name, cluster, nodes, algorithm, channels, protocol, max_bytes, nics):
+    """The sweep job's output section with -o's options, validated (before the sweep runs)."""
     from .config import validate
-    from .emit.bundle import with_pcap_estimate, write_bundle
-    from .emit.select import check_budget, parse_bytes
-    out = run.job.output
+    from .emit.select import parse_bytes
+    job = collective_job(cluster, nodes, algorithm, channels, protocol, f"{name}-{nodes}x{cluster}")
+    out = job.output
     if max_bytes is not None:
         out = replace(out, max_bytes=parse_bytes(max_bytes))
     if nics is not None:
         out = replace(out, nics=nics)
-    job = validate(replace(run.job, output=out))
-    run = with_pcap_estimate(replace(run, job=job))
-    check_budget(run.report.pcap_packets, run.report.pcap_bytes, job.output)
+    job = validate(replace(job, output=out))
+    from .emit.select import parse
+    from .topology import build_fabric
+    parse(job.output, build_fabric(job))           # NIC names and indices against the fabric
+    return job.output
+
+
+def _write(run, target, force: bool) -> None:
+    from . import outdir
+    from .emit.bundle import with_pcap_estimate, write_bundle
+    from .emit.select import check_budget
+    run = with_pcap_estimate(run)
+    check_budget(run.report.pcap_packets, run.report.pcap_bytes, run.job.output)
     counts: dict = {}
-    with outdir.signals_as_interrupts(), outdir.Writer(outdir.inspect(Path(target), str(target))) as w:
+    with outdir.Writer(target, force) as w:
         w.write(lambda tmp: counts.update(write_bundle(run, tmp)))
-    click.echo(f"wrote {target}/ (" + ", ".join(f"{v} {k}" for k, v in counts.items()) + ")")
+    for warning in w.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"wrote {target.shown}/ (" + ", ".join(f"{v} {k}" for k, v in counts.items()) + ")")

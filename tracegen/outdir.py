@@ -1,39 +1,40 @@
-"""Output folders: where `generate` writes, what it may replace, and how it replaces it.
+"""Output folders: where a command writes, what it may replace, and how it replaces it.
 
-Rules (issue 13: never lose a user's file):
-  * A trace goes into a new folder, or replaces a folder tracegen wrote before - recognised by
-    the manifest it leaves there (`.tracegen-manifest.json`: every file it wrote, with its size),
-    and only if the folder holds nothing else. The replacement is atomic: the new trace is written
-    into a temp folder beside the target and exchanged with the old one in one rename
-    (renameat2 RENAME_EXCHANGE), so a reader sees the old trace or the new one, never a mix; the
-    old one is then deleted file by file from its manifest.
+Every command that writes goes through here (issues 13 and 22: never lose a user's file):
+`generate`, `collective -o`, `export`, `report`, `ns3 run` (its ns3/sim/), `tokens --png`.
+  * A folder of output goes into a new folder, or replaces a folder tracegen wrote before -
+    recognised by the manifest it leaves there (`.tracegen-manifest.json`: every file it wrote,
+    with its size; ownership.py), and only if the folder holds nothing else. The replacement is
+    atomic: the new folder is written into a temp folder beside the target and exchanged with the
+    old one in one rename (renameat2 RENAME_EXCHANGE), so a reader sees the old output or the new
+    one, never a mix; the old one is then deleted file by file from its manifest.
+  * A later command may write a sub-output into a trace folder (ns3/sim/, chakra/, simai/): a
+    folder of its own with its own manifest, written the same way. The trace stays tracegen's; when
+    `generate` replaces the trace, its sub-outputs go with it (a warning names them).
+  * Pictures redrawn into a folder of ours (`report`) replace the files one by one (each renamed
+    into place) and the manifest is updated; a standalone picture (`tokens --png`) is written by a
+    rename and only over a PNG tracegen wrote (its text chunk `Software: tracegen`).
   * Anything else is refused with one line before any work: a non-empty folder that is not ours,
     the current folder or one containing it, the home folder, a folder holding the job file or
     lab plan, a mount point, a file. `--force` writes tracegen's files *beside* what is there
-    (refusing if one of the user's files sits where a trace file goes) and deletes only files
+    (refusing if one of the user's files sits where a file of ours goes) and deletes only files
     its manifest lists; it is not atomic as a whole (each top-level entry is renamed into place).
   * `output.dir` from a job file is a relative path below the current folder; `-o` goes anywhere.
-  * One run at a time per target: a lock file (`.NAME.lock` beside the target, flock) held from
-    before the pipeline to the swap; a second run gets a one-line error at once.
+  * One run at a time per target: a lock file (`.NAME.lock` beside the target, flock; guard.py)
+    held from before the work to the swap; a second run gets a one-line error at once.
   * Temp folders are `.NAME.tmp-XXXXXXXX` beside the target, marked by a `.tracegen-tmp` file while
-    being written. A run killed by SIGKILL leaves one; the next run into the same place (holding
-    the lock, so no other run can own it) deletes it. SIGINT, SIGTERM and SIGHUP raise
-    `Interrupted` (signals_as_interrupts), so the temp folder is removed on the way out.
+    being written. A run killed by SIGKILL leaves one (and its lock file); the next run into the
+    same place deletes it, and they never make a folder look foreign. SIGINT, SIGTERM and SIGHUP
+    raise `Interrupted` (signals_as_interrupts), so the temp folder is removed on the way out.
   * An OSError while writing (ENOSPC, EROFS, EACCES, EBUSY, ENAMETOOLONG, ...) becomes a one-line
-    WriteError (exit 1) naming the errno; the temp folder is removed, the earlier trace untouched.
+    WriteError (exit 1) naming the errno; the temp folder is removed, the earlier output untouched.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
-import fcntl
 import hashlib
-import json
 import os
-import re
 import shutil
-import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +42,15 @@ from typing import Callable, Iterator
 
 from . import __version__
 from .config import show, show_path
-from .errors import ConfigError, Interrupted, OutputError, WriteError
+from .errors import ConfigError, Interrupted, OutputError
+from .guard import Lock, exchange, signals_as_interrupts, signals_deferred, write_error
+from .ownership import (MANIFEST, MARKER, PNG_SOFTWARE, clean_stale, foreign, is_reg, manifest_doc,
+                        owned, png_is_ours, read_manifest, remove_ours, sub_outputs, write_manifest)
 
-MANIFEST = ".tracegen-manifest.json"
-MARKER = ".tracegen-tmp"            # inside a temp folder while it is being written
-FORCE_PREFIX = ".tracegen.tmp-"     # temp folders inside the target (--force)
+__all__ = ["MANIFEST", "MARKER", "PNG_SOFTWARE", "Target", "Writer", "choose", "check_file", "check_put", "inspect", "put_files",
+           "signals_as_interrupts", "write_error", "write_file", "write_folder"]
+
+FORCE_PREFIX = ".tracegen.tmp-"     # temp folders inside the target (--force, put_files)
 # Top-level names a trace uses (checked against the user's files before a --force run; the
 # files actually written are checked again before anything is moved).
 TRACE_NAMES = ("flows.csv", "flows.parquet", "ops.csv", "ops.parquet", "pcap", "ns3", "summary.md",
@@ -53,7 +58,6 @@ TRACE_NAMES = ("flows.csv", "flows.parquet", "ops.csv", "ops.parquet", "pcap", "
                "perfetto.json", MANIFEST)
 NAME_MAX = 255
 PATH_MAX = 4000
-MANIFEST_MAX_BYTES = 64 << 20
 
 
 # --- where ---------------------------------------------------------------------------------------
@@ -115,16 +119,18 @@ def _within(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def inspect(path: Path, shown: str, force: bool = False, protect=()) -> Target:
-    """Decide what generate may do at `path` (nothing is touched); OutputError if refused,
-    WriteError if the file system will not even let it look (EACCES, EIO, ...)."""
+def inspect(path: Path, shown: str, force: bool = False, protect=(), names=TRACE_NAMES,
+            flag: str = "-o") -> Target:
+    """Decide what a command may do at `path` (nothing is touched); OutputError if refused,
+    WriteError if the file system will not even let it look (EACCES, EIO, ...). `names`: the
+    top-level names the output uses (a --force run refuses a user's file there)."""
     try:
-        return _inspect(path, shown, force, protect)
+        return _inspect(path, shown, force, protect, names, flag)
     except OSError as e:
-        raise write_error(e, shown, kept=False) from None
+        raise write_error(e, shown, kept=False, flag=flag) from None
 
 
-def _inspect(path: Path, shown: str, force: bool, protect) -> Target:
+def _inspect(path: Path, shown: str, force: bool, protect, names, flag: str) -> Target:
     p = _resolve(path)
     protect = tuple(_resolve(Path(x)) for x in protect if x)
     cwd = _resolve(Path.cwd())
@@ -139,359 +145,52 @@ def _inspect(path: Path, shown: str, force: bool, protect) -> Target:
         if held:
             why = f"it holds {held[0].name}, which this run reads"
     if why is None and p.exists() and os.path.ismount(p):
-        why = "it is a mount point (a trace folder is replaced as a whole)"
+        why = "it is a mount point (a folder of output is replaced as a whole)"
     if why is None and (p.exists() or p.is_symlink()) and not p.is_dir():
-        raise OutputError(f"{shown} exists and is not a folder; choose another -o")
+        raise OutputError(f"{shown} exists and is not a folder; choose another {flag}")
     state, note = "new", "a new folder"
     if why is None and p.is_dir():
-        foreign = _foreign(p)
-        if foreign is None:
+        bad = foreign(p)
+        if bad is None:
             state, note = "new", "an empty folder, replaced"
-        elif not foreign:
+        elif not bad:
             state, note = "ours", "replacing the trace tracegen wrote there before"
+            subs = sub_outputs(p)
+            if subs:
+                note += f", with {', '.join(s + '/' for s in subs[:3])} written into it since"
         else:
-            more = f", ... {len(foreign)} in all" if len(foreign) > 3 else ""
+            more = f", ... {len(bad)} in all" if len(bad) > 3 else ""
             why = (f"it holds files tracegen did not write "
-                   f"({', '.join(show_path(f) for f in foreign[:3])}{more})")
+                   f"({', '.join(show_path(f) for f in bad[:3])}{more})")
     if why is not None:
         if not force:
-            raise OutputError(f"refusing to write into {shown}: {why}; choose another -o (e.g. "
-                              f"-o traces/NAME), or add --force to write beside what is there "
+            raise OutputError(f"refusing to write into {shown}: {why}; choose another {flag} (e.g. "
+                              f"{flag} traces/NAME), or add --force to write beside what is there "
                               "(tracegen deletes only files it wrote)")
-        blocked = [n for n in TRACE_NAMES if os.path.lexists(p / n) and not _owned(p, n)]
+        blocked = [n for n in names if os.path.lexists(p / n) and not owned(p, n)]
         if blocked:
-            raise OutputError(f"--force into {shown}: {show_path(blocked[0])} there is not tracegen's and a trace "
-                              "file goes there; move it or choose another -o")
+            raise OutputError(f"--force into {shown}: {show_path(blocked[0])} there is not tracegen's and a "
+                              f"file of ours goes there; move it or choose another {flag}")
         state, note = "force", f"--force: beside what is there ({why})"
     return Target(p, shown, state, note, protect)
 
 
-# --- manifests -----------------------------------------------------------------------------------
-
-def _read_manifest(d: Path) -> dict | None:
-    """{"files": {rel: size}, "dirs": [rel]} if `d` has a well-formed manifest, else None."""
-    m = d / MANIFEST
-    try:
-        if m.is_symlink() or not m.is_file() or m.stat().st_size > MANIFEST_MAX_BYTES:
-            return None
-        doc = json.loads(m.read_text("utf-8"))
-        files, dirs = doc["files"], doc.get("dirs", [])
-        if not isinstance(files, dict) or not isinstance(dirs, list):
-            return None
-        for rel in [*files, *dirs]:
-            if not isinstance(rel, str) or not _safe_rel(rel):
-                return None
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in files.values()):
-            return None
-        return {"files": files, "dirs": dirs}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _safe_rel(rel: str) -> bool:
-    p = Path(rel)
-    return bool(rel) and not p.is_absolute() and ".." not in p.parts and "\0" not in rel \
-        and rel not in (MANIFEST, MARKER) and p.parts[0] != "."
-
-
-def _tree(d: Path) -> tuple[dict[str, int], list[str], list[str]]:
-    """(regular files -> size, folders, other entries such as symlinks) below `d`, relative."""
-    files, dirs, other = {}, [], []
-    for root, dnames, fnames in os.walk(d, followlinks=False):
-        r = Path(root)
-        for n in list(dnames):
-            full = r / n
-            if full.is_symlink():
-                other.append(str(full.relative_to(d)))
-                dnames.remove(n)
-            else:
-                dirs.append(str(full.relative_to(d)))
-        for n in fnames:
-            full = r / n
-            rel = str(full.relative_to(d))
-            st = full.lstat()
-            if full.is_symlink() or not _is_reg(st.st_mode):
-                other.append(rel)
-            else:
-                files[rel] = st.st_size
-    return files, dirs, other
-
-
-def _is_reg(mode: int) -> bool:
-    import stat
-    return stat.S_ISREG(mode)
-
-
-def _foreign(d: Path) -> list[str] | None:
-    """None: `d` is empty. []: everything in it is listed in its manifest. Else the entries that
-    are not tracegen's (top-level names first, then deeper ones)."""
-    names = os.listdir(d)
-    if not names:
-        return None
-    man = _read_manifest(d)
-    if man is None:
-        return sorted(names)
-    files, dirs, other = _tree(d)
-    listed, listed_dirs = man["files"], set(man["dirs"])
-    bad = [rel for rel, size in files.items() if rel != MANIFEST and listed.get(rel) != size]
-    bad += other
-    bad += [rel for rel in dirs if rel not in listed_dirs and not any(
-        f.startswith(rel + os.sep) for f in listed)]
-    return sorted(bad, key=lambda r: (r.count(os.sep), r))
-
-
-def _owned(d: Path, name: str) -> bool:
-    """Is top-level entry `name` of `d` wholly tracegen's (listed in d's manifest, same sizes)?"""
-    if name == MANIFEST:
-        return _read_manifest(d) is not None
-    man = _read_manifest(d)
-    if man is None:
-        return False
-    p = d / name
-    if p.is_symlink():
-        return False
-    if p.is_file():
-        return man["files"].get(name) == p.stat().st_size
-    if p.is_dir():
-        files, dirs, other = _tree(p)
-        if other:
-            return False
-        return all(man["files"].get(f"{name}{os.sep}{rel}") == size for rel, size in files.items()) \
-            and (name in man["dirs"] or bool(files))
-    return False
-
-
-def _write_manifest(d: Path) -> None:
-    files, dirs, _ = _tree(d)
-    files.pop(MARKER, None)
-    doc = {"tracegen": __version__,
-           "note": "files tracegen wrote here; it replaces or deletes only these",
-           "files": dict(sorted(files.items())), "dirs": sorted(dirs)}
-    (d / MANIFEST).write_text(json.dumps(doc, indent=1) + "\n")
-
-
-def _remove_ours(d: Path) -> list[str]:
-    """Delete what d's manifest lists (same size, regular files), then empty folders; returns
-    what was left (files tracegen did not write). Never follows symlinks."""
-    man = _read_manifest(d)
-    if man is not None:
-        real_dirs: dict[Path, bool] = {}
-
-        def plain(folder: Path) -> bool:          # no symlink between d and folder
-            if folder == d:
-                return True
-            if folder not in real_dirs:
-                real_dirs[folder] = not folder.is_symlink() and folder.is_dir() and plain(folder.parent)
-            return real_dirs[folder]
-        for rel, size in man["files"].items():
-            p = d / rel
-            try:
-                st = p.lstat()
-                if _is_reg(st.st_mode) and st.st_size == size and plain(p.parent):
-                    p.unlink()
-            except OSError:
-                pass
-        for rel in sorted(man["dirs"], key=lambda r: -r.count(os.sep)):
-            with contextlib.suppress(OSError):
-                (d / rel).rmdir()
-        with contextlib.suppress(OSError):
-            (d / MANIFEST).unlink()
-    with contextlib.suppress(OSError):
-        d.rmdir()
-    if not d.exists():
-        return []
-    return sorted(os.listdir(d))
-
-
-def _alive(pid_text: str) -> bool:
-    try:
-        pid = int(pid_text.strip())
-        if pid == os.getpid():
-            return False
-        os.kill(pid, 0)
-        return True
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-
-
-def _clean_stale(where: Path, prefix: str) -> None:
-    """Temp folders of killed runs into the same target (the caller holds its lock): named
-    exactly PREFIX + mkdtemp's 8 characters, and either still marked (being written when the run
-    died; the marker's pid is gone) or holding a manifest (an old trace whose deletion was cut)."""
-    pattern = re.compile(re.escape(prefix) + r"[a-z0-9_]{8}")
-    try:
-        names = [n for n in os.listdir(where) if pattern.fullmatch(n)]
-    except OSError:
-        return
-    for n in names:
-        p = where / n
-        if p.is_symlink() or not p.is_dir():
-            continue
-        marker = p / MARKER
-        if marker.is_file():
-            try:
-                if _alive(marker.read_text()[:32]):
-                    continue
-            except OSError:
-                continue
-            shutil.rmtree(p, ignore_errors=True)
-        elif (p / MANIFEST).is_file():
-            _remove_ours(p)
-
-
-# --- locking, signals, errors ----------------------------------------------------------------
-
-class _Lock:
-    """An exclusive flock on `path`; a second holder gets OutputError at once. The file is
-    unlinked on release (holders re-check they locked the file that is still there)."""
-
-    def __init__(self, path: Path, shown: str):
-        self.path, self.shown, self.fd = path, shown, None
-
-    def __enter__(self):
-        with _signals_deferred():            # a signal lands before or after, never half-way
-            return self._acquire()
-
-    def _acquire(self):
-        for _ in range(100):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                pid = os.read(fd, 32).decode("ascii", "replace").strip()
-                os.close(fd)
-                who = f" (pid {pid})" if pid.isdigit() else ""
-                raise OutputError(f"another tracegen run{who} is writing {self.shown} (lock "
-                                  f"{self.path.name}); wait for it, or choose another -o") from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
-                self.fd = fd
-                return self
-            os.close(fd)                     # the holder unlinked it as we opened it: again
-        raise OutputError(f"cannot lock {self.path}")
-
-    def __exit__(self, *exc):
-        with _signals_deferred():
-            if self.fd is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(self.path)
-                os.close(self.fd)
-                self.fd = None
-        return False
-
-
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# Python runs signal handlers in the main thread whichever thread the kernel picked, so a
-# critical section is a counter the handler reads (a signal mask would only cover one thread).
-_SIG = {"critical": 0, "pending": 0, "fired": False}
-
-
-@contextlib.contextmanager
-def signals_as_interrupts() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP raise Interrupted in the main thread - the first one; later
-    ones are ignored while cleanup runs. Inside _signals_deferred() the signal waits for the end
-    of the section. Previous handlers come back on exit."""
-    def handler(signum, frame):
-        if _SIG["fired"]:
-            return
-        if _SIG["critical"]:
-            _SIG["pending"] = _SIG["pending"] or signum
-            return
-        _SIG["fired"] = True
-        raise Interrupted(signum)
-
-    _SIG.update(critical=0, pending=0, fired=False)
-    old = {}
-    try:
-        for s in HANDLED_SIGNALS:
-            old[s] = signal.signal(s, handler)
-    except ValueError:                       # not the main thread: leave signals alone
-        pass
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """A section no signal interrupts half-way (a commit, taking a lock): a signal arriving
-    inside raises Interrupted as the outermost section ends."""
-    _SIG["critical"] += 1
-    try:
-        yield
-    finally:
-        _SIG["critical"] -= 1
-        if not _SIG["critical"] and _SIG["pending"] and not _SIG["fired"]:
-            signum, _SIG["pending"], _SIG["fired"] = _SIG["pending"], 0, True
-            raise Interrupted(signum)
-
-
-_HINTS = {
-    errno.ENOSPC: "the disk is full; free space or choose another -o",
-    errno.EDQUOT: "the disk quota is used up; free space or choose another -o",
-    errno.EROFS: "the file system is read-only; choose another -o",
-    errno.EACCES: "no permission there; choose another -o",
-    errno.EPERM: "not permitted there; choose another -o",
-    errno.EBUSY: "it is busy (a mount point?); write into a folder inside it",
-    errno.ENAMETOOLONG: "a name is too long for the file system; use a shorter -o or job name",
-    errno.EIO: "the device reported an I/O error",
-    errno.EMFILE: "too many open files",
-    errno.ENOTDIR: "a part of the path is a file, not a folder",
-    errno.EEXIST: "something was created there meanwhile; run again",
-}
-
-
-def write_error(e: OSError, shown: str, kept: bool) -> WriteError:
-    name = errno.errorcode.get(e.errno or 0, "error")
-    hint = _HINTS.get(e.errno or 0, "")
-    tail = "the earlier trace there is unchanged" if kept else "nothing was written"
-    return WriteError(f"cannot write {shown}: {e.strerror or e} ({name}); "
-                      + (f"{hint}; " if hint else "") + tail)
-
-
-# --- writing -------------------------------------------------------------------------------------
-
-_libc = None
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
-    global _libc
-    try:
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        fn = _libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    AT_FDCWD, RENAME_EXCHANGE = -100, 2
-    rc = fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE)
-    if rc == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
+# --- writing a folder ----------------------------------------------------------------------------
 
 class Writer:
-    """Holds the target's lock from before the pipeline until the trace is in place.
+    """Holds the target's lock from before the pipeline until the output is in place.
 
         with Writer(target) as w:      # lock, stale temp folders cleaned, target re-checked
             ...run the pipeline...
             w.write(lambda tmp: write_bundle(run, tmp))
+
+    `what` names the output in messages (trace, export, pictures); `flag` the option that moves it.
     """
 
-    def __init__(self, target: Target, force: bool = False):
+    def __init__(self, target: Target, force: bool = False, what: str = "trace", flag: str = "-o",
+                 names=TRACE_NAMES):
         self.t, self.force, self.lock = target, force, None
+        self.what, self.flag, self.names = what, flag, names
         self.warnings: list[str] = []
         self.created: list[Path] = []
         self.done = False
@@ -500,28 +199,31 @@ class Writer:
         t = self.t
         try:
             if t.state == "force":
-                self.lock = _Lock(t.path / ".tracegen.lock", t.shown)
+                self.lock = Lock(t.path / ".tracegen.lock", t.shown)
                 self.lock.__enter__()
-                _clean_stale(t.path, FORCE_PREFIX)
+                clean_stale(t.path, FORCE_PREFIX)
             else:
-                with _signals_deferred():
+                with signals_deferred():
                     missing = [a for a in [t.path.parent, *t.path.parent.parents] if not a.exists()]
                     self.created = missing        # removed again if nothing gets written
                     t.path.parent.mkdir(parents=True, exist_ok=True)
-                self.lock = _Lock(t.path.parent / f".{t.stem}.lock", t.shown)
+                self.lock = Lock(t.path.parent / f".{t.stem}.lock", t.shown)
                 self.lock.__enter__()
-                _clean_stale(t.path.parent, f".{t.stem}.tmp-")
+                clean_stale(t.path.parent, f".{t.stem}.tmp-")
             # what is there may have changed since inspect(): decide again under the lock
-            again = inspect(t.path, t.shown, self.force or t.state == "force", t.protect)
+            again = inspect(t.path, t.shown, self.force or t.state == "force", t.protect, self.names, self.flag)
             if t.state != "force":
                 self.t = again
         except OSError as e:
             self.__exit__(None, None, None)
-            raise write_error(e, t.shown, kept=t.state != "new") from None
+            raise self._error(e, kept=t.state != "new") from None
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _error(self, e: OSError, kept: bool):
+        return write_error(e, self.t.shown, kept, self.what, self.flag)
 
     def __exit__(self, *exc):
         if self.lock is not None:
@@ -539,15 +241,15 @@ class Writer:
         prefix = FORCE_PREFIX if t.state == "force" else f".{t.stem}.tmp-"
         tmp = None
         try:
-            with _signals_deferred():        # never a temp folder without its marker
+            with signals_deferred():        # never a temp folder without its marker
                 tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=here))
                 (tmp / MARKER).write_text(f"{os.getpid()}\n")
             fill(tmp)
             (tmp / MARKER).unlink()
-            _write_manifest(tmp)
+            write_manifest(tmp, __version__)
             os.chmod(tmp, 0o755)
             try:
-                with _signals_deferred():
+                with signals_deferred():
                     if t.state == "force":
                         self._merge(tmp)
                     else:
@@ -559,7 +261,7 @@ class Writer:
                     e.written = t.shown
                 raise
         except OSError as e:
-            raise write_error(e, t.shown, kept=t.state != "new") from None
+            raise self._error(e, kept=t.state != "new") from None
         finally:
             if tmp is not None and tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -569,13 +271,17 @@ class Writer:
         if not os.path.lexists(t.path):
             os.rename(tmp, t.path)
             return
-        if not _exchange(tmp, t.path):        # no renameat2: two renames (a short gap)
+        if not exchange(tmp, t.path):         # no renameat2: two renames (a short gap)
             old = Path(tempfile.mkdtemp(prefix=f".{t.stem}.tmp-", dir=t.path.parent))
             os.rmdir(old)
             os.rename(t.path, old)
             os.rename(tmp, t.path)
             tmp = old
-        left = _remove_ours(tmp)               # the old trace, now at tmp
+        subs = sub_outputs(tmp)
+        left = remove_ours(tmp)               # the old output, now at tmp
+        if subs:
+            self.warnings.append(f"{', '.join(show_path(s + '/') for s in subs[:3])} (written into the "
+                                 f"earlier {t.shown} by later commands) went with it; run them again")
         if left:
             self.warnings.append(f"files that appeared in {t.shown} during the run were kept in "
                                  f"{show_path(tmp)} ({', '.join(show_path(x) for x in left[:3])})")
@@ -584,22 +290,149 @@ class Writer:
         """--force: move our new entries into the target beside the user's files."""
         t, d = self.t, self.t.path
         new = sorted(n for n in os.listdir(tmp) if n != MANIFEST)
-        blocked = [n for n in new if os.path.lexists(d / n) and not _owned(d, n)]
+        blocked = [n for n in new if os.path.lexists(d / n) and not owned(d, n)]
         if blocked:
             raise OutputError(f"--force into {t.shown}: {show_path(blocked[0])} there is not tracegen's and a "
-                              "trace file goes there; move it or choose another -o")
-        old_man = _read_manifest(d)
+                              f"file of ours goes there; move it or choose another {self.flag}")
+        old_man = read_manifest(d)
         trash = Path(tempfile.mkdtemp(prefix=FORCE_PREFIX, dir=d))
         if old_man is not None:
             tops = sorted({Path(r).parts[0] for r in [*old_man["files"], *old_man["dirs"]]})
             for n in tops:
-                if os.path.lexists(d / n) and _owned(d, n):
+                if os.path.lexists(d / n) and owned(d, n):
                     os.rename(d / n, trash / n)
             shutil.copyfile(d / MANIFEST, trash / MANIFEST)
         for n in new:
             os.rename(tmp / n, d / n)
         os.replace(tmp / MANIFEST, d / MANIFEST)
         os.rmdir(tmp)
-        _remove_ours(trash)
+        remove_ours(trash)
         with contextlib.suppress(OSError):
             trash.rmdir()
+
+
+def write_folder(path: Path, shown: str, fill: Callable[[Path], object], *, force: bool = False,
+                 protect=(), names=(), what: str = "output", flag: str = "-o",
+                 work: Callable[[], object] | None = None) -> Writer:
+    """A whole folder of output (an export, `ns3 run`'s sim/, ...) written as generate writes a
+    trace: refused before any work unless new or ours (or --force), `work()` then run under the
+    lock, then `fill(tmp)` into a temp folder that replaces the target in one rename. The caller
+    wraps it in signals_as_interrupts(). Returns the Writer (its .warnings, .t.shown)."""
+    target = inspect(Path(path), shown, force, protect, names or (), flag)
+    with Writer(target, force, what, flag, names or ()) as w:
+        if work is not None:
+            work()
+        w.write(fill)
+    return w
+
+
+# --- writing files into a folder of ours ---------------------------------------------------------
+
+def check_put(folder: Path, shown: str, names, *, force: bool = False, protect=(), flag: str = "-o") -> None:
+    """put_files' refusals, before any work: OutputError unless `folder` is new, empty or ours
+    (a manifest) with `names` absent or ours there, or --force with `names` absent or ours."""
+    p = _resolve(Path(folder))
+    if (p.exists() or p.is_symlink()) and not p.is_dir():
+        raise OutputError(f"{shown} exists and is not a folder; choose another {flag}")
+    try:
+        if p.is_dir() and os.listdir(p) and read_manifest(p) is not None:
+            blocked = [n for n in names if os.path.lexists(p / n) and not owned(p, n)]
+            if blocked:
+                raise OutputError(f"refusing to write {show_path(os.path.join(shown, blocked[0]))}: a file "
+                                  f"tracegen did not write is there; move it or choose another {flag}")
+            return
+    except OSError as e:
+        raise write_error(e, shown, kept=False, flag=flag) from None
+    inspect(Path(folder), shown, force, protect, tuple(names), flag)
+
+
+def put_files(folder: Path, shown: str, files: dict[str, Callable[[Path], object]], *,
+              force: bool = False, protect=(), what: str = "pictures", flag: str = "-o") -> list[Path]:
+    """Write `files` (top-level name -> fill(path)) into `folder`: a new or empty folder is
+    written whole (write_folder); a folder with our manifest gets each file replaced by a rename
+    and its manifest updated (a file there must be absent or ours); anything else is refused
+    unless --force (then beside the user's files, never over one). Returns the paths written."""
+    folder = Path(folder)
+    check_put(folder, shown, tuple(files), force=force, protect=protect, flag=flag)
+    p = _resolve(folder)
+    if not p.is_dir() or not os.listdir(p):
+        write_folder(folder, shown, lambda tmp: [fill(tmp / n) for n, fill in files.items()],
+                     force=force, protect=protect, names=tuple(files), what=what, flag=flag)
+        return [folder / n for n in files]
+    ours = read_manifest(p) is not None
+    lock_at = p.parent / f".{_stem(p.name)}.lock" if ours else p / ".tracegen.lock"
+    try:
+        with Lock(lock_at, shown):
+            check_put(folder, shown, tuple(files), force=force, protect=protect, flag=flag)   # again, locked
+            return _put(p, shown, files, flag)
+    except OSError as e:
+        raise write_error(e, shown, kept=True, what=what, flag=flag) from None
+
+
+def _put(p: Path, shown: str, files: dict, flag: str) -> list[Path]:
+    man = read_manifest(p) or {"files": {}, "dirs": []}
+    tmp = None
+    try:
+        with signals_deferred():
+            tmp = Path(tempfile.mkdtemp(prefix=FORCE_PREFIX, dir=p))
+            (tmp / MARKER).write_text(f"{os.getpid()}\n")
+        for name, fill in files.items():
+            fill(tmp / name)
+            os.chmod(tmp / name, 0o644)
+        sizes = {n: (tmp / n).stat().st_size for n in files}
+        with signals_deferred():             # the files and the manifest that lists them
+            for name in files:
+                os.replace(tmp / name, p / name)
+            man["files"].update(sizes)
+            (tmp / MANIFEST).write_text(manifest_doc(man["files"], man["dirs"], __version__))
+            os.replace(tmp / MANIFEST, p / MANIFEST)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return [p / n for n in files]
+
+
+def check_file(path: Path, shown: str, flag: str = "--png") -> None:
+    """write_file's refusals, before any work."""
+    path = Path(path)
+    if "\0" in str(path) or not path.name or path.name in (".", ".."):
+        raise OutputError(f"{flag} {show(str(path))}: not a file name")
+    parent = _resolve(path.parent)
+    if parent.is_dir() and read_manifest(parent) is not None:
+        check_put(parent, show_path(str(path.parent)), [path.name], flag=flag)
+        return
+    if path.is_dir():
+        raise OutputError(f"{flag} {shown}: it is a folder; give a file name")
+    if os.path.lexists(path) and not png_is_ours(path):
+        raise OutputError(f"refusing to overwrite {shown}: tracegen did not write it; move it or "
+                          f"choose another {flag}")
+
+
+def write_file(path: Path, shown: str, fill: Callable[[Path], object], *, flag: str = "--png") -> Path:
+    """One standalone picture at `path` (`tokens --png`): into a folder of ours it is put_files;
+    elsewhere written by a rename, and only over nothing or a PNG tracegen wrote (fill must mark
+    it: PNG text chunk Software = PNG_SOFTWARE)."""
+    path = Path(path)
+    check_file(path, shown, flag)
+    parent = path.parent
+    if parent.is_dir() and read_manifest(_resolve(parent)) is not None:
+        return put_files(parent, show_path(str(parent)), {path.name: fill}, flag=flag, what="picture")[0]
+    tmp = None
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with signals_deferred():
+            fd, name = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=path.suffix[:20], dir=parent)
+            os.close(fd)
+            tmp = Path(name)
+        fill(tmp)
+        os.chmod(tmp, 0o644)
+        with signals_deferred():
+            os.replace(tmp, path)
+            tmp = None
+    except OSError as e:
+        raise write_error(e, shown, kept=os.path.lexists(path), what="picture", flag=flag) from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    return path

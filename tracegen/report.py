@@ -153,8 +153,8 @@ def _link_loads(fabric: Fabric, flows: Flows) -> dict:
     end = int(flows.op_end_ns.max()) if flows.op_end_ns is not None and len(flows.op_end_ns) else 0
     if flows.link_load is not None and end > 0:
         width = max(1, -(-end // UTIL_BINS))
-        busy = flows.link_load.binned(n_dirs, width, UTIL_BINS)
-        peak = (busy * 8 / (np.repeat(fabric.links["gbps"], 2)[:, None] * width)).max(axis=1)
+        used, busy = flows.link_load.binned_used(width, UTIL_BINS)     # (bounded by the links used)
+        peak[used] = (busy * 8 / (np.repeat(fabric.links["gbps"], 2)[used, None] * width)).max(axis=1)
     return dict(link_bytes=np.rint(loads).astype(np.int64), link_gbps=np.repeat(fabric.links["gbps"], 2),
                 link_names=names, link_tier=tier, link_peak=peak)
 

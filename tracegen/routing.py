@@ -119,35 +119,164 @@ def qp_crc(src_ip: np.ndarray, dst_ip: np.ndarray, dest_qpn: np.ndarray, ip_vers
 ECMP_HASHES = ("5-tuple", "qp")
 
 
+# --- the tables routes are chosen from ----------------------------------------------------------
+# Sparse, so a fabric costs its links, not its switches squared: the adjacency is CSR (a leaf with
+# 65,536 spines holds 65,536 entries, not every switch a row that wide), and distances are kept per
+# class of twin leaves (same neighbours: every leaf of a two-tier plane, every leaf of a fat-tree
+# pod), one BFS each, instead of one column per leaf. Routes are the same as over dense tables.
+
 @numba.njit(cache=True)
-def _bfs_all(adj: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """dist[s, j]: hops from switch s to switch targets[j] (-1: unreachable)."""
-    n = adj.shape[0]
-    dist = np.full((n, len(targets)), -1, np.int16)
-    queue = np.empty(n, np.int64)
-    for j in range(len(targets)):
+def _bfs(ptr: np.ndarray, nbr: np.ndarray, source: int, dist: np.ndarray) -> None:
+    """dist[v] = hops from switch `source` to switch v (-1: unreachable), over the CSR adjacency."""
+    dist[:] = -1
+    queue = np.empty(len(dist), np.int64)
+    queue[0] = source
+    dist[source] = 0
+    head, tail = 0, 1
+    while head < tail:
+        u = queue[head]
+        head += 1
+        for k in range(ptr[u], ptr[u + 1]):
+            v = nbr[k]
+            if dist[v] < 0:
+                dist[v] = dist[u] + 1
+                queue[tail] = v
+                tail += 1
+
+
+@numba.njit(cache=True)
+def _components(ptr: np.ndarray, nbr: np.ndarray) -> np.ndarray:
+    """Connected component number of every switch."""
+    n = len(ptr) - 1
+    comp = np.full(n, -1, np.int64)
+    queue = np.empty(max(n, 1), np.int64)
+    c = 0
+    for s in range(n):
+        if comp[s] >= 0:
+            continue
+        comp[s] = c
+        queue[0] = s
         head, tail = 0, 1
-        queue[0] = targets[j]
-        dist[targets[j], j] = 0
         while head < tail:
             u = queue[head]
             head += 1
-            for k in range(adj.shape[1]):
-                v = adj[u, k]
-                if v < 0:
-                    break
-                if dist[v, j] < 0:
-                    dist[v, j] = dist[u, j] + 1
+            for k in range(ptr[u], ptr[u + 1]):
+                v = nbr[k]
+                if comp[v] < 0:
+                    comp[v] = c
                     queue[tail] = v
                     tail += 1
-    return dist
+        c += 1
+    return comp
+
+
+@numba.njit(cache=True)
+def _same_neighbours(ptr: np.ndarray, nbr: np.ndarray, a: int, b: int) -> bool:
+    if ptr[a + 1] - ptr[a] != ptr[b + 1] - ptr[b]:
+        return False
+    for k in range(ptr[a + 1] - ptr[a]):
+        if nbr[ptr[a] + k] != nbr[ptr[b] + k]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _twin_leaves(ptr: np.ndarray, nbr: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """rep[i]: the first leaf (position in `leaves`) whose neighbours are exactly leaf i's, i
+    itself if none before it has them or it has none. Twins G, H are two hops apart (a common
+    neighbour, no link between them: H would be its own neighbour) and every other switch is
+    equally far from both - a shortest path to G ends through a neighbour of G, which is one of
+    H's - so one BFS serves the whole class."""
+    n = len(leaves)
+    h = np.empty(n, np.uint64)
+    for i in range(n):
+        x = np.uint64(14695981039346656037)          # FNV-1a over the sorted neighbour list
+        u = leaves[i]
+        for k in range(ptr[u], ptr[u + 1]):
+            x = (x ^ np.uint64(nbr[k])) * np.uint64(1099511628211)
+        h[i] = x
+    order = np.argsort(h, kind="mergesort")
+    rep = np.arange(n)
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and h[order[j]] == h[order[i]]:
+            j += 1
+        for a in range(i, j):                         # a run of equal hashes: compare exactly
+            la = order[a]
+            if rep[la] != la or ptr[leaves[la] + 1] == ptr[leaves[la]]:
+                continue
+            for b in range(a + 1, j):
+                lb = order[b]
+                if rep[lb] == lb and _same_neighbours(ptr, nbr, leaves[la], leaves[lb]):
+                    rep[lb] = la
+        i = j
+    return rep
+
+
+@numba.njit(cache=True)
+def _farthest(ptr: np.ndarray, nbr: np.ndarray, sources: np.ndarray, keep: np.ndarray) -> int:
+    """The most hops any switch is from any source (BFS from each); source k's distances are
+    left in keep[k] while k < len(keep)."""
+    scratch = np.empty(len(ptr) - 1, np.int32)
+    far = -1
+    for k in range(len(sources)):
+        dist = keep[k] if k < len(keep) else scratch
+        _bfs(ptr, nbr, sources[k], dist)
+        far = max(far, dist.max())
+    return far
+
+
+@numba.njit(cache=True)
+def _hops_to(dist: np.ndarray, v: int, goal: int, twin: int) -> int:
+    """Hops from switch v to leaf `goal`; dist is the BFS of goal's class representative `twin`."""
+    if v == goal:
+        return 0
+    if v == twin:
+        return 2
+    return dist[v]
+
+
+@numba.njit(cache=True)
+def _next_hops(ptr, nbr, ndir, dist, row, cur, goal, twin, h, out_sw, out_dir) -> None:
+    """Per packet at switch cur[i] bound for leaf goal[i]: of the n neighbours one hop closer to
+    the goal, in ascending switch order, the (h[i] mod n)-th (out_sw -1 if there is none)."""
+    for i in range(len(cur)):
+        c, g, t = cur[i], goal[i], twin[i]
+        d = dist[row[i]]
+        want = _hops_to(d, c, g, t) - 1
+        out_sw[i], out_dir[i] = -1, -1
+        if want == 0:       # the goal itself (a spine's 16,384 leaves need no scan): its link(s)
+            lo = ptr[c] + np.searchsorted(nbr[ptr[c]:ptr[c + 1]], g)
+            n = ptr[c] + np.searchsorted(nbr[ptr[c]:ptr[c + 1]], g, side="right") - lo
+            if n > 0:
+                k = lo + np.int64(h[i]) % n
+                out_sw[i], out_dir[i] = nbr[k], ndir[k]
+            continue
+        n = 0
+        for k in range(ptr[c], ptr[c + 1]):
+            if _hops_to(d, nbr[k], g, t) == want:
+                n += 1
+        if n == 0:
+            continue
+        pick = np.int64(h[i]) % n
+        for k in range(ptr[c], ptr[c + 1]):
+            if _hops_to(d, nbr[k], g, t) == want:
+                if pick == 0:
+                    out_sw[i], out_dir[i] = nbr[k], ndir[k]
+                    break
+                pick -= 1
 
 
 class Router:
     """Shortest-path ECMP routing over a fabric's switch graph (see module doc).
 
     Node ids are the simulators' (NICs 0..n_nics-1, then switches); a route is given as the list of
-    link-direction ids it crosses (direction 2*l goes a -> b of fabric.links[l], 2*l + 1 b -> a)."""
+    link-direction ids it crosses (direction 2*l goes a -> b of fabric.links[l], 2*l + 1 b -> a).
+    Memory: O(links + switches x twin classes), the distance rows capped at DIST_CACHE_BYTES
+    (beyond it they are recomputed per batch of routes)."""
+
+    DIST_CACHE_BYTES = 256 << 20
 
     def __init__(self, fabric):
         self.fabric = fabric
@@ -155,18 +284,15 @@ class Router:
         links = fabric.links
         a, b = links["a"].astype(np.int64), links["b"].astype(np.int64)
         sw = (a >= n_nics) & (b >= n_nics)
-        # adjacency between switches, padded and sorted by neighbour id, with the direction ids
+        # adjacency between switches (CSR), each switch's neighbours in ascending order, with the
+        # direction ids (parallel links in link order, a -> b before b -> a)
         u = np.r_[a[sw], b[sw]] - n_nics
         v = np.r_[b[sw], a[sw]] - n_nics
         d = np.r_[2 * np.flatnonzero(sw), 2 * np.flatnonzero(sw) + 1]
         order = np.lexsort((v, u))
-        u, v, d = u[order], v[order], d[order]
-        deg = np.bincount(u, minlength=n_sw)
-        width = max(1, int(deg.max()) if len(deg) else 1)
-        self.adj = np.full((n_sw, width), -1, np.int64)
-        self.adj_dir = np.full((n_sw, width), -1, np.int64)
-        slot = np.arange(len(u)) - np.repeat(np.cumsum(deg) - deg, deg)
-        self.adj[u, slot], self.adj_dir[u, slot] = v, d
+        self.nbr, self.ndir = v[order], d[order]
+        self.ptr = np.zeros(n_sw + 1, np.int64)
+        np.cumsum(np.bincount(u, minlength=n_sw), out=self.ptr[1:])
         # NIC ports: for each (NIC, plane) its leaf and the up / down direction ids
         nic_link = np.flatnonzero(~sw)
         nic = np.where(a[nic_link] < n_nics, a[nic_link], b[nic_link])
@@ -181,7 +307,6 @@ class Router:
         self.leaves = np.unique(self.port_leaf[self.port_leaf >= 0])
         self.leaf_col = np.full(n_sw, -1, np.int64)
         self.leaf_col[self.leaves] = np.arange(len(self.leaves))
-        self.dist = _bfs_all(self.adj, self.leaves)
         self.seeds = switch_seeds(n_sw, fabric.ecmp_seed)
         self.hash_kind = getattr(fabric, "ecmp_hash", "5-tuple")
         if self.hash_kind not in ECMP_HASHES:
@@ -189,21 +314,73 @@ class Router:
         # qp hash: the CRC bits a switch picks by (hash offset per tier: 0 at leaves, 16 above)
         self.shift = np.full(n_sw, 16, np.uint32)
         self.shift[self.leaves] = 0
-        same_plane = fabric.sw_plane[self.leaves][:, None] == fabric.sw_plane[self.leaves][None, :]
-        if (same_plane & (self.dist[self.leaves] < 0)).any():
-            bad = np.argwhere(same_plane & (self.dist[self.leaves] < 0))[0]
-            raise ConfigError(f"fabric: {fabric.sw_name[self.leaves[bad[0]]]} cannot reach "
-                              f"{fabric.sw_name[self.leaves[bad[1]]]}; connect every leaf")
+        self._check_connected()
+        # twin classes of the leaves, the switch whose BFS serves each, and every leaf's twin
+        classes, self.leaf_class = np.unique(_twin_leaves(self.ptr, self.nbr, self.leaves), return_inverse=True)
+        self.class_source = self.leaves[classes]
+        self.cls = np.full(n_sw, -1, np.int64)
+        self.cls[self.leaves] = self.leaf_class
+        self.twin = np.full(n_sw, -1, np.int64)
+        self.twin[self.leaves] = self.class_source[self.leaf_class]
+        # distance rows: every class's BFS once (for the longest route), kept while they fit
+        keep = min(len(classes), self.DIST_CACHE_BYTES // (4 * max(n_sw, 1)))
+        self._dist = np.empty((keep, n_sw), np.int32)
+        self._row = np.full(len(classes), -1, np.int64)      # distance row of each class, -1: none
+        self._row[:keep] = np.arange(keep)
+        # the longest route: 2 NIC links + the farthest any switch is from a leaf
+        far = _farthest(self.ptr, self.nbr, self.class_source, self._dist)
+        self.max_links = far + 2 if len(self.leaves) else 2
 
-    @property
-    def max_links(self) -> int:
-        return int(self.dist.max()) + 2 if self.dist.size else 2
+    def _check_connected(self) -> None:
+        """Every leaf reaches every other leaf of its plane."""
+        fabric, leaves = self.fabric, self.leaves
+        if not len(leaves):
+            return
+        comp = _components(self.ptr, self.nbr)[leaves]
+        plane = fabric.sw_plane[leaves].astype(np.int64)
+        pairs = np.unique(np.column_stack([plane, comp]), axis=0)        # (plane, component) in use
+        split = np.isin(plane, pairs[np.r_[False, pairs[1:, 0] == pairs[:-1, 0]], 0])
+        if split.any():
+            i = int(np.argmax(split))
+            j = int(np.argmax((plane == plane[i]) & (comp != comp[i])))
+            raise ConfigError(f"fabric: {fabric.sw_name[leaves[i]]} cannot reach "
+                              f"{fabric.sw_name[leaves[j]]}; connect every leaf")
+
+    def _rows(self, classes: np.ndarray) -> np.ndarray:
+        """Row of self._dist holding the BFS of each class's representative (computed on demand;
+        the rows are dropped and rebuilt when they would outgrow DIST_CACHE_BYTES)."""
+        classes = np.asarray(classes, np.int64)
+        need = np.unique(classes)
+        missing = need[self._row[need] < 0]
+        if len(missing):
+            n_sw = self._dist.shape[1]
+            if (len(self._dist) + len(missing)) * max(n_sw, 1) * 4 > self.DIST_CACHE_BYTES:
+                self._row[:] = -1
+                self._dist = self._dist[:0]
+                missing = need
+            new = np.empty((len(missing), n_sw), np.int32)
+            for k, c in enumerate(missing.tolist()):
+                _bfs(self.ptr, self.nbr, int(self.class_source[c]), new[k])
+            self._row[missing] = len(self._dist) + np.arange(len(missing))
+            self._dist = np.concatenate([self._dist, new])
+        return self._row[classes]
+
+    def distance(self, switch, leaf) -> np.ndarray:
+        """Hops between switches and leaves (with NICs), element-wise (-1: unreachable)."""
+        switch, leaf = np.broadcast_arrays(np.asarray(switch, np.int64), np.asarray(leaf, np.int64))
+        row = self._rows(self.cls[leaf])
+        d = self._dist[row, switch].astype(np.int64)
+        return np.where(switch == leaf, 0, np.where(switch == self.twin[leaf], 2, d))
+
+    def neighbours(self, switch: int) -> np.ndarray:
+        """Switches linked to `switch`, ascending (the order ECMP candidates are counted in)."""
+        return self.nbr[self.ptr[switch]:self.ptr[switch + 1]]
 
     def hops(self, src_nic, dst_nic, plane=0) -> np.ndarray:
         """Links on a shortest path (2 under one leaf)."""
         s = self.port_leaf[np.asarray(src_nic), plane]
         t = self.port_leaf[np.asarray(dst_nic), plane]
-        return self.dist[s, self.leaf_col[t]].astype(np.int64) + 2
+        return self.distance(s, t) + 2
 
     def routes(self, src_nic, dst_nic, sport, plane, ip_version: int = 4,
                batch: int = 1 << 16, dest_qpn=None) -> np.ndarray:
@@ -239,22 +416,22 @@ class Router:
         out = np.full((n, self.max_links), -1, np.int64)
         cur = self.port_leaf[src, plane]
         goal = self.port_leaf[dst, plane]
-        col = self.leaf_col[goal]
+        row = self._rows(self.cls[goal])
+        twin = self.twin[goal]
         out[:, 0] = self.port_up[src, plane]
         k = np.ones(n, np.int64)
         live = cur != goal
         rows = np.arange(n)
         while live.any():
             r = rows[live]
-            c, g = cur[r], col[r]
-            cand = self.adj[c]                                  # [m, width]
-            ok = (cand >= 0) & (self.dist[np.maximum(cand, 0), g[:, None]] == (self.dist[c, g] - 1)[:, None])
-            cnt = ok.sum(axis=1)
-            h = self.choose(crc[r], c)
-            pick = (h % np.maximum(cnt, 1).astype(np.uint32)).astype(np.int64)
-            j = np.argmax(np.cumsum(ok, axis=1) > pick[:, None], axis=1)
-            out[r, k[r]] = self.adj_dir[c, j]
-            cur[r] = cand[np.arange(len(r)), j]
+            c = cur[r]
+            h = np.ascontiguousarray(self.choose(crc[r], c), np.uint32)
+            nxt, dirs = np.empty(len(r), np.int64), np.empty(len(r), np.int64)
+            _next_hops(self.ptr, self.nbr, self.ndir, self._dist, row[r], c, goal[r], twin[r], h, nxt, dirs)
+            if (nxt < 0).any():
+                raise RuntimeError("routing: a switch without a next hop on a shortest path")
+            out[r, k[r]] = dirs
+            cur[r] = nxt
             k[r] += 1
             live = cur != goal
         out[rows, k] = self.port_down[dst, plane]

@@ -6,13 +6,12 @@ Registered on the main group at the end of cli.py. User mistakes print one line 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
 from .config import load_job
-from .errors import ConfigError, OutputError
+from .errors import ConfigError
 
 DEFAULT_TOKENIZERS = ("cl100k_base", "bytes")
 
@@ -42,13 +41,11 @@ def tokens(corpora, tokenizer_specs, reference, bpe_vocab, job_file, preset, set
            five, quiet):
     """Count tokens of CORPUS (files, folders, or the samples dante-it / dante-en) and size one
     epoch of training on them: sequences, iterations, bytes on the fabric, time on the wire."""
-    try:
+    from .cli_common import command_errors
+    with command_errors():
         res = run_tokens(list(corpora), list(tokenizer_specs) or list(DEFAULT_TOKENIZERS), reference,
                          bpe_vocab, job_file, preset, list(sets), png_path, five,
                          progress=not (quiet or as_json))
-    except (ConfigError, OutputError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
     if as_json:
         click.echo(json.dumps(to_json(res), indent=2))
     else:
@@ -63,6 +60,10 @@ def run_tokens(corpus_specs, tokenizer_specs, reference, bpe_vocab, job_file, pr
     from .corpus.tokenizers import resolve_tokenizer, train_bpe
     from .corpus.traffic import epoch_traffic, iteration_traffic
 
+    if png_path:                  # refused before reading: a corpus may take minutes
+        from .config import show_path
+        from .outdir import check_file
+        check_file(Path(png_path), show_path(png_path))
     corpora = _distinct_corpora([open_corpus(s) for s in corpus_specs])
     toks = _distinct_tokenizers([resolve_tokenizer(s) for s in tokenizer_specs])
     names = [c.label for c in corpora] + [t.name for t in toks] + ([f"bpe-{bpe_vocab}"] if bpe_vocab else [])
@@ -89,9 +90,11 @@ def run_tokens(corpus_specs, tokenizer_specs, reference, bpe_vocab, job_file, pr
     if five:
         first = rows[0]
         res["five"] = five_stages(first.words, first.tokens, first.corpus, first.tokenizer)
-    if png_path:
+    if png_path:                  # over nothing or a picture tracegen wrote, by a rename (outdir)
+        from .config import show_path
         from .corpus.plot import plot_premiums
-        res["png"] = plot_premiums(rows, png_path)
+        from .outdir import write_file
+        res["png"] = write_file(Path(png_path), show_path(png_path), lambda tmp: plot_premiums(rows, tmp))
     return res
 
 

@@ -118,7 +118,39 @@ class Fabric:
         return self.n_nics + int(self._plane0[LEAF][leaf])
 
     def spine_node_id(self, spine: int) -> int:
-        return self.n_nics + int(self._plane0[SPINE][spine])
+        """Node id of plane 0's spine number `spine`. A fabric may have none (every NIC on one
+        leaf: n_spines == 0; or a file fabric whose leaves link directly): IndexError then,
+        saying so - ask n_spines first, or use tier_node_ids / switch_ids_text."""
+        ids = self._plane0[SPINE]
+        if not 0 <= spine < len(ids):
+            raise IndexError(f"spine {spine}: this {self.kind} fabric has "
+                             + (f"spines 0..{len(ids) - 1} on plane 0" if len(ids) else
+                                "no spines (its leaves need none: one leaf per plane, or leaves linked directly)"))
+        return self.n_nics + int(ids[spine])
+
+    def tier_node_ids(self, tier: int, plane: int | None = None) -> np.ndarray:
+        """Node ids of the switches of a tier (LEAF 1, SPINE 2, CORE 3), ascending; of one plane
+        or of all; empty when the fabric has none."""
+        sel = self.sw_tier == tier
+        if plane is not None:
+            sel &= self.sw_plane == plane
+        return (self.n_nics + np.flatnonzero(sel)).astype(np.int64)
+
+    def switch_ids_text(self) -> str:
+        """The switches' node ids per tier, for a README: 'leaves 8..9, spines 10..13',
+        'leaf 8 (no spines)', 'leaves 64..79, spines 80..95, cores 96..111' (several runs where
+        planes interleave: 'leaves 8..9 and 12..13')."""
+        parts = []
+        for tier, one, many in ((LEAF, "leaf", "leaves"), (SPINE, "spine", "spines"), (CORE, "core", "cores")):
+            ids = self.tier_node_ids(tier)
+            if not len(ids):
+                if tier == SPINE:
+                    parts.append("no spines")
+                continue
+            cut = np.flatnonzero(np.diff(ids) != 1) + 1
+            runs = [f"{r[0]}..{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in np.split(ids, cut)]
+            parts.append(f"{one if len(ids) == 1 else many} {' and '.join(runs)}")
+        return ", ".join(parts)
 
     # --- paths --------------------------------------------------------------------------------
     @property
@@ -171,10 +203,12 @@ class Fabric:
         return self.nic_name(node) if node < self.n_nics else self.sw_name[node - self.n_nics]
 
     def link_tier(self) -> np.ndarray:
-        """Per link: 0 NIC-leaf, 1 leaf-spine, 2 spine-core (the higher end's tier - 1)."""
+        """Per link: 0 NIC-leaf, 1 leaf-spine, 2 spine-core (the higher end's tier - 1; a link
+        between two switches is 1 at least: a file fabric's leaves may link directly)."""
         ta = np.where(self.links["a"] < self.n_nics, 0, self.sw_tier[np.maximum(self.links["a"] - self.n_nics, 0)])
         tb = np.where(self.links["b"] < self.n_nics, 0, self.sw_tier[np.maximum(self.links["b"] - self.n_nics, 0)])
-        return np.maximum(ta, tb).astype(np.int64) - 1
+        tier = np.maximum(ta, tb).astype(np.int64) - 1
+        return np.where((ta > 0) & (tb > 0), np.maximum(tier, 1), tier)
 
 
 def tier_label(tier: int) -> str:
@@ -224,20 +258,33 @@ def build_fabric(job: Job) -> Fabric:
               | ((nic_node // 200).astype(np.uint32) << 8) | (nic_node % 200 + 1).astype(np.uint32))
 
     planes = g.nic_leaf.shape[1]
-    port_links = [(n, n_nics + int(g.nic_leaf[n, p]), g.port_gbps, g.port_latency_ns)
-                  for p in range(planes) for n in range(n_nics)]
-    sw_links = [(n_nics + int(a), n_nics + int(b), int(gb), int(lat)) for a, b, gb, lat in g.links]
-    return Fabric(
+    links = np.zeros(planes * n_nics + len(g.links), LINK_DTYPE)     # NIC ports plane by plane, then switches
+    links["a"][:planes * n_nics] = np.tile(np.arange(n_nics), planes)
+    links["b"][:planes * n_nics] = n_nics + g.nic_leaf.T.ravel()
+    links["gbps"][:planes * n_nics], links["latency_ns"][:planes * n_nics] = g.port_gbps, g.port_latency_ns
+    for k, col in enumerate(("a", "b", "gbps", "latency_ns")):
+        links[col][planes * n_nics:] = g.links[:, k] + (n_nics if k < 2 else 0)
+    fabric = Fabric(
         world=world, nodes=nodes, gpus_per_node=gpn, nic_gbps=c.nic_gbps, nvlink_gbps=c.nvlink_gbps,
         link_latency_ns=fc.link_latency_ns,
         rank_node=rank_node, rank_gpu=rank_gpu, rank_nic=rank_nic,
         nic_node=nic_node, nic_rail=nic_rail, nic_mac=nic_mac, nic_ip=nic_ip.astype(np.uint32),
         sw_name=g.names, sw_tier=g.tier, sw_plane=g.plane, sw_index=g.index,
         sw_mac=_router_macs(g.tier, g.plane, g.index), nic_port_leaf=g.nic_leaf,
-        links=np.array(port_links + sw_links, dtype=LINK_DTYPE).reshape(-1),
+        links=links,
         planes=planes, kind=fc.kind, ecmp_seed=fc.ecmp_seed, ecmp_hash=fc.ecmp_hash,
         ip_version=job.output.ip_version,
     )
+    if fc.kind == "file":       # the built kinds span at most 4 switch links; a file could chain 10,000
+        far = fabric.router.max_links - 2
+        if far > MAX_FILE_SPAN:
+            raise ConfigError(f"fabric.file {fc.file}: links: a switch is {far} links from a NIC's leaf; "
+                              f"at most {MAX_FILE_SPAN} (real fabrics: 2-4), so every route fits "
+                              f"{MAX_FILE_SPAN + 2} links (TTLs, route tables): shorten the chain")
+    return fabric
+
+
+MAX_FILE_SPAN = 30
 
 
 def ecmp_spine(udp_sport: int, n_spines: int) -> int:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import OutputError
+from ..ownership import PNG_SOFTWARE
 from .stats import TokenRow
 
 
@@ -53,7 +54,7 @@ def _save(fig, target: Path) -> Path:
         except OSError as e:
             raise OutputError(f"cannot write {target}: {e.strerror}") from None
         try:
-            fig.savefig(tmp)
+            fig.savefig(tmp, metadata={"Software": PNG_SOFTWARE})   # marks it tracegen's (outdir)
             os.chmod(tmp, 0o644)   # mkstemp makes it private; a picture is for sharing
             os.replace(tmp, target)
         except BaseException as e:

@@ -10,7 +10,25 @@ from .. import progress as _progress
 from ..config import table_formats
 from ..errors import OutputError
 from ..pipeline import Run
+from ..tables import LinkKind
 from .flows import fabric_columns, write_flows_csv, write_ops_csv
+
+
+def on_the_wire(run: Run) -> bool:
+    """Whether any transfer crosses a NIC. A one-node job's all stay on NVLink: it has tables,
+    pictures and Perfetto, but nothing for a pcap or an ns-3 scenario to show."""
+    return bool((run.flows.rows["link"] == LinkKind.NET).any())
+
+
+def wire_note(run: Run) -> str | None:
+    """The one line `generate` says instead of writing pcaps / ns-3 files nothing crosses."""
+    out = run.job.output
+    skipped = [what for what, on in (("no pcap files", out.pcap), ("no ns-3 scenario", out.ns3)) if on]
+    if not skipped or on_the_wire(run):
+        return None
+    why = "one node" if run.fabric.nodes == 1 else "every rank's peers share its node"
+    return (f"no traffic crosses a NIC ({why}: every transfer stays on NVLink), so "
+            f"{' and '.join(skipped)} written")
 
 
 def pcap_flows(run: Run):
@@ -73,7 +91,8 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
         sel = parse(out, run.fabric)
         extra["perfetto"] = write_perfetto(run.flows, run.fabric, dest / "perfetto.json", title=run.job.name,
                                            nic_mask=sel.nic_mask if (out.nics or out.ranks) else None)
-    if out.pcap:
+    wire = on_the_wire(run)          # else: nothing to capture or simulate (wire_note says so)
+    if out.pcap and wire:
         from .pcap import write_pcaps
         flows = pcap_flows(run)
         if flows is None:
@@ -86,7 +105,7 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
         counts["pcaps"] = len(write_pcaps(flows, run.fabric, out, dest / "pcap", progress=progress,
                                           nccl=run.job.nccl, network=run.job.network, workers=workers,
                                           scheduler=scheduler))
-    if out.ns3:
+    if out.ns3 and wire:
         from .ns3 import write_ns3
         stage("ns-3 scenario")
         (dest / "ns3").mkdir()

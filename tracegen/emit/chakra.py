@@ -3,23 +3,40 @@
 Written with the `mlc-chakra` package's own protobuf schema (chakra.schema.protobuf.et_def_pb2)
 and writer (chakra.src.third_party.utils.protolib.encodeMessage: a varint length before each
 message): a GlobalMetadata, then the rank's Node messages in dependency order, as ASTRA-sim 2.x
-and other Chakra consumers read them.
+reads them (astra-sim/workload/Workload.cc: `<prefix>.<rank>.et` through the Chakra feeder).
 
 Per rank, for every CommOp the rank takes part in (its group holds the rank), in dependency
 order (node ids count up, every data dep has a lower id):
-  COMP_NODE      "compute before op N": the op's gap_ns (compute after its deps complete),
-                 duration_micros rounded to the nearest µs, exact ns in attr `duration_ns`;
-                 data deps: the rank's nodes of the op's dep ops
-  COMM_COLL_NODE a collective: attrs comm_type (Chakra's CollectiveCommType), comm_size (bytes,
-                 the op's buffer), pg_name (process group id, see comm_groups.json)
+  COMP_NODE      "compute before op N": the piece of the rank's compute it runs right before
+                 the op (rank_steps: a forked op's gap is not run twice, a receiver does not run
+                 its sender's), exact ns in attr `duration_ns`; `duration_micros` (what
+                 ASTRA-sim replays: Workload::issue_replay, µs x 1000, 0 -> 1 ns; one compute
+                 node at a time, HardwareResource) rounded so that the rank's running total
+                 stays within 0.5 µs of the exact one
+  COMM_COLL_NODE a collective: attrs comm_type (Chakra's CollectiveCommType), pg_name (a group
+                 of comm_groups.json), comm_size = the bytes each rank puts IN, as PyTorch ET
+                 records them (chakra's converter: PyTorchNode.comm_size sums the input tensors)
+                 and as ASTRA-sim reads them (Workload::issue_coll_comm -> Ring::Ring):
+                   AllReduce      the buffer S         ring moves 2(n-1)/n·S per rank
+                   ReduceScatter  the input S          msg S/n, n-1 steps: (n-1)/n·S
+                   AllGather      one rank's shard S/n msg S/n, n-1 steps: (n-1)/n·S
+                                  (ASTRA-sim's final size is comm_size·n: writing the gathered
+                                  S would cost n times too much)
+                   AllToAll       the send buffer S    msg S/n to each of n-1 peers
+                   Broadcast      S; ASTRA-sim does not simulate it: it waits the node's
+                                  duration_micros, 0 here, so 1 ns
   COMM_SEND_NODE / COMM_RECV_NODE
                  a point-to-point op (group [src, dst]): comm_dst / comm_src, comm_tag (the op
                  id, the same on both sides), comm_size
-  data deps: the compute node before it, else the rank's nodes of the op's dep ops (deps on ops of
-  other ranks are carried by the communication itself). Markers (end of iteration) have no
+  data deps: the compute node before it, else the previous compute piece of its stream point,
+  else the rank's nodes of the op's dep ops (deps on ops of other ranks are carried by the
+  communication itself). Markers (end of iteration) have no
   communication: their compute node, if any, stands for them.
-comm_groups.json: {pg_name: [ranks]} (ASTRA-sim's --comm-group-configuration), and what each
-group is (dim, ranks) in comm_groups_info.json.
+comm_groups.json: {"<pg_name>": [ranks]}, ASTRA-sim's --comm-group-configuration
+(Workload::initialize_comm_groups: stoi of each key, a list of NPU ids; ids start at 1 because
+CommunicatorGroup::set_id asserts id > 0 and pg_name "0" means all ranks in
+Workload::extract_comm_group); without it a rank stops at its first collective ("communicator
+group not found"). What each group is (dim, ranks): comm_groups_info.json.
 """
 from __future__ import annotations
 
@@ -32,6 +49,7 @@ import numpy as np
 from .. import __version__
 from ..errors import ConfigError, OutputError
 from ..tables import CollKind, CommOps, Dim
+from .rank_steps import rank_steps, topo_order  # noqa: F401 (topo_order: simai)
 
 SCHEMA = "1.0.2-chakra.1.0.0"   # what mlc-chakra's own converters put in GlobalMetadata
 COLL_TYPE = {CollKind.ALLREDUCE: "ALL_REDUCE", CollKind.REDUCESCATTER: "REDUCE_SCATTER",
@@ -65,37 +83,12 @@ def process_groups(ops: CommOps) -> tuple[np.ndarray, dict[int, dict]]:
     return pg, info
 
 
-def topo_order(ops: CommOps) -> list[int]:
-    """Op ids in dependency order (a dep may have a higher id than the op that waits for it);
-    ties by op id, so the order is deterministic."""
-    import heapq
-    n = len(ops)
-    left = ops.deps.lengths().astype(np.int64).copy()
-    users: list[list[int]] = [[] for _ in range(n)]
-    for o in range(n):
-        for d in ops.deps[o].tolist():
-            users[d].append(o)
-    heap = [o for o in range(n) if left[o] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        o = heapq.heappop(heap)
-        out.append(o)
-        for u in users[o]:
-            left[u] -= 1
-            if left[u] == 0:
-                heapq.heappush(heap, u)
-    if len(out) != n:
-        raise OutputError("chakra: the op table has a dependency cycle")
-    return out
-
-
 def rank_nodes(ops: CommOps, rank: int, pg: np.ndarray, pb, order: list[int] | None = None) -> list:
     """The rank's Chakra nodes (see the module docstring), ids 0.. in dependency order."""
     A = pb.AttributeProto
     rows, nodes = ops.rows, []
     node_of: dict[int, list[int]] = {}     # op -> the rank's nodes standing for its completion
-    member = [rank in set(ops.groups[o].tolist()) for o in range(len(ops))]
+    chain: dict[frozenset, int] = {}       # stream point -> its last compute node so far
 
     def new(name, typ):
         n = pb.Node(id=len(nodes), name=name, type=typ)
@@ -103,21 +96,29 @@ def rank_nodes(ops: CommOps, rank: int, pg: np.ndarray, pb, order: list[int] | N
         nodes.append(n)
         return n
 
-    for o in (order if order is not None else topo_order(ops)):
-        if not member[o]:
-            continue
+    exact_ns = written_us = 0              # the rank's compute so far, exact and as written
+    for st in rank_steps(ops, rank, order if order is not None else topo_order(ops)):
+        o = st.op
         kind, dim = CollKind(int(rows["kind"][o])), Dim(int(rows["dim"][o]))
-        deps = sorted({n for d in ops.deps[o].tolist() for n in node_of.get(d, ())})
-        gap = int(rows["gap_ns"][o])
-        if gap > 0:
+        deps = [chain[st.after]] if st.after in chain else sorted(
+            {n for d in st.after for n in node_of[d]})
+        if st.compute_ns > 0:              # the next piece of this stream point's compute
             c = new(f"compute before op{o}", pb.COMP_NODE)
-            c.duration_micros = (gap + 500) // 1000
-            c.attr.append(A(name="duration_ns", int64_val=gap))
+            exact_ns += st.compute_ns      # carry the rounding: 300 ns gaps are not all 0 µs
+            c.duration_micros = (exact_ns + 500) // 1000 - written_us
+            written_us += c.duration_micros
+            c.attr.append(A(name="duration_ns", int64_val=st.compute_ns))
             c.data_deps.extend(deps)
             deps = [c.id]
-            node_of[o] = [c.id]
+            chain[st.after] = c.id
         label = f"{dim.name} {kind.label} op{o}"
         size = int(rows["bytes"][o])
+        if kind == CollKind.ALLGATHER:     # each rank's shard (see the module docstring)
+            n_ranks = len(ops.groups[o])
+            if size % n_ranks:
+                raise OutputError(f"chakra: AllGather op {o} of {size} B does not split "
+                                  f"into {n_ranks} equal shards")
+            size //= n_ranks
         if kind in COLL_TYPE:
             n = new(label, pb.COMM_COLL_NODE)
             n.attr.extend([A(name="comm_type", int64_val=getattr(pb, COLL_TYPE[kind])),

@@ -107,8 +107,10 @@ def fabric_columns(flows: Flows) -> list[Column]:
 
     def route(lo, hi):
         c = row_conn[lo:hi]
-        r = conns.route[np.maximum(c, 0) * conns.qps]
-        keep = (r >= 0) & (c >= 0)[:, None]
+        r = np.full((len(c), conns.route.shape[1]), -1, np.int64)    # NVLink rows: no route
+        net = c >= 0                                 # (a one-node job has no connection at all)
+        r[net] = conns.route[c[net] * conns.qps]
+        keep = r >= 0
         ptr = np.zeros(hi - lo + 1, np.int64)
         np.cumsum(keep.sum(axis=1), out=ptr[1:])
         return Ragged(ptr, r[keep].astype(np.int64))
