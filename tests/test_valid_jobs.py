@@ -55,6 +55,7 @@ PROFILE = settings(derandomize=not LONG, database=None, deadline=None, max_examp
 # tests/wire_check.py: check_wire(folder, stats=Stats()) -> violation lines (shares no code with tracegen)
 WIRE_CHECK = Path(__file__).with_name("wire_check.py")
 wire_check = importlib.import_module("wire_check") if WIRE_CHECK.exists() else None
+WIRE_TOTAL = wire_check.Stats() if wire_check else None      # what check_wire read over the sweep
 
 TINY = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32}
 NIC_GBPS = 400
@@ -305,6 +306,8 @@ def check_job(tmp: Path, job: dict, topo: dict | None, sample: list) -> None:
         assert not wire_bad, (f"{len(wire_bad)} wire violations {dict(wire_check.tags(wire_bad))}: "
                               + "\n".join(wire_bad[:8]) + f"\n{job}\n{topo}")
         assert st["files"] == len(pcaps) and st["frames"] > 0, dict(st)     # it read every pcap
+        WIRE_TOTAL.update(st)
+        WIRE_TOTAL["jobs"] += 1
     shutil.rmtree(tmp)
 
 
@@ -366,7 +369,12 @@ def test_every_valid_job_runs_end_to_end(tmp_path):
     assert seen["n"] >= PROFILE.max_examples, seen
     bad = tshark_verdict(sample)
     assert not bad, "\n".join(bad)
-    print(f"valid-job sweep: {seen.pop('n')} jobs, {len(sample)} pcaps read by tshark; {sorted(seen.items())}")
+    n = seen.pop("n")
+    if wire_check is not None:
+        assert WIRE_TOTAL["jobs"] > 0, "no job put frames on the wire: check_wire judged nothing"
+        wire = (f"; check_wire: {WIRE_TOTAL['jobs']} jobs, {WIRE_TOTAL['files']} pcaps, {WIRE_TOTAL['frames']:,} frames, "
+                f"{WIRE_TOTAL['qp_streams']} QP streams, 0 violations")
+    print(f"valid-job sweep: {n} jobs, {len(sample)} pcaps read by tshark{wire if wire_check else ''}; {sorted(seen.items())}")
 
 
 # --- crashes in code owned elsewhere: strict xfails, each with its reproducer --------------------

@@ -202,6 +202,19 @@ def test_a_cnp_is_judged_against_its_own_qp(tmp_path):
     assert (st["cnp_judged"], st["cnp_unpaired"]) == (0, 1)
 
 
+def test_two_qp_pairs_sharing_a_source_port(tmp_path):
+    """mlx5 hashes the product of the two QPNs into 14 bits of UDP source port, so two QP pairs of
+    two NICs may share one: A's one-packet message to another of B's QPs (a plain WRITE Only, no
+    CTS needed) on the same port leaves B's ACKs on A's QP right; an ACK whose MSN fits neither
+    stream is still wrong."""
+    extra = roce(0x0A, 0, dqp=QP_B + 7, payload=bytes(32), reth=(0x7A0000100000, 0x15D, 32), ackreq=True)
+    recs = clean()
+    recs.insert(5, (recs[4][0] + W(len(recs[4][1])), extra))
+    recs[6:] = [(t + W(len(extra)), fr) for t, fr in recs[6:]]
+    assert run(tmp_path, recs) == []
+    assert "[ack]" in tags(run(tmp_path, _edit(recs, 7, ack(2, 5))))
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_violation_is_reported(tmp_path, case):
     make, tag = CASES[case]

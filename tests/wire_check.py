@@ -30,7 +30,8 @@ Rules (each violation line starts with its tag):
   [ack]        ACKs per QP direction: PSN and MSN never go back; every ACK comes after the
                request packet it acknowledges has passed the capture point whole (matched by
                the reversed IP pair and the UDP source port, which mlx5 makes the same both
-               ways); in a complete capture its MSN = the messages completed up to that PSN.
+               ways; two QP pairs may share a port: the ACK must fit one of their request
+               streams); in a complete capture its MSN = the messages completed up to that PSN.
   [cts]        (NCCL net_ib) each WRITE-with-imm data message lands where a CTS (the 64 B
                ncclIbSendFifo: addr, size, rkeys[0], nreqs, tag, idx) of the reverse direction
                said, and that CTS has passed whole before the message's first packet; CTS
@@ -445,11 +446,14 @@ def _passed(d, t, gbps_of):
 
 
 def _acks(tx, msgs, gbps_of, complete, name, bad):
-    by_pair = defaultdict(list)                      # request frames per (ips, ipd, sport)
+    # request frames per (ips, ipd, sport), then per DestQP: mlx5's source port hashes the product
+    # of the two QPNs into 14 bits, so two QP pairs of the same two NICs may share one, and an ACK
+    # (which names the requester's QP, not the responder's) belongs to one of those streams
+    by_pair = defaultdict(lambda: defaultdict(list))
     for key, seq in tx.items():
         for f in seq:
             if f.roce and f.op in REQ:
-                by_pair[(f.ips, f.ipd, f.sport)].append(f)
+                by_pair[(f.ips, f.ipd, f.sport)][f.dqp].append(f)
     for key, seq in tx.items():
         streams = defaultdict(list)
         for f in seq:
@@ -462,17 +466,23 @@ def _acks(tx, msgs, gbps_of, complete, name, bad):
                 if prev is not None and (_ahead(prev.psn, a.psn) < 0 or _ahead(prev.msn, a.msn) < 0):
                     bad.append(f"[ack] {where} #{a.n + 1}: PSN {a.psn} MSN {a.msn} after PSN {prev.psn} MSN {prev.msn}")
                 prev = a
-                reqs = by_pair.get((ipd, ips, a.sport))
-                if not reqs:
+                cands = by_pair.get((ipd, ips, a.sport))
+                if not cands:
                     continue                         # the data took another route
-                hit = [d for d in reqs if d.psn == a.psn and d.t <= a.t and _passed(d, a.t, gbps_of)]
-                if not hit:
-                    bad.append(f"[ack] {where} #{a.n + 1}: acknowledges PSN {a.psn} before it passed whole")
-                    continue
-                if complete:                         # messages ended (Last / Only) up to the PSN
-                    done = len({d.psn for d in reqs if REQ[d.op][0] in (LAST, ONLY) and _ahead(d.psn, a.psn) >= 0})
-                    if done % PSN_MOD != a.msn:
-                        bad.append(f"[ack] {where} #{a.n + 1}: MSN {a.msn}, but {done} messages up to PSN {a.psn}")
+                why = []
+                for reqs in cands.values():          # the ACK is right if it fits one stream
+                    hit = [d for d in reqs if d.psn == a.psn and d.t <= a.t and _passed(d, a.t, gbps_of)]
+                    if not hit:
+                        why.append(f"acknowledges PSN {a.psn} before it passed whole")
+                        continue
+                    if complete:                     # messages ended (Last / Only) up to the PSN
+                        done = len({d.psn for d in reqs if REQ[d.op][0] in (LAST, ONLY) and _ahead(d.psn, a.psn) >= 0})
+                        if done % PSN_MOD != a.msn:
+                            why.append(f"MSN {a.msn}, but {done} messages up to PSN {a.psn}")
+                            continue
+                    break
+                else:
+                    bad.append(f"[ack] {where} #{a.n + 1}: " + " / ".join(why))
 
 
 def _cts(tx, msgs, gbps_of, complete, name, bad):
