@@ -215,6 +215,19 @@ def test_two_qp_pairs_sharing_a_source_port(tmp_path):
     assert "[ack]" in tags(run(tmp_path, _edit(recs, 7, ack(2, 5))))
 
 
+def test_cts_grants_follow_time_across_qps(tmp_path):
+    """Several QPs per connection: a buffer slot comes round again under a later CTS, and the
+    message that uses it may go on another QP. Grants are matched in time order over all QPs:
+    Y's message (t 1700) takes the 2nd CTS for slot 0, X's later one (t 2300) the 3rd."""
+    va0, va1 = 0x7A0000000000, 0x7A0000080000
+    recs = [(1000, cts(0, 1, va1)), (1100, cts(1, 2, va0)),
+            (1500, message(0, 100, va1)[0]), (1700, message(0, 100, va0, dqp=QP_B + 2, sport=SPORT + 1)[0]),
+            (1900, cts(2, 3, va0)), (2300, message(1, 100, va0)[0])]
+    assert run(tmp_path, recs) == []
+    late = recs[:4] + [(2300, message(1, 100, va0)[0]), (2400, cts(2, 3, va0))]       # X before its grant
+    assert "[cts]" in tags(run(tmp_path, late))
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_violation_is_reported(tmp_path, case):
     make, tag = CASES[case]

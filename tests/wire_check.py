@@ -502,24 +502,27 @@ def _cts(tx, msgs, gbps_of, complete, name, bad):
     if not complete:
         return
     used = defaultdict(set)
-    for (ips, ipd, sport), ms in msgs.items():
-        for m in sorted(ms, key=lambda m: m.first.t):
-            if not m.imm or m.rkey is None:
-                continue                              # a CTS itself (WRITE Only) or a plain WRITE
-            grants = cts.get((ipd, ips, m.rkey))
-            if not grants:
-                continue                              # CTS on another route, or not NCCL's
-            fit = [c for c in sorted(grants, key=lambda c: c.cts[5])
-                   if c.cts[0] <= m.va <= c.cts[0] + c.cts[1] and m.va not in used[c.n]]
-            if not fit:
-                bad.append(f"[cts] {name} #{m.first.n + 1}: data to {m.va:#x} (R_Key {m.rkey:#x}) has no CTS "
-                           "granting it")
-                continue
-            c = fit[0]
-            used[c.n].add(m.va)
-            if not (c.t <= m.first.t and _passed(c, m.first.t, gbps_of)):
-                bad.append(f"[cts] {name} #{m.first.n + 1}: data to {m.va:#x} starts at {m.first.t} ns, its CTS "
-                           f"#{c.n + 1} (counter {c.cts[5]}) at {c.t} ns has not passed")
+    # in time order over every QP: with several QPs per connection a message's parts go on
+    # different QPs under one CTS, and the buffer slots come round again under later CTSs
+    every = sorted(((ips, ipd, m) for (ips, ipd, _), ms in msgs.items() for m in ms),
+                   key=lambda x: (x[2].first.t, x[2].first.n))
+    for ips, ipd, m in every:
+        if not m.imm or m.rkey is None:
+            continue                              # a CTS itself (WRITE Only) or a plain WRITE
+        grants = cts.get((ipd, ips, m.rkey))
+        if not grants:
+            continue                              # CTS on another route, or not NCCL's
+        fit = [c for c in sorted(grants, key=lambda c: c.cts[5])
+               if c.cts[0] <= m.va <= c.cts[0] + c.cts[1] and m.va not in used[c.n]]
+        if not fit:
+            bad.append(f"[cts] {name} #{m.first.n + 1}: data to {m.va:#x} (R_Key {m.rkey:#x}) has no CTS "
+                       "granting it")
+            continue
+        c = fit[0]
+        used[c.n].add(m.va)
+        if not (c.t <= m.first.t and _passed(c, m.first.t, gbps_of)):
+            bad.append(f"[cts] {name} #{m.first.n + 1}: data to {m.va:#x} starts at {m.first.t} ns, its CTS "
+                       f"#{c.n + 1} (counter {c.cts[5]}) at {c.t} ns has not passed")
 
 
 def _cnps(roce, gbps_of, name, bad, stats):
