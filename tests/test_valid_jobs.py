@@ -19,8 +19,8 @@ DCQCN pacing, and runs each through the full `generate` (pcaps and ns-3 on) in-p
 Pictures (matplotlib, ~3 s a job) are drawn for one job in eight and for the acceptance cases.
 CI runs a derandomized budget (VALID_EXAMPLES, ~4 min on 2 idle cores); TRACEGEN_LONG=1 runs 8x
 as many random ones. Crashes the sweep found in code owned elsewhere are kept out of the strategy
-and pinned as strict xfails at the bottom, each with its reproducer (today: the ns-3 export of a
-fabric without spines, NS3_WITHOUT_SPINES).
+and pinned as strict xfails at the bottom, each with its reproducer (today: none; the ns-3 export of
+a fabric without spines, NS3_WITHOUT_SPINES, works since the ns3 branch).
 """
 from __future__ import annotations
 
@@ -165,10 +165,10 @@ def spineless(job: dict, topo: dict | None) -> bool:
     return groups == 1 and (kind == "leaf-spine" or nics == 1)
 
 
-# emit/ns3.py (helper "ns3") writes its README from fabric.spine_node_id(0): a fabric without
-# spines has none (IndexError). Until it handles them, the sweep runs those jobs with --no-ns3 and
-# test_ns3_of_a_fabric_without_spines stays a strict xfail: flip this when it lands.
-NS3_WITHOUT_SPINES = False
+# The ns-3 export of a fabric without spines (its README names the switches per tier,
+# Fabric.switch_ids_text): the sweep runs those jobs with ns-3 on. False: with --no-ns3, and
+# test_ns3_of_a_fabric_without_spines a strict xfail.
+NS3_WITHOUT_SPINES = True
 
 
 # --- the files as a user reads them -------------------------------------------------------------

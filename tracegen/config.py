@@ -246,16 +246,20 @@ class Network:
     pmax: float = 0.2
     pfc: bool = True
     buffer_bytes: int = 32 << 20  # per switch, shared by its ports
-    # DCQCN reaction point (HPCC config.txt keys; defaults as HPCC's simulation/run.py sets DCQCN)
-    dcqcn_rate_ai_mbps: float = 0.0    # additive increase; 0: 5 Mb/s per 25 Gb/s of NIC rate
-    dcqcn_rate_hai_mbps: float = 0.0   # hyper increase; 0: 50 Mb/s per 25 Gb/s of NIC rate
-    dcqcn_min_rate_mbps: float = 1000.0
-    dcqcn_g: float = 1 / 256           # alpha's EWMA gain
-    dcqcn_alpha_resume_us: float = 1.0  # alpha update period
-    dcqcn_rate_decrease_us: float = 4.0  # at most one rate cut per period
-    dcqcn_rp_timer_us: float = 300.0   # rate increase period
-    dcqcn_fast_recovery: int = 1       # increase periods of fast recovery before AI / HAI
-    cnp_interval_us: float = 4.0       # notification point: <= 1 CNP per QP per interval
+    # DCQCN reaction point: NVIDIA ConnectX firmware defaults (DOCA "DCQCN CC Parameters";
+    # mlxconfig RPG_* / DCE_TCP_* / RATE_REDUCE_MONITOR_PERIOD / MIN_TIME_BETWEEN_CNPS), see
+    # ns3_scenarios/dcqcn.h and the README's ns-3 section
+    dcqcn_rate_ai_mbps: float = 5.0    # rpg_ai_rate; 0: 5 Mb/s per 25 Gb/s of NIC (HPCC's run.py)
+    dcqcn_rate_hai_mbps: float = 50.0  # rpg_hai_rate; 0: 50 Mb/s per 25 Gb/s of NIC (HPCC's run.py)
+    dcqcn_min_rate_mbps: float = 1.0   # rpg_min_rate
+    dcqcn_g: float = 5 / 1024          # alpha's EWMA gain: 1 - dce_tcp_g / 1024, dce_tcp_g = 1019
+    dcqcn_alpha_resume_us: float = 1.0  # alpha update period (dce_tcp_rtt)
+    dcqcn_rate_decrease_us: float = 4.0  # at most one rate cut per period (rate_reduce_monitor_period)
+    dcqcn_rp_timer_us: float = 300.0   # rate increase period (rpg_time_reset)
+    dcqcn_byte_reset_bytes: int = 32767  # rate increase per bytes sent (rpg_byte_reset); 0: none (HPCC)
+    dcqcn_fast_recovery: int = 1       # increase events of fast recovery before AI / HAI (rpg_threshold)
+    dcqcn_per_message_reset: bool = False  # every message starts at line rate (HPCC, SimAI: a QP per flow)
+    cnp_interval_us: float = 4.0       # notification point: <= 1 CNP per QP per interval (min_time_between_cnps)
     # PFC on the RoCE priority, per switch ingress port
     pfc_xoff_bytes: int = 0            # pause above this; 0: dynamic, 1/8 of the free buffer
     pfc_resume_offset_bytes: int = 3072  # resume at Xoff - offset (HPCC: 3 KB)
@@ -464,6 +468,7 @@ _RANGES = {
     "network.dcqcn_rate_decrease_us": (0.001, 1e6, "at most one rate cut per period"),
     "network.dcqcn_rp_timer_us": (0.001, 1e6, "rate increase period"),
     "network.dcqcn_fast_recovery": (0, 1000, "fast-recovery periods before AI / HAI"),
+    "network.dcqcn_byte_reset_bytes": (0, _G, "bytes sent per rate increase; 0: timer only"),
     "network.cnp_interval_us": (0.0, 1e6, "<= 1 CNP per QP per interval"),
     "network.pfc_xoff_bytes": (0, _T, "pause above; 0: dynamic (1/8 of the free buffer)"),
     "network.pfc_resume_offset_bytes": (0, _G, "resume at Xoff - offset"),

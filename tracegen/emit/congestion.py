@@ -107,9 +107,9 @@ def rate_limit_fast(qp: np.ndarray, t_ns: np.ndarray, gap_ns: int = CNP_MIN_GAP_
 @dataclass(frozen=True)
 class Dcqcn:
     """DCQCN reaction point parameters (Zhu et al., SIGCOMM 2015): those the ns-3 export writes
-    into config.txt for network.cc_mode=dcqcn (HPCC's run.py: AI 5 x, HAI 50 x line/25 Mb/s;
-    MIN_RATE 1 Gb/s, FAST_RECOVERY_TIMES 1) and `tracegen ns3 run`'s NIC applies
-    (ns3_scenarios/roce_nic.h, struct Dcqcn)."""
+    into config.txt for network.cc_mode=dcqcn (the job's network.dcqcn_* keys; without a job
+    HPCC's run.py: AI 5 x, HAI 50 x line/25 Mb/s, MIN_RATE 1 Gb/s, FAST_RECOVERY_TIMES 1) and
+    `tracegen ns3 run`'s NIC applies (ns3_scenarios/dcqcn.h; its byte counter is not modelled here)."""
     line_bps: float
     g: float = 1 / 256                      # EWMA_GAIN
     alpha_interval_ns: int = 1_000          # ALPHA_RESUME_INTERVAL
@@ -131,6 +131,11 @@ class Dcqcn:
         for f in fields(Dcqcn):
             if network is not None and hasattr(network, "dcqcn_" + f.name):
                 values[f.name] = getattr(network, "dcqcn_" + f.name)
+        if network is not None:    # the keys the ns-3 export writes into config.txt (0: scaled)
+            for name, key in (("ai_bps", "dcqcn_rate_ai_mbps"), ("hai_bps", "dcqcn_rate_hai_mbps"),
+                              ("min_bps", "dcqcn_min_rate_mbps")):
+                if getattr(network, key, 0):
+                    values[name] = getattr(network, key) * 1e6
         return Dcqcn(**values)
 
 
