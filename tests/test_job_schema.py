@@ -17,7 +17,7 @@ import yaml
 
 from tracegen import config
 from tracegen.config import job_to_dict, load_job
-from tracegen.config_schema import KEYS
+from tracegen.config_schema import KEYS, TIME_KEYS, TIME_MAX_NS
 from tracegen.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +71,8 @@ def test_wrong_type_and_unknown_key_are_refused_at_the_key():
 
 
 def _bad_values(name, d):
+    if name in TIME_KEYS:       # ISO 8601 with a timezone or epoch ns (an integer or digits)
+        return [-1, 1.5, True, TIME_MAX_NS, "2026-12-04T09:00:00", "2026-12-04 09:00Z", "-5", "x" * 65]
     if d.choices:
         return ["no-such-choice" if isinstance(d.choices[0], str) else 3]
     if d.typ is bool:
@@ -94,7 +96,8 @@ def test_schema_and_loader_refuse_the_same_bad_values(name):
         assert errors(doc), (name, bad)
         with pytest.raises(ConfigError, match=rf"^{name}"):
             config.job_from_dict(doc)
-    for good in ([d.lo, d.hi] if d.lo is not None else []) + list(d.choices) + [d.default]:
+    goods = ["2026-12-04T09:00:00.123456789+01:00", "1970-01-01T00:00:00Z", "17", 17] if name in TIME_KEYS else []
+    for good in ([d.lo, d.hi] if d.lo is not None else []) + list(d.choices) + [d.default] + goods:
         assert errors({sec: {k: good}} if sec else {k: good}) == [], (name, good)
 
 

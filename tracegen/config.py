@@ -9,6 +9,7 @@ accepted as aliases.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import math
 import os
@@ -30,6 +31,7 @@ from .config_schema import (ALIASES, CHOICES as _CHOICES, DTYPE_BYTES, GPU_MEMOR
                             JobKeys, KEYS, ModelKeys, NcclKeys, NetworkKeys, OutputKeys,
                             ParallelismKeys, bounds, limits_markdown, limits_rows)
 from .config_schema import JOB_NAME as _JOB_NAME_RE
+from .config_schema import TIME_KEYS as _TIME_KEYS, TIME_MAX_NS as _TIME_MAX_NS
 from .errors import ConfigError
 
 
@@ -270,6 +272,9 @@ def _check_type(path: str, value: Any, typ: type) -> Any:
 def _check_value(path: str, value: Any, typ: type, rule: str | None = None) -> Any:
     """Type and range of one key; `path` is what the user wrote, `rule` its canonical name."""
     rule = rule or path
+    if rule in _TIME_KEYS:
+        parse_start_time(value, path)
+        return value
     value = _check_type(path, value, typ)
     if rule in _CHOICES:
         if value not in _CHOICES[rule]:
@@ -322,6 +327,39 @@ def parse_time_window(text: str, name: str = "output.time_window") -> tuple[int,
         raise ConfigError(f"{given}: use START_NS:END_NS with "
                           "0 <= START < END < 2^63 (integer ns, either side may be left empty)")
     return window
+
+
+_ISO_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
+                       r"(?:([Zz])|([+-])(\d\d):?(\d\d))")
+
+
+def parse_start_time(value: Any, name: str = "output.start_time") -> int:
+    """output.start_time -> integer ns since the Unix epoch, in [0, 2100). Accepted: an integer
+    (epoch ns), a string of digits (the same, as --set gives it), or ISO 8601 with a timezone.
+    The fraction is read as digits (up to 9: ns), not through datetime, which keeps only µs."""
+    ns = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        ns = value
+    elif isinstance(value, str) and value.isascii():
+        text = value.strip()
+        ns = small_int(text, 19)
+        m = _ISO_TIME.fullmatch(text) if ns is None and len(text) <= 64 else None
+        if m:
+            y, mo, d, h, mi, sec = (int(x) for x in m.groups()[:6])
+            offset_s = 0 if m[8] else (1 if m[9] == "+" else -1) * (int(m[10]) * 3600 + int(m[11]) * 60)
+            try:
+                day = datetime.date(y, mo, d).toordinal() - datetime.date(1970, 1, 1).toordinal()
+            except ValueError:
+                day = None
+            if day is not None and h < 24 and mi < 60 and sec < 60 and int(m[10] or 0) < 24 \
+                    and int(m[11] or 0) < 60:
+                ns = ((day * 86400 + h * 3600 + mi * 60 + sec - offset_s) * 10**9
+                      + int((m[7] or "").ljust(9, "0")))
+    if ns is None or not 0 <= ns < _TIME_MAX_NS:
+        raise ConfigError(f"{name}={show(value)}: use an ISO 8601 time with a timezone "
+                          "(2026-12-04T09:00:00Z, 2026-12-04T09:00:00.123456789+01:00) or integer epoch ns, "
+                          "from 1970 up to 2100")
+    return ns
 
 
 def small_int(text: str, digits: int = 9) -> int | None:
@@ -532,6 +570,16 @@ def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = F
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def _timestamp_text(loader: _StrictLoader, node: yaml.ScalarNode) -> str:
+    """An unquoted `2026-12-04T09:00:00.123456789Z` stays text: YAML's datetime keeps only µs
+    (parse_start_time reads the ns). An impossible date (2001-02-30) is still refused."""
+    loader.construct_yaml_timestamp(node)
+    return loader.construct_scalar(node)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_text)
 
 
 YAML_MAX_BYTES = 256 << 10      # a job file or lab plan is a few hundred bytes

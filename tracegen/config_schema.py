@@ -254,6 +254,9 @@ class OutputKeys:
     perfetto: bool = key(True, "perfetto.json: the schedule as a Chrome trace (ui.perfetto.dev)")
     pictures: bool = key(True, "gantt.png, traffic_matrix.png, timeline.png")
     lab_gbps: int = key(0, "testers' rate; 0: the NICs'", 0, 1_000_000)
+    # a string or an integer (config.parse_start_time): the one key of two types
+    start_time: str = key(0, "when the capture starts: ISO 8601 with a timezone (2026-12-04T09:00:00Z, ns "
+                             "fractions kept) or integer epoch ns; every capture timestamp is it + schedule ns")
 
 
 @dataclass(frozen=True)
@@ -330,6 +333,14 @@ CHOICES = {k: d.choices for k, d in KEYS.items() if d.choices}
 ZERO_OR = {k: d.zero_or for k, d in KEYS.items() if d.zero_or}
 
 
+# Keys that take an ISO 8601 time or integer epoch ns (config.parse_start_time); up to 2100: a
+# classic pcap's seconds field is 32 bits unsigned (it wraps in 2106).
+TIME_KEYS = {"output.start_time"}
+TIME_MAX_NS = 4_102_444_800 * 10**9      # 2100-01-01T00:00:00Z
+TIME_PATTERN = (r"^([0-9]{1,19}|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+                r"([Zz]|[+-][0-9]{2}:?[0-9]{2}))$")
+
+
 def bounds(rule: str, typ: type = int) -> tuple:
     """(lo, hi) accepted for a numeric key (canonical 'section.key')."""
     if rule in RANGES:
@@ -349,6 +360,8 @@ def limits_rows() -> list[tuple[str, str, str]]:
     for k, d in KEYS.items():
         if d.choices:
             rows.append((k, ", ".join(str(c) for c in d.choices if c != ""), d.doc))
+        elif k in TIME_KEYS:
+            rows.append((k, f"ISO 8601 with a timezone, or epoch ns 0 .. {_num(TIME_MAX_NS - 1)} (1970 .. 2100)", d.doc))
         elif d.typ in (int, float):
             lo, hi = bounds(k, d.typ)
             accepted, note = f"{_num(lo)} .. {_num(hi)}", d.doc
@@ -388,6 +401,10 @@ def _key_schema(name: str, d: Decl) -> dict:
     out: dict[str, Any] = {"description": d.doc + (f" [{unit}]" if unit else ""), "default": d.default}
     if d.choices:
         out["enum"] = list(d.choices)
+        return out
+    if name in TIME_KEYS:    # the loader checks the ISO form itself
+        out["type"] = ["string", "integer"]
+        out.update(minimum=0, maximum=TIME_MAX_NS - 1, maxLength=64, pattern=TIME_PATTERN)
         return out
     out["type"] = _JSON_TYPES[d.typ]
     if d.typ in (int, float):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import progress as _progress
-from ..config import table_formats
+from ..config import parse_start_time, table_formats
 from ..errors import OutputError
 from ..pipeline import Run
 from ..tables import LinkKind
@@ -90,7 +90,8 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
         stage("perfetto.json", "slices")
         sel = parse(out, run.fabric)
         extra["perfetto"] = write_perfetto(run.flows, run.fabric, dest / "perfetto.json", title=run.job.name,
-                                           nic_mask=sel.nic_mask if (out.nics or out.ranks) else None)
+                                           nic_mask=sel.nic_mask if (out.nics or out.ranks) else None,
+                                           start_ns=parse_start_time(out.start_time))
     wire = on_the_wire(run)          # else: nothing to capture or simulate (wire_note says so)
     if out.pcap and wire:
         from .pcap import write_pcaps

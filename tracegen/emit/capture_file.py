@@ -73,6 +73,9 @@ class Format:
     """How records are laid out: rec bytes = header + captured (padded in pcapng) + trailer."""
     pcapng: bool
     snaplen: int        # 0: whole frames
+    # output.start_time: every timestamp written is start_ns + the schedule's ns (the one place
+    # capture times are encoded: every view, merged or per NIC, switch port or lab port, goes here)
+    start_ns: int = 0
 
     @property
     def rec_hdr_bytes(self) -> int:
@@ -108,6 +111,7 @@ class Format:
     def headers(self, t_ns, incl, orig, if_id, options) -> np.ndarray:
         """(n, rec_hdr_bytes) uint8 record headers."""
         n = len(t_ns)
+        t_ns = np.asarray(t_ns, np.int64) + self.start_ns
         if self.pcapng:
             h = np.zeros(n, EPB_HDR)
             h["block_type"] = EPB_TYPE
@@ -137,7 +141,7 @@ class Format:
     def time_words(self, t_ns) -> tuple[np.ndarray, np.ndarray]:
         """A record header's two timestamp words (pcap: seconds, nanoseconds; pcapng: the high
         and low halves of the ns count), before their truncation to 32 bits."""
-        t_ns = np.asarray(t_ns, np.int64)
+        t_ns = np.asarray(t_ns, np.int64) + self.start_ns
         if self.pcapng:
             return t_ns >> 32, t_ns & 0xFFFFFFFF
         return np.divmod(t_ns, 1_000_000_000)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import Nccl, Output
+from ..config import Nccl, Output, parse_start_time
 from ..errors import ConfigError
 from ..tables import CollKind, Dim, Flows
 from ..topology import Fabric
@@ -469,7 +469,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         hdr[op] = roce.frame_dtype(op, out.vlan, out.ip_version).itemsize
     frame = lambda op, payload: hdr[op] + pad4(payload) + roce.ICRC_BYTES
     cap = incl_cap(out, hdr)
-    fmt = Format(out.format == "pcapng", out.snaplen)
+    fmt = Format(out.format == "pcapng", out.snaplen, parse_start_time(out.start_time))
     rec = lambda op, f: fmt.rec_bytes(np.minimum(f, cap[op]))
     gbps = fabric.port_gbps          # a multi-plane NIC: each plane's port at nic_gbps / planes
     _, last_payload = data_packet(m_size, m_npk, m_npk - 1, pmtu)

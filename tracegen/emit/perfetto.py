@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -100,9 +101,18 @@ def _merge_per_rank(rank: np.ndarray, start: np.ndarray, end: np.ndarray, world:
     return [_merge(s[b[k]:b[k + 1]], e[b[k]:b[k + 1]]) for k in range(world)]
 
 
+def _utc_text(ns: int) -> str:
+    """Epoch ns as ISO 8601 UTC with all nine fraction digits (datetime would keep six)."""
+    sec, frac = divmod(ns, 10**9)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{frac:09d}Z"
+
+
 def write_perfetto(flows: Flows, fabric, path: Path, title: str = "", nic_mask: np.ndarray | None = None,
-                   max_nic_slices: int = MAX_NIC_SLICES, max_arrows: int = MAX_ARROWS) -> dict:
-    """Write the trace; returns counts (slices, arrows, NICs shown) for the summary."""
+                   max_nic_slices: int = MAX_NIC_SLICES, max_arrows: int = MAX_ARROWS, start_ns: int = 0) -> dict:
+    """Write the trace; returns counts (slices, arrows, NICs shown) for the summary. start_ns
+    (output.start_time): `ts` stays relative to it; it goes into otherData as start_time_ns (and
+    as UTC text). Absolute epoch µs (~1.8e15) would still be exact in a double at µs, but not the
+    three decimals (ns) every `ts` carries; and Perfetto shows times from the trace's start anyway."""
     ops, groups = flows.ops.rows, flows.ops.groups
     world, n_nics = fabric.world, fabric.n_nics
     op_start = flows.op_start_ns if flows.op_start_ns is not None else np.full(len(ops), -1, np.int64)
@@ -165,7 +175,10 @@ def write_perfetto(flows: Flows, fabric, path: Path, title: str = "", nic_mask: 
     with open(path, "w") as f:
         f.write('{"otherData":' + json.dumps(
             {"generator": "tracegen", "title": title, "nics_shown": f"{nics_shown} of {n_nics}",
-             "time": "ts/dur in µs; the schedule is integer ns"}, separators=(",", ":"))
+             "time": "ts/dur in µs; the schedule is integer ns",
+             **({"start_time_ns": start_ns, "start_time": _utc_text(start_ns),
+                 "ts_origin": "ts 0 is start_time_ns (output.start_time)"} if start_ns else {})},
+            separators=(",", ":"))
             + ',"traceEvents":[\n')
         emit = _Writer(f)
 

@@ -9,7 +9,7 @@ import numpy as np
 import yaml
 
 from .. import __version__
-from ..config import job_to_dict
+from ..config import job_to_dict, parse_start_time
 from ..report import render_markdown
 
 
@@ -20,6 +20,8 @@ def summary_data(run, files: dict | None = None, extra: dict | None = None) -> d
         "job": job_to_dict(run.job),
         "world": fab.world, "nodes": fab.nodes, "gpus_per_node": fab.gpus_per_node,
         "nic_gbps": fab.nic_gbps, "nvlink_gbps": fab.nvlink_gbps,
+        # output.start_time: capture timestamps are start_time_ns + the schedule's ns
+        "start_time_ns": parse_start_time(run.job.output.start_time),
         "iteration_ns": rep.iteration_ns, "transfers": rep.transfers, "fabric_transfers": rep.net_transfers,
         "nic_names": [fab.nic_name(i) for i in range(fab.n_nics)],
         "nic_node": np.asarray(fab.nic_node).tolist(), "nic_rail": np.asarray(fab.nic_rail).tolist(),
