@@ -42,32 +42,441 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (name, file, old, new): each a bug found to slip through the suite once (issue 18), or weakly guarded.
+# (name, file, old, new), grouped by module. The first twelve (marked *) are bugs that slipped through
+# the suite once (issues 18 and 25's probes) or were weakly guarded; the rest are issue 25's pass over
+# the fabric, collectives, workload, exports, tables, report and KPIs.
 MUTATIONS = [
-    # the six of issue 18's probe, on today's engine
-    ("rx-ports-not-shared", "tracegen/connections.py", "        ok = links >= 0\n",
-     "        ok = (links >= 0) & (links % 2 == 0)   # only a -> b directions: NIC receive ports dropped\n"),
-    ("store-and-forward-dropped", "tracegen/connections.py",
-     "sf = np.where(gbps > 0, -(-bits // np.maximum(gbps, 1)), 0).sum(axis=1)", "sf = 0"),
-    ("psn-2^23", "tracegen/emit/roce.py", "PSN_MASK = 0xFFFFFF", "PSN_MASK = 0x7FFFFF"),
-    ("attention-core-halved", "tracegen/workload/compute.py",
-     "attn_core_ns=ns(4 * tokens", "attn_core_ns=ns(2 * tokens"),
-    ("report-rx-from-src-nic", "tracegen/report.py",
-     'rx = np.bincount(r["dst_nic"][net]', 'rx = np.bincount(r["src_nic"][net]'),
-    ("moe-capacity-floor", "tracegen/workload/compute.py", "math.ceil(", "math.floor("),
-    # weakly guarded before issue 18
-    ("transfer-dep-dropped", "tracegen/fluid.py",
-     "                    if e > ready[d]:\n                        ready[d] = e\n", ""),
-    ("wire-time-halved", "tracegen/schedule.py",
-     "tr.deps, on_wire.astype(np.float64), lat,", "tr.deps, (on_wire // 2).astype(np.float64), lat,"),
-    ("tree-bandwidth-untuned", "tracegen/collectives/tuning.py", "bus *= 0.92 * 0.85", "bus *= 1.0"),
-    # the fabric model
-    ("links-not-shared", "tracegen/fluid.py", "            wsum[ln] += lk_w[k]\n", "            wsum[ln] = lk_w[k]\n"),
-    ("ecmp-always-first-next-hop", "tracegen/routing.py",
-     "pick = (h % np.maximum(cnt, 1).astype(np.uint32)).astype(np.int64)",
-     "pick = (np.asarray(crc[r] * 0 + 0, np.int64) % np.maximum(cnt, 1))"),
-    ("qp-send-queue-ignored", "tracegen/schedule.py",
-     "queue=send_queues(ops, rows, row_conn))", "queue=None)"),
+    # --- tracegen/topology.py
+    ('nic-ip-host-off-by-one', 'tracegen/topology.py',
+     '(nic_node % 200 + 1).astype(np.uint32))',
+     '(nic_node % 200).astype(np.uint32))'),
+    ('nic-ports-nic-major', 'tracegen/topology.py',
+     'links["b"][:planes * n_nics] = n_nics + g.nic_leaf.T.ravel()',
+     'links["b"][:planes * n_nics] = n_nics + g.nic_leaf.ravel()'),
+    ('port-gbps-full-nic', 'tracegen/topology.py',
+     'return self.nic_gbps // self.planes',
+     'return self.nic_gbps'),
+    ('qp-plane-by-receiver-qpn', 'tracegen/topology.py',
+     'route = r.routes(src, dst, udp_sport, sqpn % self.planes,',
+     'route = r.routes(src, dst, udp_sport, dqpn % self.planes,'),
+    ('link-dir-name-swapped', 'tracegen/topology.py',
+     'a, b = (int(ln["a"]), int(ln["b"])) if not d & 1 else',
+     'a, b = (int(ln["a"]), int(ln["b"])) if d & 1 else'),
+    # --- tracegen/fabric_kinds.py
+    ('uplink-rate-ignores-uplink-count', 'tracegen/fabric_kinds.py',
+     'need = Fraction(down_gbps) / (Fraction(repr(float(ratio))) * uplinks)',
+     'need = Fraction(down_gbps) / Fraction(repr(float(ratio)))'),
+    ('leaf-spine-downlink-one-nic', 'tracegen/fabric_kinds.py',
+     'n_leaves, down = groups, min(fc.nodes_per_leaf, nodes) * nics * port',
+     'n_leaves, down = groups, min(fc.nodes_per_leaf, nodes) * port'),
+    ('fat-tree-pod-of-leaf-wrong', 'tracegen/fabric_kinds.py',
+     'pod_first = np.arange(n_leaves) // half * half',
+     'pod_first = np.arange(n_leaves) // half'),
+    ('fat-tree-k-boundary', 'tracegen/fabric_kinds.py',
+     'while k ** 3 // 4 < n_ports:',
+     'while k ** 3 // 4 <= n_ports:'),
+    ('plane-port-full-rate', 'tracegen/fabric_kinds.py',
+     '    port = nic_gbps // fc.planes\n',
+     '    port = nic_gbps\n'),
+    ('fat-tree-rail-placement-factor', 'tracegen/fabric_kinds.py',
+     'nic_order = (nic % nics) * nodes + nic // nics',
+     'nic_order = (nic % nics) * nics + nic // nics'),
+    # --- tracegen/fabric_file.py
+    ('file-link-rate-ignored', 'tracegen/fabric_file.py',
+     'gbps = ln[2] if len(ln) > 2 else port_gbps',
+     'gbps = ln[2] if len(ln) > 3 else port_gbps'),
+    ('file-nic-names-by-nodes', 'tracegen/fabric_file.py',
+     'names_of = {f"node{n // nics:04d}-rail{n % nics}": n for n in range(n_nics)}',
+     'names_of = {f"node{n % nodes:04d}-rail{n // nodes}": n for n in range(n_nics)}'),
+    ('file-nic-on-any-tier', 'tracegen/fabric_file.py',
+     'v not in idx or tiers[idx[v]] != 1:',
+     'v not in idx or tiers[idx[v]] > 2:'),
+    ('file-union-without-roots', 'tracegen/fabric_file.py',
+     'parent[root(a)] = root(b)',
+     'parent[a] = b'),
+    # --- tracegen/routing.py
+    ('ecmp-always-first-next-hop', 'tracegen/routing.py',  # *
+     'pick = np.int64(h[i]) % n',
+     'pick = np.int64(0) * n'),
+    ('crc-protocol-tcp', 'tracegen/routing.py',
+     'np.full((n, 1), 17, np.uint8)',
+     'np.full((n, 1), 6, np.uint8)'),
+    ('qp-hash-destqp-byte-order', 'tracegen/routing.py',
+     'for s in (16, 8, 0)], axis=1).astype(np.uint8)],',
+     'for s in (0, 8, 16)], axis=1).astype(np.uint8)],'),
+    ('qp-hash-no-tier-offset', 'tracegen/routing.py',
+     '        self.shift[self.leaves] = 0\n',
+     ''),
+    ('ipv6-prefix-misplaced', 'tracegen/routing.py',
+     '    out[:, 0] = 0xFD\n',
+     '    out[:, 1] = 0xFD\n'),
+    ('switch-seed-no-offset', 'tracegen/routing.py',
+     's * np.uint64(0x85EBCA77) + np.uint64(1))',
+     's * np.uint64(0x85EBCA77))'),
+    # --- tracegen/connections.py
+    ('rx-ports-not-shared', 'tracegen/connections.py',  # *
+     '        ok = links >= 0\n',
+     '        ok = (links >= 0) & (links % 2 == 0)   # only a -> b directions: NIC receive ports dropped\n'),
+    ('store-and-forward-dropped', 'tracegen/connections.py',  # *
+     'sf = np.where(gbps > 0, -(-bits // np.maximum(gbps, 1)), 0).sum(axis=1)',
+     'sf = 0'),
+    ('store-and-forward-at-ingress-rate', 'tracegen/connections.py',
+     'gbps = self.route_gbps[qp, 1:]',
+     'gbps = self.route_gbps[qp, :-1]'),
+    ('qp-weight-not-shared', 'tracegen/connections.py',
+     'return ptr, clink, counts / self.qps',
+     'return ptr, clink, counts * 1.0'),
+    ('qpn-order-channel-first', 'tracegen/connections.py',
+     'order = np.lexsort((ch, cm, dr, sr, dst, src))',
+     'order = np.lexsort((cm, ch, dr, sr, dst, src))'),
+    ('qp-plane-by-dst-qpn', 'tracegen/connections.py',
+     'plane = qpn_src % fabric.planes',
+     'plane = qpn_dst % fabric.planes'),
+    ('sport-fold-shift', 'tracegen/connections.py',
+     'fl ^= fl >> np.uint64(20)',
+     'fl ^= fl >> np.uint64(16)'),
+    # --- tracegen/collectives/ring.py
+    ('ring-every-channel-same-rail', 'tracegen/collectives/ring.py',
+     'return (k * local + (j + c) % local).reshape(channels, nodes * local)',
+     'return (k * local + (j + 0 * c) % local).reshape(channels, nodes * local)'),
+    ('ring-dep-on-own-previous-step', 'tracegen/collectives/ring.py',
+     'dep[:, :, 1:] = np.roll(ids[:, :, :-1], 1, axis=3)     # step k-1, ring index i-1',
+     'dep[:, :, 1:] = ids[:, :, :-1]'),
+    ('ring-shard-floor', 'tracegen/collectives/ring.py',
+     '    return -(-elems // n)\n',
+     '    return elems // n\n'),
+    ('ring-reduce-chain-ends-past-root', 'tracegen/collectives/ring.py',
+     'first = root_idx + (1 if reduce else 0)',
+     'first = root_idx + (2 if reduce else 0)'),
+    # --- tracegen/collectives/tree.py
+    ('tree-channels-alternate-trees', 'tracegen/collectives/tree.py',
+     'else (2 * c) // channels',
+     'else c % 2'),
+    ('tree-heads-not-shared', 'tracegen/collectives/tree.py',
+     'return (np.arange(channels) % half) % local',
+     'return np.arange(channels) % local'),
+    ('tree-depth-estimate-off-by-one', 'tracegen/collectives/tree.py',
+     'return local - 1 + int(nodes).bit_length() - 1',
+     'return local + int(nodes).bit_length() - 1'),
+    # --- tracegen/collectives/halving_doubling.py
+    ('hd-allreduce-far-partner-first', 'tracegen/collectives/halving_doubling.py',
+     '_halving(st, real, bounds, _masks(p2, False), True)',
+     '_halving(st, real, bounds, _masks(p2, True), True)'),
+    ('hd-broadcast-root-skips-last', 'tracegen/collectives/halving_doubling.py',
+     'for s in range((n - 1).bit_length()):\n            m = 1 << s\n            q = np.arange(min(m, n - m))',
+     'for s in range((n - 1).bit_length()):\n            m = 1 << s\n            q = np.arange(min(m, n - m - 1))'),
+    # --- tracegen/collectives/hierarchical.py
+    ('hier-piece-floor', 'tracegen/collectives/hierarchical.py',
+     'P = -(-usize // L)[:, None]',
+     'P = (usize // L)[:, None]'),
+    ('hier-alltoall-one-block-per-peer', 'tracegen/collectives/hierarchical.py',
+     'stride=E, count=L, reduce=False',
+     'stride=E, count=1, reduce=False'),
+    # --- tracegen/collectives/alltoall.py
+    ('a2a-block-floor', 'tracegen/collectives/alltoall.py',
+     '        blk = -(-elems // n)\n        E = n * blk\n        off, size = channel_split(blk, channels)\n        delta',
+     '        blk = elems // n\n        E = n * blk\n        off, size = channel_split(blk, channels)\n        delta'),
+    ('a2a-round-order-reversed', 'tracegen/collectives/alltoall.py',
+     'j = (i + delta) % n',
+     'j = (i - delta) % n'),
+    # --- tracegen/collectives/p2p.py
+    ('p2p-split-floor', 'tracegen/collectives/p2p.py',
+     '        per = -(-elems // channels)\n        lo = np.arange',
+     '        per = elems // channels\n        lo = np.arange'),
+    # --- tracegen/collectives/tuning.py
+    ('tree-bandwidth-untuned', 'tracegen/collectives/tuning.py',  # *
+     'bus *= 0.92 * 0.85',
+     'bus *= 1.0'),
+    ('tuning-ring-inter-steps', 'tracegen/collectives/tuning.py',
+     'return 2 * (n - 1), (2 * nodes if nodes > 1 else 0)',
+     'return 2 * (n - 1), (2 * (nodes - 1) if nodes > 1 else 0)'),
+    ('tuning-trim-ceil', 'tracegen/collectives/tuning.py',
+     'return int(max(1, min(channels, nbytes // per)))',
+     'return int(max(1, min(channels, -(-nbytes // per))))'),
+    ('tuning-p2p-ll-threshold-strict', 'tracegen/collectives/tuning.py',
+     'per_peer <= P2P_LL_THRESHOLD_BYTES',
+     'per_peer < P2P_LL_THRESHOLD_BYTES'),
+    ('tuning-alltoall-per-peer-whole', 'tracegen/collectives/tuning.py',
+     'per_peer = nbytes if kind == CollKind.SENDRECV else nbytes // max(n, 1)',
+     'per_peer = nbytes'),
+    ('tuning-bus-ignores-channels', 'tracegen/collectives/tuning.py',
+     'min(nvl, min(local, channels) * nic_gbps / 8)',
+     'min(nvl, local * nic_gbps / 8)'),
+    ('tuning-chain-ring-chunk', 'tracegen/collectives/tuning.py',
+     'chunk = msg = nccl.simple_step_bytes',
+     'chunk = msg = nccl.ring_chunk_bytes'),
+    # --- tracegen/collectives/protocol.py
+    ('ll-lines-floor', 'tracegen/collectives/protocol.py',
+     'll = -(-payload // LL_LINE_DATA_BYTES) * LL_LINE_BYTES',
+     'll = payload // LL_LINE_DATA_BYTES * LL_LINE_BYTES'),
+    ('ll128-data-per-line-128', 'tracegen/collectives/protocol.py',
+     'LL128_LINE_BYTES, LL128_LINE_DATA_BYTES = 128, 120',
+     'LL128_LINE_BYTES, LL128_LINE_DATA_BYTES = 128, 128'),
+    ('ll-step-wire-is-data', 'tracegen/collectives/protocol.py',
+     'Proto.LL: LL_STEP_WIRE_BYTES,',
+     'Proto.LL: LL_STEP_DATA_BYTES,'),
+    # --- tracegen/collectives/edges.py
+    ('wire-overhead-no-ifg', 'tracegen/collectives/edges.py',
+     'return 14 + (4 if vlan else 0) + (20 if ip_version == 4 else 40) + 8 + 12 + 4 + 4 + 8 + 12',
+     'return 14 + (4 if vlan else 0) + (20 if ip_version == 4 else 40) + 8 + 12 + 4 + 4 + 8'),
+    ('wire-no-immdt', 'tracegen/collectives/edges.py',
+     'MSG_OVERHEAD_BYTES = 16 + 4',
+     'MSG_OVERHEAD_BYTES = 16'),
+    ('wire-last-packet-pad-dropped', 'tracegen/collectives/edges.py',
+     'pad = (-(last_msg % pmtu)) % 4 + full_msgs',
+     'pad = 0 * last_msg + full_msgs'),
+    ('pxn-proxy-on-source-rail', 'tracegen/collectives/edges.py',
+     'proxy = proxy_of[fabric.rank_node[src], rail[dst]]',
+     'proxy = proxy_of[fabric.rank_node[src], rail[src]]'),
+    # --- tracegen/collectives/ring_edges.py
+    ('ring-edges-once-block-off-by-one', 'tracegen/collectives/ring_edges.py',
+     'by_block[:, (i + 2) % n]).reshape(-1)',
+     'by_block[:, (i + 3) % n]).reshape(-1)'),
+    # --- tracegen/workload/iteration.py
+    ('sp-backward-regather-dropped', 'tracegen/workload/iteration.py',
+     '            if not fwd:   # the column-parallel input, re-gathered for the weight gradient',
+     '            if False:   # the column-parallel input, re-gathered for the weight gradient'),
+    ('cross-entropy-two-allreduces', 'tracegen/workload/iteration.py',
+     '                for _ in range(3):',
+     '                for _ in range(2):'),
+    ('loss-mask-as-int64', 'tracegen/workload/iteration.py',
+     '(n * FP32, FP32), \\',
+     '(n * INT64, INT64), \\'),
+    ('etp-gather-not-scaled', 'tracegen/workload/iteration.py',
+     'self.etp_bytes = par.etp * self.a2a_bytes',
+     'self.etp_bytes = self.a2a_bytes'),
+    ('fold-with-expert-parallel', 'tracegen/workload/iteration.py',
+     'return par.dp > 1 and par.ep == 1 and',
+     'return par.dp > 1 and'),
+    ('pp-not-split-under-sp', 'tracegen/workload/iteration.py',
+     'split = par.sp or par.pp_scatter_gather',
+     'split = par.pp_scatter_gather'),
+    ('cp-ring-sends-backwards', 'tracegen/workload/iteration.py',
+     'dst_c = (src_c + 1) % cp',
+     'dst_c = (src_c - 1) % cp'),
+    # --- tracegen/workload/volumes.py
+    ('vol-cross-entropy-in-model-dtype', 'tracegen/workload/volumes.py',
+     'out[Dim.TP] += 3 * _ar(t, tokens * 4) * mb',
+     'out[Dim.TP] += 3 * _ar(t, tokens * B) * mb'),
+    ('vol-sp-four-per-block', 'tracegen/workload/volumes.py',
+     'blocks * (5 + 2 * rec) * _ag(t, S) * mb',
+     'blocks * (4 + 2 * rec) * _ag(t, S) * mb'),
+    ('vol-zero-gather-in-grad-dtype', 'tracegen/workload/volumes.py',
+     'out[dim] += _ag(n, psi * gB) + _ag(n, psi * B)',
+     'out[dim] += _ag(n, psi * gB) + _ag(n, psi * gB)'),
+    ('vol-batch-broadcast-loss-mask-int64', 'tracegen/workload/volumes.py',
+     '((8 + 4) * n if last else 0)',
+     '((8 + 8) * n if last else 0)'),
+    # --- tracegen/workload/memory.py
+    ('zero2-grads-not-partitioned', 'tracegen/workload/memory.py',
+     'return 2 * psi + (g + k) * psi / n_d',
+     'return (2 + g) * psi + k * psi / n_d'),
+    ('activation-34-as-24', 'tracegen/workload/memory.py',
+     'return s * b * h * (34 + attn_scores) / t',
+     'return s * b * h * (24 + attn_scores) / t'),
+    ('in-flight-ignores-microbatches', 'tracegen/workload/memory.py',
+     'in_flight = min(par.pp, par.microbatches)',
+     'in_flight = par.pp'),
+    ('full-recompute-ignores-sp', 'tracegen/workload/memory.py',
+     'return 2 * s * b * h / (t if par.sp else 1)',
+     'return 2 * s * b * h'),
+    # --- tracegen/workload/compute.py
+    ('attention-core-halved', 'tracegen/workload/compute.py',  # *
+     'attn_core_ns=ns(4 * tokens',
+     'attn_core_ns=ns(2 * tokens'),
+    ('moe-capacity-floor', 'tracegen/workload/compute.py',  # *
+     'math.ceil(',
+     'math.floor('),
+    ('logits-not-split-over-tp', 'tracegen/workload/compute.py',
+     'm.padded_vocab(t) / t)',
+     'm.padded_vocab(t))'),
+    ('router-flops-dropped', 'tracegen/workload/compute.py',
+     'moe = 2 * local * m.hidden * m.experts + 2 * rows',
+     'moe = 0 * local + 2 * rows'),
+    ('cp-queries-not-split', 'tracegen/workload/compute.py',
+     "tokens = par.micro_batch * m.seq_len / c            # this CP rank's queries",
+     "tokens = par.micro_batch * m.seq_len / 1            # this CP rank's queries"),
+    # --- tracegen/workload/layout.py
+    ('rank-order-tp-dp-cp-pp', 'tracegen/workload/layout.py',
+     'return t + self.tp * (c + self.cp * (d + self.dp * p))',
+     'return t + self.tp * (d + self.dp * (c + self.cp * p))'),
+    ('expert-grid-dp-before-ep', 'tracegen/workload/layout.py',
+     'return et + self.expert_tp * (e + self.ep * k) + self.stage_ranks * p',
+     'return et + self.expert_tp * (k + self.edp * e) + self.stage_ranks * p'),
+    ('dp-group-without-cp', 'tracegen/workload/layout.py',
+     'for d in range(self.dp) for c in range(self.cp))',
+     'for d in range(self.dp) for c in range(1))'),
+    # --- tracegen/workload/params.py
+    ('norms-without-beta', 'tracegen/workload/params.py',
+     'return (4 if m.bias else 2) * m.hidden',
+     'return (2 if m.bias else 2) * m.hidden'),
+    ('gqa-ignored', 'tracegen/workload/params.py',
+     'return h * heads * dh + 2 * h * kv + heads * dh * h',
+     'return h * heads * dh + 2 * h * heads * dh + heads * dh * h'),
+    ('tied-head-free-with-pp', 'tracegen/workload/params.py',
+     '    untied = not model.tied_embeddings or pp > 1\n    norm',
+     '    untied = not model.tied_embeddings\n    norm'),
+    ('fc2-bias-split-over-etp', 'tracegen/workload/params.py',
+     'self.expert_replicated // ep)',
+     'self.expert_replicated // (ep * etp))'),
+    ('narayanan-bias-once', 'tracegen/workload/params.py',
+     'return 12 * l * h * h + 13 * l * h +',
+     'return 12 * l * h * h + 13 * h +'),
+    # --- tracegen/fluid.py
+    ('transfer-dep-dropped', 'tracegen/fluid.py',  # *
+     '                    if e > ready[d]:\n                        ready[d] = e\n',
+     ''),
+    ('links-not-shared', 'tracegen/fluid.py',  # *
+     '            wsum[ln] += lk_w[k]\n',
+     '            wsum[ln] = lk_w[k]\n'),
+    # --- tracegen/schedule.py
+    ('wire-time-halved', 'tracegen/schedule.py',  # *
+     'tr.deps, on_wire.astype(np.float64), lat,',
+     'tr.deps, (on_wire // 2).astype(np.float64), lat,'),
+    ('qp-send-queue-ignored', 'tracegen/schedule.py',  # *
+     'queue=send_queues(ops, rows, row_conn),',
+     'queue=None,'),
+    # --- tracegen/emit/roce.py
+    ('psn-2^23', 'tracegen/emit/roce.py',  # *
+     'PSN_MASK = 0xFFFFFF',
+     'PSN_MASK = 0x7FFFFF'),
+    # --- tracegen/emit/chakra.py
+    ('chakra-allgather-gathered-size', 'tracegen/emit/chakra.py',
+     '            size //= n_ranks\n',
+     ''),
+    ('chakra-pg-ids-from-0', 'tracegen/emit/chakra.py',
+     'groups[key] = len(groups) + 1',
+     'groups[key] = len(groups)'),
+    ('chakra-compute-floor-micros', 'tracegen/emit/chakra.py',
+     'c.duration_micros = (exact_ns + 500) // 1000 - written_us',
+     'c.duration_micros = exact_ns // 1000 - written_us'),
+    ('chakra-send-recv-peers-swapped', 'tracegen/emit/chakra.py',
+     'n.attr.append(A(name="comm_dst", int32_val=int(dst)))',
+     'n.attr.append(A(name="comm_dst", int32_val=int(src)))'),
+    # --- tracegen/emit/simai.py
+    ('simai-dp-group-consecutive', 'tracegen/emit/simai.py',
+     '"DP": tuple(base + k + j * tp for j in range(n // tp)),',
+     '"DP": tuple(base + k * tp + j for j in range(n // tp)),'),
+    ('simai-ga-is-pp', 'tracegen/emit/simai.py',
+     'ga: {p.microbatches}',
+     'ga: {p.pp}'),
+    ('simai-backward-rows-top-down', 'tracegen/emit/simai.py',
+     'b = back[n - 1 - i] if n - 1 - i < len(back) else Back()',
+     'b = back[i] if i < len(back) else Back()'),
+    ('simai-stage-rank-off', 'tracegen/emit/simai.py',
+     '        rank = s * per_stage\n',
+     '        rank = s\n'),
+    ('simai-busiest-is-lightest', 'tracegen/emit/simai.py',
+     'return max(files, key=lambda f: (f.compute_ns, -f.stage))',
+     'return min(files, key=lambda f: (f.compute_ns, -f.stage))'),
+    # --- tracegen/emit/rank_steps.py
+    ('receiver-runs-senders-compute', 'tracegen/emit/rank_steps.py',
+     'return 0 if p2p[o] and int(ops.groups[o][0]) != rank else',
+     'return 0 if p2p[o] and int(ops.groups[o][0]) == rank else'),
+    ('forked-gaps-counted-twice', 'tracegen/emit/rank_steps.py',
+     'steps.append(Step(x, key, max(0, gap(x) - run), i == 0))',
+     'steps.append(Step(x, key, gap(x), i == 0))'),
+    ('stream-point-ignores-deps', 'tracegen/emit/rank_steps.py',
+     'after_of[o] = frozenset(d for d in ops.deps[o].tolist() if member[d])',
+     'after_of[o] = frozenset()'),
+    # --- tracegen/emit/flows.py
+    ('route-column-wrong-qp-row', 'tracegen/emit/flows.py',
+     'r[net] = conns.route[c[net] * conns.qps]',
+     'r[net] = conns.route[c[net]]'),
+    ('ops-start-end-swapped', 'tracegen/emit/flows.py',
+     'col(None, "i8", "start_ns", start), col(None, "i8", "end_ns", end),',
+     'col(None, "i8", "start_ns", end), col(None, "i8", "end_ns", start),'),
+    ('flows-nic-columns-swapped', 'tracegen/emit/flows.py',
+     'row("src_nic", "i4"), row("dst_nic", "i4"),',
+     'row("dst_nic", "i4"), row("src_nic", "i4"),'),
+    # --- tracegen/emit/csv_text.py
+    ('csv-list-separator-comma', 'tracegen/emit/csv_text.py',
+     '                buf[j] = 59\n',
+     '                buf[j] = 44\n'),
+    ('csv-negative-sign-dropped', 'tracegen/emit/csv_text.py',
+     '        if neg:\n            buf[j] = 45\n',
+     '        if neg:\n            buf[j] = 48\n'),
+    ('csv-int-width-zero', 'tracegen/emit/csv_text.py',
+     '        while x >= 10:\n',
+     '        while x > 10:\n'),
+    # --- tracegen/emit/perfetto.py
+    ('perfetto-us-truncated', 'tracegen/emit/perfetto.py',
+     '    return round(ns / 1000, 3)\n\n\ndef _lanes',
+     '    return ns // 1000\n\n\ndef _lanes'),
+    ('perfetto-receiver-computes', 'tracegen/emit/perfetto.py',
+     '(~sender_only | first)',
+     '(~sender_only | ~first)'),
+    ('perfetto-merge-touching-gap', 'tracegen/emit/perfetto.py',
+     'new[1:] = s[1:] > e[:-1]',
+     'new[1:] = s[1:] > e[1:]'),
+    # --- tracegen/emit/tables_out.py
+    ('parquet-ops-meta-says-flows', 'tracegen/emit/tables_out.py',
+     '_meta("ops", job_name)',
+     '_meta("flows", job_name)'),
+    ('parquet-label-codes-shifted', 'tracegen/emit/tables_out.py',
+     'pa.array(np.asarray(v).astype(np.int8))',
+     'pa.array((np.asarray(v).astype(np.int8) + 1) % len(col.labels))'),
+    ('parquet-list-element-dtype', 'tracegen/emit/tables_out.py',
+     'return pa.list_(pa.from_numpy_dtype(np.dtype(col.dtype)))',
+     'return pa.list_(pa.int32())'),
+    # --- tracegen/emit/summary_out.py
+    ('summary-link-dirs-flipped', 'tracegen/emit/summary_out.py',
+     'np.tile([0, 1], len(fab.links))',
+     'np.tile([1, 0], len(fab.links))'),
+    ('summary-tx-rx-swapped', 'tracegen/emit/summary_out.py',
+     '"nic_tx_bytes": rep.nic_tx_bytes.tolist(), "nic_rx_bytes": rep.nic_rx_bytes.tolist(),',
+     '"nic_tx_bytes": rep.nic_rx_bytes.tolist(), "nic_rx_bytes": rep.nic_tx_bytes.tolist(),'),
+    ('summary-rank-nic-is-gpu', 'tracegen/emit/summary_out.py',
+     '"rank_nic": np.asarray(fab.rank_nic).tolist(),',
+     '"rank_nic": np.asarray(fab.rank_gpu).tolist(),'),
+    # --- tracegen/report.py
+    ('report-rx-from-src-nic', 'tracegen/report.py',  # *
+     'rx = np.bincount(r["dst_nic"][net]',
+     'rx = np.bincount(r["src_nic"][net]'),
+    ('link-load-not-split-over-qps', 'tracegen/report.py',
+     'weights=conn_bytes[owner] * w, minlength=n_dirs)',
+     'weights=conn_bytes[owner], minlength=n_dirs)'),
+    ('replica-rank-offset-missing', 'tracegen/report.py',
+     'out[at + d * flows.ops.replica_stride] += base[at]',
+     'out[at + d] += base[at]'),
+    ('link-util-bytes-as-bits', 'tracegen/report.py',
+     'util = rep.link_bytes * 8 / (rep.link_gbps * rep.iteration_ns)',
+     'util = rep.link_bytes / (rep.link_gbps * rep.iteration_ns)'),
+    ('report-nvlink-bytes-one-replica', 'tracegen/report.py',
+     'int((r["bytes"][sel & ~net] * copies[sel & ~net]).sum())',
+     'int(r["bytes"][sel & ~net].sum())'),
+    ('report-tier-dirs-flipped', 'tracegen/report.py',
+     'tier = np.repeat(fabric.link_tier(), 2) * 2 + np.tile([0, 1], len(fabric.links))',
+     'tier = np.repeat(fabric.link_tier(), 2) * 2 + np.tile([1, 0], len(fabric.links))'),
+    # --- tracegen/kpi.py
+    ('kpi-allreduce-bus-factor-rs', 'tracegen/kpi.py',
+     'BUS_FACTOR_N1 = {"AllReduce": lambda n: 2 * (n - 1) / n,',
+     'BUS_FACTOR_N1 = {"AllReduce": lambda n: (n - 1) / n,'),
+    ('kpi-jain-without-n', 'tracegen/kpi.py',
+     'return float(np.sum(x) ** 2 / (len(x) * s2))',
+     'return float(np.sum(x) ** 2 / s2)'),
+    ('kpi-busbw-bytes-not-bits', 'tracegen/kpi.py',
+     'busbw = (op_bytes[o] * 8 / t *',
+     'busbw = (op_bytes[o] / t *'),
+    ('kpi-imbalance-no-minus-one', 'tracegen/kpi.py',
+     'imb = max(up) / (sum(up) / len(up)) - 1',
+     'imb = max(up) / (sum(up) / len(up))'),
+    ('kpi-p99-is-p95', 'tracegen/kpi.py',
+     'np.percentile(fct, 99)',
+     'np.percentile(fct, 95)'),
+    # --- tracegen/nccl_tests.py
+    ('nccl-tests-allgather-factor-1', 'tracegen/nccl_tests.py',
+     'if kind in (CollKind.ALLGATHER, CollKind.REDUCESCATTER, CollKind.ALLTOALL):',
+     'if kind in (CollKind.REDUCESCATTER, CollKind.ALLTOALL):'),
+    ('nccl-tests-count-rs-whole', 'tracegen/nccl_tests.py',
+     'per_rank = kind in (CollKind.ALLGATHER, CollKind.REDUCESCATTER, CollKind.ALLTOALL)',
+     'per_rank = kind in (CollKind.ALLGATHER, CollKind.ALLTOALL)'),
+    ('nccl-tests-sweep-excludes-max', 'tracegen/nccl_tests.py',
+     '    while size <= max_bytes:\n        out.append(size)',
+     '    while size < max_bytes:\n        out.append(size)'),
+    ('nccl-tests-algbw-bits', 'tracegen/nccl_tests.py',
+     'return self.size_bytes / self.time_ns if self.time_ns else 0.0',
+     'return self.size_bytes * 8 / self.time_ns if self.time_ns else 0.0'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -92,7 +501,8 @@ def _copy_tree(dest: Path) -> None:
 
 def related_tests(path: str, tests: list[str]) -> list[str]:
     """Test files (within `tests`) that name the mutated module: its dotted name, or its leaf
-    name in an import. They run first, so a caught mutation costs seconds, not the whole suite."""
+    name in an import. They run first, so a caught mutation costs seconds, not the whole suite;
+    the files that name it most often (the most specific) come first."""
     mod = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     leaf = mod.rsplit(".", 1)[-1]
     pat = re.compile(rf"{re.escape(mod)}\b|import[^\n]*\b{re.escape(leaf)}\b|\b{re.escape(leaf)}\.py\b")
@@ -100,11 +510,30 @@ def related_tests(path: str, tests: list[str]) -> list[str]:
     for t in tests:
         p = ROOT / t.split("::")[0]
         files += sorted(p.rglob("test_*.py")) if p.is_dir() else [p] if p.suffix == ".py" else []
-    return [str(f.relative_to(ROOT)) for f in files if pat.search(f.read_text(errors="replace"))]
+    hits = [(len(pat.findall(f.read_text(errors="replace"))), f) for f in files]
+    return [str(f.relative_to(ROOT)) for n, f in sorted(hits, key=lambda h: (-h[0], str(h[1]))) if n]
+
+
+def check_mutations(root: Path = ROOT) -> list[str]:
+    """Problems with MUTATIONS against the checkout at `root` (empty: every mutation applies):
+    a name used twice, an edit that changes nothing, an old text not found exactly once."""
+    problems, seen = [], set()
+    for name, path, old, new in MUTATIONS:
+        if name in seen:
+            problems.append(f"{name}: the name is used twice")
+        seen.add(name)
+        if old == new:
+            problems.append(f"{name}: the edit changes nothing")
+        f = root / path
+        n = f.read_text().count(old) if f.exists() else -1
+        if n != 1:
+            problems.append(f"{name}: {path}: " + ("no such file" if n < 0 else
+                            f"the old text occurs {n} times (expected once): update the mutation"))
+    return problems
 
 
 def run_one(name: str, path: str, old: str, new: str, tests: list[str], timeout: int,
-            test_timeout: int) -> tuple[str, str, float]:
+            test_timeout: int, related_only: bool = False) -> tuple[str, str, float]:
     """(verdict, first failing test or note, seconds) for one mutation."""
     safe = re.sub(r"[^\w-]", "", name)
     with tempfile.TemporaryDirectory(prefix=f"mutate-{safe}-") as tmp:
@@ -118,14 +547,19 @@ def run_one(name: str, path: str, old: str, new: str, tests: list[str], timeout:
         env = dict(os.environ, PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1",
                    NUMBA_CACHE_DIR=str(work / ".numba-cache"))
         env.pop("TRACEGEN_CI", None)
-        order = related_tests(path, tests) + tests          # pytest runs a path given twice once
+        order = related_tests(path, tests)
+        if not related_only:
+            order += tests                              # pytest runs a path given twice once
+        elif not order:
+            return "no-tests", "no test file names the module", 0.0
         t0 = time.perf_counter()
         try:
             res = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                                   "-o", "addopts=", f"--timeout={test_timeout}", *order], cwd=work,
                                  env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return "hang", f"the run passed {timeout} s", time.perf_counter() - t0
+            # under --related-only the budget is short: not caught within it, not a proven hang
+            return ("budget" if related_only else "hang"), f"the run passed {timeout} s", time.perf_counter() - t0
         secs = time.perf_counter() - t0
         if res.returncode == 0:
             return "MISSED", "all passed: " + (res.stdout.strip().splitlines() or ["?"])[-1], secs
@@ -149,7 +583,18 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="mutations run side by side")
     ap.add_argument("--readme", action="store_true", help="write the table into README.md between its markers")
     ap.add_argument("--list", action="store_true", help="print the mutations and exit")
+    ap.add_argument("--check", action="store_true",
+                    help="only verify that every mutation's text is found once (exit 1 if not)")
+    ap.add_argument("--related-only", action="store_true",
+                    help="a PARTIAL run: per mutation only the test files that name its module "
+                         "(found within --tests, default: tests/)")
     args = ap.parse_args()
+    if args.check:
+        problems = check_mutations()
+        print("\n".join(problems) or f"all {len(MUTATIONS)} mutations apply")
+        return 1 if problems else 0
+    if args.related_only and args.tests == DEFAULT_TESTS:
+        args.tests = "tests"
     chosen = [m for m in MUTATIONS if not args.mutation or m[0] in args.mutation]
     if args.mutation and len(chosen) != len(set(args.mutation)):
         known = ", ".join(m[0] for m in MUTATIONS)
@@ -159,11 +604,13 @@ def main() -> int:
             print(f"{name}: {path}: {old!r} -> {new!r}")
         return 0
     tests = args.tests.split()
-    print(f"{len(chosen)} mutations, tests: {' '.join(tests)}", flush=True)
+    scope = (f"PARTIAL run: only the related test files (those naming the module) within {args.tests}"
+             if args.related_only else f"tests: {args.tests}")
+    print(f"{len(chosen)} mutations, {scope}", flush=True)
     rows: dict[str, str] = {}
     bad = 0
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(run_one, *m, tests, args.timeout, args.test_timeout): m for m in chosen}
+        futures = {pool.submit(run_one, *m, tests, args.timeout, args.test_timeout, args.related_only): m for m in chosen}
         for fut in as_completed(futures):
             name, path, _, _ = futures[fut]
             verdict, note, secs = fut.result()
@@ -173,6 +620,8 @@ def main() -> int:
     table = ["| mutation | file | verdict | first failing test | s |", "|---|---|---|---|---|"]
     table += [rows[m[0]] for m in chosen]
     summary = f"{len(chosen) - bad} of {len(chosen)} caught ({100 * (len(chosen) - bad) / max(1, len(chosen)):.0f} %)"
+    if args.related_only:
+        summary += " - a partial run: related test files only"
     print("\n" + "\n".join(table) + "\n\n" + summary)
     if args.readme:
         readme = ROOT / "README.md"
@@ -182,7 +631,9 @@ def main() -> int:
             return 2
         head, rest = text.split(README_BEGIN, 1)
         _, tail = rest.split(README_END, 1)
-        readme.write_text(head + README_BEGIN + "\n" + f"`python tools/mutate.py --tests \"{args.tests}\"`: "
+        cmd = "python tools/mutate.py " + " ".join(sys.argv[1:])
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        readme.write_text(head + README_BEGIN + "\n" + f"`{cmd}` ({scope}; {day}): "
                           + summary + ".\n\n" + "\n".join(table) + "\n" + README_END + tail)
     return 1 if bad else 0
 
