@@ -30,6 +30,7 @@ text must occur exactly once in the file.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import queue
 import re
@@ -479,9 +480,9 @@ MUTATIONS = [
      'return self.size_bytes / self.time_ns if self.time_ns else 0.0',
      'return self.size_bytes * 8 / self.time_ns if self.time_ns else 0.0'),
     # --- tracegen/fluid.py (more): the engine's rules, judged by an independent max-min solver
-    ('fluid-share-ignores-weights', 'tracegen/fluid.py',
-     '                v = rcap[ln] / wsum[ln]\n',
-     '                v = rcap[ln] / max(wsum[ln], 1.0)\n'),
+    ('fluid-capacity-used-unweighted', 'tracegen/fluid.py',
+     'rcap[ln] -= best * wsum[ln]',
+     'rcap[ln] -= best'),
     ('fluid-rate-cap-ignored', 'tracegen/fluid.py',
      'if not frozen[i] and rate_cap[i] - level < best:',
      'if False and rate_cap[i] - level < best:'),
@@ -769,6 +770,55 @@ def _run_in(slot: Path, name: str, path: str, old: str, new: str, tests: list[st
 README_BEGIN, README_END = "<!-- mutate.py table: begin -->", "<!-- mutate.py table: end -->"
 
 
+TABLE_HEAD = "| mutation | file | verdict | first failing test | s | run |"
+
+
+def _take_slots(n: int) -> list[Path]:
+    """n slot folders no other mutate.py run holds (a flock each, held until this process ends)."""
+    got, k = [], 0
+    while len(got) < n:
+        d = SLOTS / f"slot-{k}"
+        d.mkdir(parents=True, exist_ok=True)
+        fd = os.open(d / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            got.append(d)
+        except BlockingIOError:
+            os.close(fd)
+        k += 1
+    return got
+
+
+def write_readme(rows: dict[str, str]) -> int:
+    """Merge this run's rows into README.md's table (between its markers): every mutation keeps
+    its last verdict, the run column says how and when it was run; mutations not run are counted."""
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        print(f"README.md has no {README_BEGIN} ... {README_END} markers", file=sys.stderr)
+        return 2
+    head, rest = text.split(README_BEGIN, 1)
+    body, tail = rest.split(README_END, 1)
+    kept = {}
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 6 and cells[0] != "mutation":
+            kept[cells[0]] = line
+    kept.update(rows)
+    lines = [kept[m[0]] for m in MUTATIONS if m[0] in kept]
+    caught = sum(" | caught | " in ln for ln in lines)
+    related = sum(ln.rstrip(" |").rsplit("|", 1)[-1].strip().startswith("related") for ln in lines)
+    n = len(MUTATIONS)
+    summary = (f"{caught} of {n} mutations caught ({100 * caught / n:.0f} %), {n - len(lines)} not run. "
+               f"The last verdict of each: run `related` = `--related-only`, a PARTIAL run over only the "
+               f"test files that name the mutated module ({related} rows); `suite` = the --tests given. "
+               "Regenerate: `python tools/mutate.py --related-only --timeout 300 --readme` "
+               "(add `-m NAME` for some).")
+    readme.write_text(head + README_BEGIN + "\n" + summary + "\n\n" + TABLE_HEAD + "\n|---|---|---|---|---|---|\n"
+                      + "\n".join(lines) + "\n" + README_END + tail)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--mutation", action="append", help="run only these mutations (by name)")
@@ -804,35 +854,24 @@ def main() -> int:
     print(f"{len(chosen)} mutations, {scope}", flush=True)
     rows: dict[str, str] = {}
     bad = 0
-    for k in range(max(1, args.jobs)):
-        (SLOTS / f"slot-{k}").mkdir(parents=True, exist_ok=True)
-        _free_slots.put(SLOTS / f"slot-{k}")
+    run = f"{'related' if args.related_only else 'suite'}, {time.strftime('%Y-%m-%d', time.gmtime())}"
+    for slot in _take_slots(max(1, args.jobs)):
+        _free_slots.put(slot)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {pool.submit(run_one, *m, tests, args.timeout, args.test_timeout, args.related_only): m for m in chosen}
         for fut in as_completed(futures):
             name, path, _, _ = futures[fut]
             verdict, note, secs = fut.result()
             bad += verdict != "caught"
-            rows[name] = f"| {name} | `{path}` | {verdict} | `{note}` | {secs:.0f} |"
+            rows[name] = f"| {name} | `{path}` | {verdict} | `{note}` | {secs:.0f} | {run} |"
             print(rows[name], flush=True)
-    table = ["| mutation | file | verdict | first failing test | s |", "|---|---|---|---|---|"]
-    table += [rows[m[0]] for m in chosen]
+    table = [TABLE_HEAD, "|---|---|---|---|---|---|"] + [rows[m[0]] for m in chosen]
     summary = f"{len(chosen) - bad} of {len(chosen)} caught ({100 * (len(chosen) - bad) / max(1, len(chosen)):.0f} %)"
     if args.related_only:
         summary += " - a partial run: related test files only"
     print("\n" + "\n".join(table) + "\n\n" + summary)
     if args.readme:
-        readme = ROOT / "README.md"
-        text = readme.read_text()
-        if README_BEGIN not in text or README_END not in text:
-            print(f"README.md has no {README_BEGIN} ... {README_END} markers", file=sys.stderr)
-            return 2
-        head, rest = text.split(README_BEGIN, 1)
-        _, tail = rest.split(README_END, 1)
-        cmd = "python tools/mutate.py " + " ".join(sys.argv[1:])
-        day = time.strftime("%Y-%m-%d", time.gmtime())
-        readme.write_text(head + README_BEGIN + "\n" + f"`{cmd}` ({scope}; {day}): "
-                          + summary + ".\n\n" + "\n".join(table) + "\n" + README_END + tail)
+        return write_readme(rows)
     return 1 if bad else 0
 
 
