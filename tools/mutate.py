@@ -659,7 +659,10 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 # Test files that judge a module through another one's API (so they do not name it): a partial
 # run (--related-only) runs them too.
 ALSO_RELATED = {
-    "tracegen/emit/roce.py": ["tests/test_psn_wrap.py", "tests/test_pcap_views.py"],
+    "tracegen/emit/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
+    "tracegen/emit/timing.py": ["tests/test_judge_ip_ids.py", "tests/test_pcap.py"],
+    "tracegen/emit/packets.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
+    "tracegen/emit/views.py": ["tests/test_pcap_views.py", "tests/test_switch_views.py"],
     "tracegen/fluid.py": ["tests/test_judge_fluid.py"],
 }
 
@@ -809,7 +812,8 @@ def write_readme(rows: dict[str, str]) -> int:
     caught = sum(" | caught | " in ln for ln in lines)
     related = sum(ln.rstrip(" |").rsplit("|", 1)[-1].strip().startswith("related") for ln in lines)
     n = len(MUTATIONS)
-    summary = (f"{caught} of {n} mutations caught ({100 * caught / n:.0f} %), {n - len(lines)} not run. "
+    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.0f} %); "
+               f"{n - len(lines)} of all {n} not run yet. "
                f"The last verdict of each: run `related` = `--related-only`, a PARTIAL run over only the "
                f"test files that name the mutated module ({related} rows); `suite` = the --tests given. "
                "Regenerate: `python tools/mutate.py --related-only --timeout 300 --readme` "
@@ -848,6 +852,8 @@ def main() -> int:
         for name, path, old, new in chosen:
             print(f"{name}: {path}: {old!r} -> {new!r}")
         return 0
+    if args.readme and not all(m in (ROOT / "README.md").read_text() for m in (README_BEGIN, README_END)):
+        ap.error(f"README.md has no {README_BEGIN} ... {README_END} markers")
     tests = args.tests.split()
     scope = (f"PARTIAL run: only the related test files (those naming the module) within {args.tests}"
              if args.related_only else f"tests: {args.tests}")
@@ -865,13 +871,13 @@ def main() -> int:
             bad += verdict != "caught"
             rows[name] = f"| {name} | `{path}` | {verdict} | `{note}` | {secs:.0f} | {run} |"
             print(rows[name], flush=True)
+            if args.readme:                       # row by row: a run cut short keeps what it found
+                write_readme({name: rows[name]})
     table = [TABLE_HEAD, "|---|---|---|---|---|---|"] + [rows[m[0]] for m in chosen]
     summary = f"{len(chosen) - bad} of {len(chosen)} caught ({100 * (len(chosen) - bad) / max(1, len(chosen)):.0f} %)"
     if args.related_only:
         summary += " - a partial run: related test files only"
     print("\n" + "\n".join(table) + "\n\n" + summary)
-    if args.readme:
-        return write_readme(rows)
     return 1 if bad else 0
 
 
