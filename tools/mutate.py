@@ -664,6 +664,7 @@ ALSO_RELATED = {
     "tracegen/emit/packets.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
     "tracegen/emit/views.py": ["tests/test_pcap_views.py", "tests/test_switch_views.py"],
     "tracegen/fluid.py": ["tests/test_judge_fluid.py"],
+    "tracegen/schedule_conn.py": ["tests/test_detail.py"],
 }
 
 COPY = ("tracegen", "tests", "tools", "traces/examples", "templates", "ns3_scenarios", "pyproject.toml",
