@@ -660,7 +660,11 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 # run (--related-only) runs them too.
 ALSO_RELATED = {
     "tracegen/emit/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
-    "tracegen/emit/timing.py": ["tests/test_judge_ip_ids.py", "tests/test_pcap.py"],
+    "tracegen/emit/timing.py": ["tests/test_judge_ip_ids.py", "tests/test_pcap.py", "tests/test_pcap_congestion.py"],
+    "tracegen/config.py": ["tests/test_config.py", "tests/test_bad_input.py"],
+    "tracegen/ownership.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
+    "tracegen/guard.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
+    "tracegen/emit/lab.py": ["tests/test_pcap_lab.py"],
     "tracegen/emit/packets.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
     "tracegen/emit/views.py": ["tests/test_pcap_views.py", "tests/test_switch_views.py"],
     "tracegen/fluid.py": ["tests/test_judge_fluid.py"],
