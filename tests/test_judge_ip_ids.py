@@ -48,15 +48,19 @@ def ones_sum(header: bytes) -> int:
 
 
 @pytest.fixture(scope="module")
-def sender_file(tmp_path_factory):
+def files(tmp_path_factory):
+    """(records of the sender's file, of the receiver's file, the sender's IPv4 address)."""
     fabric = build_fabric(Job())
     d = tmp_path_factory.mktemp("ipid")
-    (path,) = write_pcaps(one_flow(), fabric, Output(pmtu=PMTU, payload="none", nics="0"), d)
-    return read_pcap(path), bytes(int(fabric.nic_ip[0]).to_bytes(4, "big"))
+    paths = sorted(write_pcaps(one_flow(), fabric, Output(pmtu=PMTU, payload="none", nics="0,2"), d))
+    assert len(paths) == 2
+    return read_pcap(paths[0]), read_pcap(paths[1]), bytes(int(fabric.nic_ip[0]).to_bytes(4, "big"))
 
 
-def test_ip_ids_count_every_sent_frame_from_0_modulo_2_16(sender_file):
-    records, src = sender_file
+@pytest.mark.parametrize("side", [0, 1], ids=["as-sent", "as-received"])
+def test_ip_ids_count_every_sent_frame_from_0_modulo_2_16(files, side):
+    """In the sender's file as it sends them, in the receiver's as they arrive (the same frames)."""
+    records, src = files[side], files[2]
     ids = []
     for _, _, frame in records:
         h = ipv4_headers(frame)
@@ -66,8 +70,7 @@ def test_ip_ids_count_every_sent_frame_from_0_modulo_2_16(sender_file):
     assert ids == [k & 0xFFFF for k in range(len(ids))]
 
 
-def test_every_ipv4_header_checksum_verifies(sender_file):
-    records, _ = sender_file
-    bad = [k for k, (_, _, frame) in enumerate(records)
+def test_every_ipv4_header_checksum_verifies(files):
+    bad = [k for k, (_, _, frame) in enumerate(files[0] + files[1])
            if (h := ipv4_headers(frame)) is not None and ones_sum(h) != 0xFFFF]
     assert not bad, f"{len(bad)} frames with a wrong IPv4 header checksum, first record {bad[0]}"

@@ -514,9 +514,9 @@ MUTATIONS = [
     ('conn-rate-cap-keeps-fill', 'tracegen/schedule_conn.py',
      'busy = np.maximum(op_alone[it_op] - op_fill[it_op], 1)',
      'busy = np.maximum(op_alone[it_op], 1)'),
-    ('conn-ring-alone-without-latency', 'tracegen/schedule_conn.py',
-     'ring_allreduce_alone_ns(shape, e, rate, latency_ns)',
-     'ring_allreduce_alone_ns(shape, e, rate, 0)'),
+    ('conn-alone-without-latency', 'tracegen/schedule_conn.py',
+     't_chunk, _ = _alone(tr.deps, wire, lat, links,',
+     't_chunk, _ = _alone(tr.deps, wire, 0 * lat, links,'),
     ('conn-unfold-repeats-replica-0', 'tracegen/schedule_conn.py',
      'shift = np.repeat(np.arange(1, ops.replicas, dtype=np.int64) * ops.replica_stride, len(idx))',
      'shift = np.repeat(np.arange(ops.replicas - 1, dtype=np.int64) * ops.replica_stride, len(idx))'),
@@ -668,7 +668,7 @@ ALSO_RELATED = {
     "tracegen/emit/packets.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
     "tracegen/emit/views.py": ["tests/test_pcap_views.py", "tests/test_switch_views.py"],
     "tracegen/fluid.py": ["tests/test_judge_fluid.py"],
-    "tracegen/schedule_conn.py": ["tests/test_detail.py"],
+    "tracegen/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
 }
 
 COPY = ("tracegen", "tests", "tools", "traces/examples", "templates", "ns3_scenarios", "pyproject.toml",
