@@ -77,10 +77,10 @@ def test_connection_schedule_respects_every_link(pair):
 
 
 def test_auto_picks_full_for_small_jobs_and_conn_beyond(monkeypatch):
-    from tracegen import pipeline
+    from tracegen import detail
     j = job_from_dict(MATRIX["cp2 tp2 dp2 pp2"], name="eq")
     assert run_pipeline(j).flows.detail == "full"
-    monkeypatch.setattr(pipeline, "FULL_DETAIL_MAX_TRANSFERS", 10)
+    monkeypatch.setattr(detail, "FULL_DETAIL_MAX_TRANSFERS", 10)
     assert run_pipeline(j).flows.detail == "conn"
 
 

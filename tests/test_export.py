@@ -155,7 +155,7 @@ def test_simai_workload_parses_by_its_layout(tmp_path, name):
     files, notes = simai_stages(job, ops)
     p, r = job.parallelism, ops.rows
     assert (d / "job.txt").read_text() == busiest(files).text
-    stage_files = sorted(x.name for x in d.iterdir() if x.name != "job.txt")
+    stage_files = sorted(x.name for x in d.iterdir() if x.name != "job.txt" and not x.name.startswith("."))  # not the manifest
     assert stage_files == ([f"job.stage{s}.txt" for s in range(p.pp)] if p.pp > 1 else [])
     for f in files:
         if p.pp > 1:

@@ -260,6 +260,13 @@ def test_signal_mid_write_removes_the_temp_folder_and_keeps_the_earlier_trace(tm
     wait_for(lambda: part_file(tmp_path, "t"), proc)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0 and signal.getsignal(sig) == signal.SIG_IGN:
+        # Started from a shell without job control, the child inherits SIGINT ignored; a signal
+        # that lands after the guarded section (handlers restored) is then lost - the run had
+        # finished: the new trace is whole and nothing else is said.
+        assert err.strip() == "" and leftovers(tmp_path, "t") == [], err
+        consistent(tmp_path / "t")
+        return
     assert proc.returncode == 128 + sig, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and f"interrupted by {signal.Signals(sig).name}" in lines[0], err

@@ -7,8 +7,6 @@ a manifest of our files): outdir.py. Work is estimated and bounded before the pi
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,33 +14,13 @@ from pathlib import Path
 import click
 
 from . import __version__, outdir
-from .config import list_presets, load_job, validate
+from .config import list_presets
 from .errors import ConfigError, Interrupted, OutputError
 from .work import DEFAULT_MAX_WORK, estimate, parse_work
+from .cli_common import (command_errors, fail as _fail, job_options as _job_options,  # noqa: F401
+                         load as _load, pcap_options as _pcap_options)
 
 # The pipeline, numba and matplotlib load only once a job is valid: a mistake costs ~0.5 s.
-
-
-def _fail(msg, code: int = 2) -> None:
-    click.echo(f"error: {' '.join(str(msg).split())}", err=True)      # one line, whatever it holds
-    sys.exit(getattr(msg, "exit_code", code))
-
-
-@contextlib.contextmanager
-def command_errors():
-    """The body of a command that reads or writes: SIGINT/SIGTERM/SIGHUP become Interrupted (temp
-    files removed on the way out); ConfigError and OutputError are one line, exit 2 (WriteError:
-    exit 1); Interrupted says whether the output was already in place, exit 128 + signal."""
-    with outdir.signals_as_interrupts():
-        try:
-            yield
-        except (ConfigError, OutputError) as e:
-            _fail(e)
-        except Interrupted as e:
-            done = (f"the new output was already in place in {e.written}/" if e.written else
-                    "the temp files were removed, nothing was replaced")
-            click.echo(f"error: interrupted by {e.name}; {done}", err=True)
-            sys.exit(e.exit_code)
 
 
 class _OneLineErrors(click.Group):
@@ -86,23 +64,6 @@ def _output_options(f):
 def _where(out_dir, job, job_file, force):
     path, shown = outdir.choose(out_dir, job.output.dir, job.name)
     return outdir.inspect(path, shown, force, protect=(job_file, job.output.lab))
-
-
-def _job_options(f):
-    f = click.option("--detail", type=click.Choice(["auto", "full", "conn"]), default=None,
-                     help="Schedule granularity: every chunk (full), per NCCL connection per op (conn, "
-                          "for big jobs), or by size (auto, the default).")(f)
-    f = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                     help="Override a job key, e.g. --set parallelism.dp=4 (repeatable).")(f)
-    f = click.option("--preset", metavar="NAME", help="Start from a shipped job preset (see `tracegen presets`).")(f)
-    f = click.argument("job_file", required=False, type=click.Path(dir_okay=False))(f)
-    return f
-
-
-def _load(job_file, preset, sets, detail=None) -> Job:
-    if job_file and not os.path.lexists(job_file):
-        raise ConfigError(f"job file {job_file!r} not found; give the path of a YAML job file")
-    return load_job(job_file, preset=preset, sets=list(sets) + ([f"detail={detail}"] if detail else []))
 
 
 @click.group(cls=_OneLineErrors)
@@ -222,20 +183,6 @@ def parse_rate(text):
 def retime(job):
     from .emit.lab import retime as again
     return again(job)
-
-
-def _pcap_options(job, max_bytes=None, **options):
-    """generate's options over the job's output section, validated with the job like YAML keys;
-    a lab plan is read and checked here too (before any work)."""
-    from .emit.select import parse_bytes
-    changes = {k: v for k, v in options.items() if v is not None}
-    if max_bytes is not None:
-        changes["max_bytes"] = parse_bytes(max_bytes)
-    job = validate(replace(job, output=replace(job.output, **changes)))
-    if job.output.lab:
-        from .emit.lab import check_plan
-        check_plan(job.output)
-    return job
 
 
 @main.command()

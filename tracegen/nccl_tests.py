@@ -260,7 +260,7 @@ def collective(name, minbytes, maxbytes, stepfactor, stepbytes, datatype, nodes,
     """Time one NCCL collective over sizes like nccl-tests' *_perf (e.g. `tracegen collective
     all_reduce -b 8M -e 1G -f 2 --nodes 16`) and print its table; -o writes the capture."""
     from . import outdir
-    from .cli import command_errors
+    from .cli_common import command_errors
     from .work import parse_work
     with command_errors():
         # every option first: nothing runs before a mistake is found

@@ -13,7 +13,8 @@ from .schedule import schedule
 from .schedule_conn import schedule_connections
 from .tables import CommOps, Flows, Transfers
 from .topology import Fabric, build_fabric
-from .workload import build_commops, foldable
+from .detail import FULL_DETAIL_MAX_TRANSFERS, far_beyond, needs_chunks, pick_detail, want_fold  # noqa: F401
+from .workload import build_commops
 
 
 @dataclass(frozen=True)
@@ -24,10 +25,6 @@ class Run:
     transfers: Transfers | None     # None when timed per connection (detail conn)
     flows: Flows
     report: Report
-
-
-# `detail: auto` times the job chunk by chunk up to this many transfers, per connection beyond.
-FULL_DETAIL_MAX_TRANSFERS = 2_000_000
 
 
 def chunk_transfer_count(ops: CommOps, fabric: Fabric, job: Job) -> int:
@@ -43,25 +40,6 @@ def chunk_transfer_count(ops: CommOps, fabric: Fabric, job: Job) -> int:
         count += sum(len(t) * int(copies[i]) for i, _, t, _ in op_templates(ops, fabric, job.nccl, range(lo, hi)))
         progress.report(hi, n)
     return count
-
-
-def needs_chunks(job: Job, emit: bool) -> bool:
-    """Will every chunk of the job be written? An ns-3 scenario replays them all; pcaps take
-    the chunks of the NICs they show from a connection-level schedule too (emit/placed.py)."""
-    return bool(emit and job.output.ns3)
-
-
-def want_fold(job: Job, emit: bool) -> bool:
-    """Build the workload folded (DP replica 0 alone) when it may be timed per connection."""
-    return not needs_chunks(job, emit) and job.detail != "full" and foldable(job)
-
-
-def pick_detail(detail: str, emit: bool, transfers: int) -> str:
-    """full or conn: `auto` is full when every chunk is written (emit: an ns-3 scenario) or the
-    job has at most FULL_DETAIL_MAX_TRANSFERS chunk transfers."""
-    if detail != "auto":
-        return detail
-    return "full" if emit or transfers <= FULL_DETAIL_MAX_TRANSFERS else "conn"
 
 
 def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: bool | None = None,
@@ -90,7 +68,7 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: boo
     if detail == "auto":
         # the estimate's closed-form count where it is far beyond the line (counting exactly
         # would build every template, a whole job's grad-norm ring among them), else exact
-        far = known_transfers is not None and known_transfers > 4 * FULL_DETAIL_MAX_TRANSFERS
+        far = far_beyond(known_transfers)
         if not (whole or far):
             progress.stage(f"detail: chunk transfers of {len(ops):,} ops counted (full or per connection)", "ops")
         detail = pick_detail(detail, whole, 0 if whole else known_transfers if far

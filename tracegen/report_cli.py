@@ -28,7 +28,7 @@ from .errors import ConfigError, OutputError
 def report(trace_dir, out_dir, only, force):
     """Redraw the pictures of a trace folder (timeline, Gantt, traffic matrix) from its tables."""
     from . import outdir
-    from .cli import command_errors
+    from .cli_common import command_errors
     from .config import show_path
     from .emit.plots import PICTURES, TraceView
     from .emit.trace_read import read_summary

@@ -41,7 +41,7 @@ def tokens(corpora, tokenizer_specs, reference, bpe_vocab, job_file, preset, set
            five, quiet):
     """Count tokens of CORPUS (files, folders, or the samples dante-it / dante-en) and size one
     epoch of training on them: sequences, iterations, bytes on the fabric, time on the wire."""
-    from .cli import command_errors
+    from .cli_common import command_errors
     with command_errors():
         res = run_tokens(list(corpora), list(tokenizer_specs) or list(DEFAULT_TOKENIZERS), reference,
                          bpe_vocab, job_file, preset, list(sets), png_path, five,

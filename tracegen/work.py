@@ -245,14 +245,14 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     pcap: count the NCCL network messages the pcap estimate and writer expand (plan always does).
     emit: pcaps or an ns-3 scenario will be written (None: as the job's output says), which
     decides the detail the pipeline times the job at (pipeline.pick_detail)."""
-    from .pipeline import needs_chunks, pick_detail
+    from .detail import needs_chunks, pick_detail
     if emit is None:
         emit = job.output.pcap or job.output.ns3
     import numpy as np
     from .collectives import DATA_KINDS, node_layout, tuning
     from .tables import CollKind
     from .workload import build_commops
-    from .pipeline import want_fold
+    from .detail import want_fold
     ops_est, entries = _closed_forms(job)
     if want_fold(job, emit):                  # replica 0's streams: about 1/dp of the ops
         ops_est, entries = -(-ops_est // job.parallelism.dp), -(-entries // job.parallelism.dp)

@@ -71,10 +71,12 @@ def _why(e: BaseException) -> str:
     return "; ".join(parts)[:200]
 
 
-def write_files(p, fset, specs, dest_dir: Path, total_bytes: int,
+def write_files(write_file: Callable, p, fset, specs, dest_dir: Path, total_bytes: int,
                 progress: Callable[[int, int], None] | None, workers: int, scheduler: str) -> list[Path]:
+    """Each capture file written whole by one worker, with the caller's
+    write_file(plan, fset, spec, dest_dir) -> (path, bytes) (pcap.write_file: passed in, so this
+    module never imports the writer that calls it)."""
     from distributed import as_completed
-    from .pcap import write_file
     client, cluster = _client(workers, scheduler)
     try:
         plan = client.scatter(p, broadcast=True)

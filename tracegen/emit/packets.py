@@ -286,6 +286,7 @@ class Plan:
     m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
                                            # rate the schedule gave its flow (timing.paced_trains)
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
+    m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)
 
     def paced_offset(self, m, x) -> np.ndarray:
         """Integer ns after its first packet that paced message m reaches line-rate offset x (ns):
@@ -517,6 +518,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         m_cts_va=bufs.cts_va[m_nccl], m_cts_rkey=bufs.cts_rkey[m_nccl],
         m_cts_body=nccl_net.cts_payload(bufs.addr, bufs.size, bufs.rkey, bufs.tag, bufs.idx)[m_nccl],
         m_wait=bufs.wait[m_nccl], cts_base_ns=cts_nominal, fifo_tc=nccl.fifo_tc,
+        m_op=rows["op_id"].astype(np.int64)[m_row],
         k_kind=np.repeat([ACK_CTS, ACK_DATA, CTS], [C, A, C]).astype(np.int8),
         k_msg=np.r_[cts_msg, a_msg, cts_msg],
         k_pkt=np.r_[np.zeros(C, np.int64), a_pkt, np.zeros(C, np.int64)],

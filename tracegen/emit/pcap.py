@@ -118,7 +118,7 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     total_bytes = sum(c[1] for c in counts if c[0] > 0)
     if workers or scheduler:
         from .distributed import write_files
-        return write_files(p, fset, specs, Path(dest_dir), total_bytes, progress, workers, scheduler)
+        return write_files(write_file, p, fset, specs, Path(dest_dir), total_bytes, progress, workers, scheduler)
     paths, done_bytes = [], 0
     scratch = _Scratch()
     for spec in specs:

@@ -12,129 +12,23 @@ fabric work's `link_utilisation.png`: utilisation over time of the busiest links
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from .. import progress
-from ..tables import CollKind, Dim, LinkKind, Ragged
+from ..tables import CollKind, Dim, LinkKind
+from .style import COMPUTE_COLOUR, DIM_COLOURS  # noqa: F401  (DIM_COLOURS: for users of this module)
+from .style import legend_below as _legend_below, plt as _plt, save as _save, time_unit as _time_unit
+from .timeline import draw_timeline
+from .trace_view import TOP_LINKS, TraceView, top_link_utilisation  # noqa: F401  (users of this module)
 
-# Strong, distinct colours per parallelism dimension (Tableau 10, reordered so the busy ones differ).
-DIM_COLOURS = {Dim.DP: "#1f77b4", Dim.TP: "#ff7f0e", Dim.PP: "#2ca02c", Dim.SP: "#d62728",
-               Dim.CP: "#9467bd", Dim.EP: "#bcbd22", Dim.EDP: "#17becf", Dim.EMB: "#e377c2"}
-COMPUTE_COLOUR = "#7f7f7f"
 MAX_RANKS = 64          # lanes in the per-rank pictures (the first ranks)
 MAX_MATRIX = 128        # NIC-to-NIC matrix: up to this many rows (more NICs are binned)
 
 
-@dataclass
-class TraceView:
-    title: str
-    world: int
-    nic_names: list[str]
-    nic_node: np.ndarray
-    nic_rail: np.ndarray
-    # flow table columns (one row per transfer)
-    src_rank: np.ndarray
-    dst_rank: np.ndarray
-    src_nic: np.ndarray
-    dst_nic: np.ndarray
-    link: np.ndarray            # LinkKind codes
-    dim: np.ndarray             # Dim codes (of the transfer's CommOp)
-    nbytes: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    # op table columns (one row per CommOp)
-    op_kind: np.ndarray
-    op_dim: np.ndarray
-    op_iteration: np.ndarray
-    op_gap_ns: np.ndarray
-    op_start_ns: np.ndarray
-    op_end_ns: np.ndarray
-    op_group: Ragged
-    extra: dict = field(default_factory=dict)   # further flow columns by name (e.g. route)
-    links: dict = field(default_factory=dict)   # "utilisation": top_link_utilisation (summary.json)
-
-    @property
-    def n_nics(self) -> int:
-        return len(self.nic_names)
-
-    @staticmethod
-    def from_run(run) -> "TraceView":
-        f, fab = run.flows, run.fabric
-        r, ops = f.rows, f.ops.rows
-        none = np.full(len(ops), -1, np.int64)
-        return TraceView(
-            title=run.job.name, world=fab.world,
-            nic_names=[fab.nic_name(i) for i in range(fab.n_nics)],
-            nic_node=np.asarray(fab.nic_node), nic_rail=np.asarray(fab.nic_rail),
-            src_rank=r["src_rank"], dst_rank=r["dst_rank"], src_nic=r["src_nic"], dst_nic=r["dst_nic"],
-            link=r["link"], dim=ops["dim"][r["op_id"]] if len(r) else np.zeros(0, np.uint8),
-            nbytes=r["bytes"], start_ns=r["start_ns"], end_ns=r["end_ns"],
-            op_kind=ops["kind"], op_dim=ops["dim"], op_iteration=ops["iteration"], op_gap_ns=ops["gap_ns"],
-            op_start_ns=f.op_start_ns if f.op_start_ns is not None else none,
-            op_end_ns=f.op_end_ns if f.op_end_ns is not None else none, op_group=f.ops.groups,
-            links=_links_meta(run))
-
-    @staticmethod
-    def from_dir(trace_dir: Path) -> "TraceView":
-        """A written trace folder, checked as it is read (trace_read: a damaged file is one line)."""
-        from .trace_read import FLOW_COLUMNS, OP_COLUMNS, check_ranges, read_summary, read_table
-        trace_dir = Path(trace_dir)
-        meta = read_summary(trace_dir)
-        flows = read_table(trace_dir, "flows", FLOW_COLUMNS)
-        ops = read_table(trace_dir, "ops", OP_COLUMNS)
-        check_ranges(trace_dir, flows, ops, int(meta["world"]), len(meta["nic_names"]))
-        code = lambda enum, names: np.array([enum[x].value for x in names] if len(names) else [], np.uint8)
-        coll = {k.label: int(k) for k in CollKind}
-        return TraceView(
-            title=meta["job"]["name"], world=int(meta["world"]), nic_names=list(meta["nic_names"]),
-            nic_node=np.array(meta["nic_node"], np.int64), nic_rail=np.array(meta["nic_rail"], np.int64),
-            src_rank=flows["src_rank"], dst_rank=flows["dst_rank"], src_nic=flows["src_nic"],
-            dst_nic=flows["dst_nic"], link=code(LinkKind, flows["link"]), dim=code(Dim, flows["dim"]),
-            nbytes=flows["bytes"], start_ns=flows["start_ns"], end_ns=flows["end_ns"],
-            op_kind=np.array([coll[x] for x in ops["collective"]], np.uint8), op_dim=code(Dim, ops["dim"]),
-            op_iteration=ops["iteration"], op_gap_ns=ops["gap_ns"], op_start_ns=ops["start_ns"],
-            op_end_ns=ops["end_ns"], op_group=ops["group"],
-            links={"utilisation": meta.get("link_utilisation", {})})
-
-
-def _links_meta(run) -> dict:
-    return {"utilisation": top_link_utilisation(run.flows, run.fabric)}
-
-
 # --- helpers -----------------------------------------------------------------------------------
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _time_unit(t_end_ns: int) -> tuple[str, float]:
-    if t_end_ns >= 10_000_000:
-        return "ms", 1e6
-    return "µs", 1e3
-
-
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, metadata={"Software": None})
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    return path
-
-
-def _legend_below(fig, handles, ncol: int):
-    """A legend in a strip of its own under the axes (never over the x label)."""
-    rows = -(-len(handles) // ncol)
-    strip = (0.15 + 0.25 * rows) / fig.get_figheight()
-    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, strip, 1, 1))
-    return fig
-
 
 def _human_bytes(n: float) -> str:
     for unit, k in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -271,32 +165,7 @@ def traffic_matrix(view: TraceView, path: Path) -> Path:
 # --- timeline: when each rank sends (network and NVLink) ---------------------------------------
 
 def timeline(view: TraceView, path: Path) -> Path:
-    from .timeline import draw_timeline
     return draw_timeline(view, path)
-
-
-TOP_LINKS = 8
-UTIL_BINS = 200
-
-
-def top_link_utilisation(flows, fabric, top: int = TOP_LINKS) -> dict:
-    """The busiest fabric links' utilisation over the iteration, from the schedule's own link
-    loads (fluid.LinkLoad: exact, piecewise constant): {bin_ns, name, gbps, util[top][bins]} -
-    what link_utilisation.png draws and summary.json keeps (so `tracegen report` redraws it)."""
-    load = getattr(flows, "link_load", None)
-    end = int(flows.op_end_ns.max()) if flows.op_end_ns is not None and len(flows.op_end_ns) else 0
-    if load is None or end <= 0 or not len(load.t):
-        return {}
-    from ..report import UTIL_BINS
-    width = max(1, -(-end // UTIL_BINS))
-    used, busy = load.binned_used(width, UTIL_BINS)                     # only links with a load
-    gbps = np.repeat(fabric.links["gbps"], 2).astype(np.float64)[used]
-    util = busy * 8 / (gbps[:, None] * width)
-    order = np.argsort(-util.sum(axis=1), kind="stable")[:top]          # busiest over the iteration
-    order = order[util[order].max(axis=1) > 0]
-    return {"bin_ns": int(width), "name": [fabric.link_dir_name(int(d)) for d in used[order]],
-            "gbps": gbps[order].astype(int).tolist(),
-            "util": np.round(util[order], 5).tolist(), "truncated": bool(load.truncated)}
 
 
 def link_utilisation(view: TraceView, path: Path) -> Path:

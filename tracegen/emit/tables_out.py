@@ -28,7 +28,8 @@ def have_pyarrow() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _pa():
+def pyarrow_modules():
+    """(pyarrow, pyarrow.parquet), or the one-line error that says how to install them."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -58,7 +59,7 @@ def _arrow_array(pa, col: Column, lo: int, hi: int):
 
 def write_parquet(columns: Sequence[Column], n_rows: int, path: Path, metadata: dict[str, str] | None = None,
                   compression: str = "zstd") -> Path:
-    pa, pq = _pa()
+    pa, pq = pyarrow_modules()
     fields = [pa.field(c.name, _arrow_type(pa, c), nullable=False,
                        metadata={"doc": c.doc} if c.doc else None) for c in columns]
     schema = pa.schema(fields, metadata={k: str(v) for k, v in (metadata or {}).items()})

@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from ..tables import Dim, Flows, LinkKind
-from .plots import DIM_COLOURS, TraceView, _legend_below, _plt, _save, _time_unit
+from . import style
+from .style import DIM_COLOURS
+from .trace_view import TraceView
 
 COLUMNS = 1600
 MAX_LANES = 64
@@ -37,7 +39,7 @@ def _occupancy(lane, start_ns, end_ns, lanes: int, ns_per_col: float) -> np.ndar
 
 def draw_timeline(view: TraceView, path: Path, title: str = "") -> Path:
     from matplotlib.patches import Patch
-    plt = _plt()
+    plt = style.plt()
     t_end_ns = max(1, int(view.end_ns.max())) if len(view.end_ns) else 1
     lanes = min(view.world, MAX_LANES)
     ns_per_col = t_end_ns / COLUMNS
@@ -52,7 +54,7 @@ def draw_timeline(view: TraceView, path: Path, title: str = "") -> Path:
             image[half::2][busy] = _rgb(colour, dark)
             legend.append(Patch(color=_rgb(colour, dark), label=f"{dim.name} {'NVLink' if dark else 'network'}"))
     fig, ax = plt.subplots(figsize=(12, 1.9 + 0.25 * lanes), dpi=110)
-    unit, div = _time_unit(t_end_ns)
+    unit, div = style.time_unit(t_end_ns)
     ax.imshow(image, aspect="auto", interpolation="nearest", extent=(0, t_end_ns / div, lanes - 0.5, -0.5))
     for k in range(1, lanes):
         ax.axhline(k - 0.5, color="#d0d0d0", linewidth=0.4)
@@ -63,9 +65,9 @@ def draw_timeline(view: TraceView, path: Path, title: str = "") -> Path:
     more = f" (first {lanes} of {view.world} ranks)" if view.world > lanes else ""
     ax.set_title((title or f"{view.title}: transfers per rank, one iteration") + more)
     if legend:
-        return _save(_legend_below(fig, legend, ncol=min(len(legend), 6)), path)
+        return style.save(style.legend_below(fig, legend, ncol=min(len(legend), 6)), path)
     fig.tight_layout()
-    return _save(fig, path)
+    return style.save(fig, path)
 
 
 def write_timeline(flows: Flows, world: int, path: Path, title: str = "") -> Path:

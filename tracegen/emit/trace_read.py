@@ -114,8 +114,8 @@ def read_table(trace_dir: Path, name: str, columns: list[str]) -> dict:
 
 
 def _read_parquet(path: Path, columns: list[str]) -> dict:
-    from .tables_out import _pa
-    pa, pq = _pa()
+    from .tables_out import pyarrow_modules
+    pa, pq = pyarrow_modules()
     try:
         schema = pq.read_schema(str(path))
         missing = [c for c in columns if c not in schema.names]
