@@ -666,7 +666,7 @@ ALSO_RELATED = {
     "tracegen/guard.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
     "tracegen/emit/lab.py": ["tests/test_pcap_lab.py"],
     "tracegen/emit/packets.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
-    "tracegen/emit/views.py": ["tests/test_pcap_views.py", "tests/test_switch_views.py"],
+    "tracegen/emit/views.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],
     "tracegen/fluid.py": ["tests/test_judge_fluid.py"],
     "tracegen/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
 }
