@@ -17,14 +17,22 @@ Run from the repository root:
   python tools/mutate.py --tests tests                    # the whole suite (the README's table)
   python tools/mutate.py --tests tests --jobs 2 --readme  # ... two at a time, table into README.md
   python tools/mutate.py --tests "tests/test_psn_wrap.py tests/test_workload.py"
+  python tools/mutate.py --check                          # only: does every mutation's text apply?
+  python tools/mutate.py --related-only --timeout 300 --readme   # PARTIAL: related test files only
+
+--related-only runs, per mutation, only the test files that name the mutated module (plus the
+module's ALSO_RELATED files): cheap, labelled partial everywhere it reports; "budget" then means
+not caught within --timeout (not a proven hang). --deselect leaves out a test that fails on the
+unmutated code (it would "catch" every mutation). --readme merges each result into README.md's
+table as it comes (a run cut short keeps its rows), each row saying how and when it was run.
 
 Each mutation runs the test files that name the mutated module first (so a caught bug is found in
 seconds), then the rest of --tests; pytest stops at the first failure (-x). A test that runs away
 fails on pytest-timeout's per-test limit (--test-timeout), which counts as caught only when the
 run did not reach the whole-mutation --timeout; a mutation that hangs the whole run is "hang".
 
-Exit status 1 when a mutation is missed or stale. The README's "Development" section keeps the
-last result. Add a mutation by appending (name, file, old text, new text) to MUTATIONS; the old
+Exit status 1 when a mutation is not caught. The README's "Mutation testing" section keeps the
+last verdict of every mutation. Add a mutation by appending (name, file, old text, new text) to MUTATIONS; the old
 text must occur exactly once in the file.
 """
 from __future__ import annotations
