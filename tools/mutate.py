@@ -657,6 +657,38 @@ MUTATIONS = [
     ('config-moe-tp-without-sp', 'tracegen/config.py',
      'if m.experts and p.tp > 1 and not p.sp:',
      'if m.experts and p.tp > 1 and not p.sp and False:'),
+    # --- tracegen/emit/capture_file.py
+    ('pcapng-record-unpadded', 'tracegen/emit/capture_file.py',
+     'return EPB_HDR.itemsize + pad4(incl) + options + 4',
+     'return EPB_HDR.itemsize + incl + options + 4'),
+    ('pcapng-block-length-no-trailer', 'tracegen/emit/capture_file.py',
+     '    total = 12 + len(body)\n',
+     '    total = 8 + len(body)\n'),
+    # --- tracegen/emit/congestion.py
+    ('ecn-periodic-mark-one-late', 'tracegen/emit/congestion.py',
+     'g = np.ceil(k / fraction).astype(np.int64) - 1',
+     'g = np.ceil(k / fraction).astype(np.int64)'),
+    ('ecn-random-threshold-halved', 'tracegen/emit/congestion.py',
+     'threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))',
+     'threshold = np.uint64(min(int(fraction * 2.0**63), 2**64 - 1))'),
+    # --- tracegen/emit/nccl_net.py
+    ('nccl-net-p2p-slot-is-simple-step', 'tracegen/emit/nccl_net.py',
+     'simple = np.where(algo == Algo.P2P, nccl.p2p_chunk_bytes, nccl.simple_step_bytes)',
+     'simple = np.where(algo == Algo.P2P, nccl.simple_step_bytes, nccl.simple_step_bytes)'),
+    ('nccl-net-ll-step-8-byte-lines', 'tracegen/emit/nccl_net.py',
+     'LL_STEP_BYTES = 8 * 512 * 16 ',
+     'LL_STEP_BYTES = 8 * 512 * 8 '),
+    # --- tracegen/emit/frames.py
+    ('frames-ip-checksum-one-fold', 'tracegen/emit/frames.py',
+     '        s = (s & 0xFFFF) + (s >> 16)\n        csum = ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF\n',
+     '        csum = ~((s & 0xFFFF) + (s >> 16)) & 0xFFFF\n'),
+    ('frames-psn-no-segment-offset', 'tracegen/emit/frames.py',
+     'psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK',
+     'psn = (tm.psn[tid] + j) & roce.PSN_MASK'),
+    # --- tracegen/emit/addresses.py
+    ('addresses-last-link-off-by-one', 'tracegen/emit/addresses.py',
+     'first, last = link == 0, link == hops - 1',
+     'first, last = link == 0, link == hops'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -676,6 +708,11 @@ ALSO_RELATED = {
     "tracegen/emit/packets.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
     "tracegen/emit/views.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],
     "tracegen/fluid.py": ["tests/test_judge_fluid.py"],
+    "tracegen/emit/capture_file.py": ["tests/test_pcap.py"],
+    "tracegen/emit/frames.py": ["tests/test_judge_ip_ids.py", "tests/test_psn_wrap.py", "tests/test_pcap.py"],
+    "tracegen/emit/addresses.py": ["tests/test_switch_views.py"],
+    "tracegen/emit/congestion.py": ["tests/test_pcap_congestion.py"],
+    "tracegen/emit/nccl_net.py": ["tests/test_pcap_nccl.py"],
     "tracegen/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
 }
 
