@@ -618,9 +618,9 @@ MUTATIONS = [
     ('outdir-force-check-inverted', 'tracegen/outdir.py',
      '"(tracegen deletes only files it wrote)")\n        blocked = [n for n in names if os.path.lexists(p / n) and not owned(p, n)]',
      '"(tracegen deletes only files it wrote)")\n        blocked = [n for n in names if os.path.lexists(p / n) and owned(p, n)]'),
-    ('outdir-force-trashes-user-entry', 'tracegen/outdir.py',
-     '                if os.path.lexists(d / n) and owned(d, n):\n',
-     '                if os.path.lexists(d / n):\n'),
+    ('outdir-job-dir-may-climb', 'tracegen/outdir.py',
+     'if p.is_absolute() or ".." in p.parts or not p.parts or str(p) == ".":',
+     'if p.is_absolute() or not p.parts or str(p) == ".":'),
     # --- tracegen/ownership.py
     ('ownership-size-not-checked', 'tracegen/ownership.py',
      'if is_reg(st.st_mode) and listed.get(rel) == st.st_size:',
