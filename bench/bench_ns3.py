@@ -7,7 +7,7 @@ simulated and analytic iteration times.
 
 Run: python bench/bench_ns3.py [--dp 16] [--tp 2] [--pp 2] [--spines 8] [--nodes-per-leaf 8]
                                [--nic-gbps 400] [--gap zero|analytic] [--nic auto|fifo|rr]
-                               [--no-dcqcn] [--dir DIR]
+                               [--no-dcqcn] [--dcqcn-state qp|message] [--dir DIR]
 """
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ def main() -> None:
     ap.add_argument("--gap", choices=["zero", "analytic"], default="zero")
     ap.add_argument("--nic", choices=["auto", "fifo", "rr"], default="auto")
     ap.add_argument("--no-dcqcn", action="store_true")
+    ap.add_argument("--dcqcn-state", choices=["qp", "message"], default=None,
+                    help="DCQCN rate state per QP (default, ConnectX) or per message (HPCC, SimAI)")
     ap.add_argument("--dir", help="keep the trace here (default: a temp dir, removed)")
     a = ap.parse_args()
 
@@ -56,7 +58,8 @@ def main() -> None:
         t = time.perf_counter()
         load_ns3()
         import_s = time.perf_counter() - t
-        s = run_scenario(root, gap=a.gap, nic=a.nic, dcqcn=False if a.no_dcqcn else None)
+        s = run_scenario(root, gap=a.gap, nic=a.nic, dcqcn=False if a.no_dcqcn else None,
+                         dcqcn_state=a.dcqcn_state)
 
     pkts = s["bytes_scheduled"] // 4096
     print(f"job      dp={a.dp} tp={a.tp} pp={a.pp}: {s['hosts']} hosts, {s['switches']} switches, "
@@ -67,7 +70,8 @@ def main() -> None:
           f"{s['wall_s'] - s['setup_s'] - s['run_s']:.1f} s")
     print(f"sim      iteration {s['sim_iteration_ns'] / 1e3:,.1f} µs simulated vs "
           f"{s['analytic_iteration_ns'] / 1e3:,.1f} µs analytic (x{s['sim_over_analytic']}); "
-          f"{s['completed']}/{s['flows']} flows; NIC {s['options']['nic']}; per flow "
+          f"{s['completed']}/{s['flows']} flows; NIC {s['options']['nic']}; DCQCN "
+          f"{s['options']['dcqcn_state'] if s['options']['dcqcn'] else 'off'}; per flow "
           f"(end - first packet) / analytic p50 {s['flow_vs_schedule_p50']:.3f} "
           f"p99 {s['flow_vs_schedule_p99']:.3f}; slowdown p50 {s['slowdown_p50']:.2f} "
           f"p99 {s['slowdown_p99']:.2f}; {s['ce_packets']:,} CE-marked packets, "

@@ -34,8 +34,6 @@ A split transfer's parts are separate lines; each depends on every part of its p
 """
 from __future__ import annotations
 
-import csv
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from tracegen.errors import ConfigError
+from .checks import check_manifest, load_json, read_text
 
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(G|M|K)?bps$", re.I)
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)(ns|us|ms|s)$")
@@ -100,8 +99,6 @@ class Scenario:
     sched_end_ns: np.ndarray
     deps: list[list[int]]       # transfer ids
     records: list[dict]         # manifest flow records, for reports
-    nvlink: dict | None         # from flows.csv: NVLink transfer id -> (start_ns, end_ns, deps)
-    iteration: dict | None      # from flows.csv: transfer id -> iteration
     payload_bytes: np.ndarray | None = None   # manifest `bytes` (payload) per line
     op_id: np.ndarray | None = None           # per line
     ops: list[dict] | None = None             # manifest ops (None: a tracegen-ns3/1 manifest)
@@ -126,6 +123,9 @@ def scenario_dir(path: str | Path) -> Path:
     for d in (p, p / "ns3"):
         if (d / "manifest.json").is_file():
             return d
+    if not (p / "ns3").exists() and any((p / f).is_file() for f in ("summary.json", "flows.csv")):
+        raise ConfigError(f"{path}: this trace has no ns3/ scenario — `tracegen generate` writes "
+                          "none when no transfer crosses a NIC (or with --no-ns3)")
     raise ConfigError(f"{path}: no manifest.json here or in ns3/ — give a folder written by "
                       "`tracegen generate`")
 
@@ -135,10 +135,8 @@ def load_scenario(path: str | Path) -> Scenario:
     for name in ("topology.txt", "flow.txt", "config.txt"):
         if not (d / name).is_file():
             raise ConfigError(f"{d}: {name} is missing; regenerate the scenario")
-    try:
-        man = json.loads((d / "manifest.json").read_text("utf-8"))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{d / 'manifest.json'}: not readable JSON ({e})") from None
+    man = load_json(d / "manifest.json", "tracegen ns-3 manifest")
+    check_manifest(d / "manifest.json", man)
     topo = read_topology(d / "topology.txt")
     cfg = read_config(d / "config.txt", set(topo.bps.tolist()))
     t0 = int(man.get("t0_ns", 0))
@@ -166,10 +164,9 @@ def load_scenario(path: str | Path) -> Scenario:
                     col("start_ns") if recs else np.zeros(0, np.int64),
                     col("end_ns") if recs else np.zeros(0, np.int64),
                     [list(r.get("deps", [])) for r in recs], recs,
-                    *read_trace_flows(d.parent / "flows.csv"),
                     payload_bytes=col("bytes") if recs else np.zeros(0, np.int64),
                     op_id=col("op_id") if recs else np.zeros(0, np.int64),
-                    ops=_check_ops(d, man.get("ops"), recs),
+                    ops=_check_ops(d, man.get("ops"), recs, man.get("local_transfers") or []),
                     local={int(r["transfer_id"]): r for r in man.get("local_transfers", [])},
                     **qps, sim=man.get("sim") or {})
 
@@ -239,44 +236,28 @@ def _occurrence(keys: np.ndarray) -> np.ndarray:
     return occ
 
 
-def _check_ops(d: Path, ops, recs) -> list[dict] | None:
+def _check_ops(d: Path, ops, recs, local) -> list[dict] | None:
     if ops is None:
         return None
     if any(int(o["op_id"]) != i for i, o in enumerate(ops)):
         raise ConfigError(f"{d}/manifest.json: ops are not numbered 0..n-1 in order — regenerate")
     n = len(ops)
-    if any(not 0 <= int(r["op_id"]) < n for r in recs) or any(
+    if any(not 0 <= int(r["op_id"]) < n for r in (*recs, *local)) or any(
             not 0 <= int(x) < n for o in ops for x in o["deps"]):
         raise ConfigError(f"{d}/manifest.json: an op id out of range — regenerate")
     return ops
 
 
-def read_trace_flows(path: Path):
-    """NVLink transfers and every transfer's iteration from `tracegen generate`'s flows.csv."""
-    if not path.is_file():
-        return None, None
-    nvlink, iteration = {}, {}
-    try:
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                t = int(row["transfer_id"])
-                iteration[t] = int(row["iteration"])
-                if row["link"] == "NVLINK":
-                    deps = [int(x) for x in row["deps"].split(";") if x]
-                    nvlink[t] = (int(row["start_ns"]), int(row["end_ns"]), deps)
-    except (OSError, KeyError, ValueError) as e:
-        raise ConfigError(f"{path}: cannot read the transfer table ({e})") from None
-    return nvlink, iteration
-
-
 def read_topology(path: Path) -> Topology:
-    tok = path.read_text().split()
+    tok = read_text(path, "HPCC topology file").split()
     try:
         n_nodes, n_sw, n_links = int(tok[0]), int(tok[1]), int(tok[2])
+        if not (0 < n_sw < n_nodes and n_links > 0):
+            raise ValueError(f"header {n_nodes} nodes, {n_sw} switches, {n_links} links")
         sw = np.array([int(x) for x in tok[3:3 + n_sw]], dtype=np.int64)
         body = tok[3 + n_sw:]
-        if len(body) < 5 * n_links:
-            raise ValueError("fewer link lines than the header says")
+        if len(sw) < n_sw or len(body) < 5 * n_links:
+            raise ValueError("fewer switch ids or link lines than the header says")
         a, b, bps, dly = [], [], [], []
         for i in range(n_links):
             x, y, rate, delay = body[5 * i:5 * i + 4]
@@ -286,31 +267,68 @@ def read_topology(path: Path) -> Topology:
             dly.append(_parse_delay(delay))
     except (ValueError, IndexError) as e:
         raise ConfigError(f"{path}: not an HPCC topology file ({e})") from None
+    a, b = np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
+    bps, dly = np.array(bps, dtype=np.int64), np.array(dly, dtype=np.int64)
     n_hosts = n_nodes - n_sw
-    if len(sw) and sw.min() < n_hosts:
-        raise ConfigError(f"{path}: switch ids must follow the {n_hosts} host ids")
-    return Topology(n_nodes, sw, np.array(a), np.array(b), np.array(bps, dtype=np.int64),
-                    np.array(dly, dtype=np.int64))
+    if sw.min() < n_hosts or sw.max() >= n_nodes or len(np.unique(sw)) != n_sw:
+        raise ConfigError(f"{path}: switch ids must be the {n_sw} distinct ids after the "
+                          f"{n_hosts} hosts (< {n_nodes} nodes)")
+    bad = (a < 0) | (a >= n_nodes) | (b < 0) | (b >= n_nodes) | (a == b) | (bps <= 0) | (dly < 0)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ConfigError(f"{path}: link {k} ({a[k]} -> {b[k]}, {bps[k]} bit/s, {dly[k]} ps) "
+                          f"does not join two of the {n_nodes} nodes at a rate > 0")
+    return Topology(n_nodes, sw, a, b, bps, dly)
 
 
 def read_flows(path: Path, t0_ns: int):
-    lines = path.read_text().split("\n")
+    lines = read_text(path, "HPCC flow file").split("\n")
     try:
         n = int(lines[0])
         rows = [ln.split() for ln in lines[1:1 + n]]
+        rows = [r for r in rows if r]
+        if len(rows) != n:
+            raise ValueError(f"the header says {n} flows, the file holds {len(rows)}")
+        if any(len(r) != 6 for r in rows):
+            k = next(i for i, r in enumerate(rows) if len(r) != 6)
+            raise ValueError(f"line {k + 2} has {len(rows[k])} fields, expected 6")
         src = np.array([int(r[0]) for r in rows], dtype=np.int64)
         dst = np.array([int(r[1]) for r in rows], dtype=np.int64)
         nbytes = np.array([int(r[4]) for r in rows], dtype=np.int64)
         start = np.array([_seconds_to_ns(r[5]) for r in rows], dtype=np.int64) - t0_ns
-    except (ValueError, IndexError) as e:
+    except (ValueError, IndexError, OverflowError) as e:
         raise ConfigError(f"{path}: not an HPCC flow file ({e})") from None
-    if len(rows) != n:
-        raise ConfigError(f"{path}: header says {n} flows, found {len(rows)}")
+    bad = (src < 0) | (dst < 0) | (src == dst) | (nbytes < 0) | (nbytes > 2**32 - 1) | (start < 0)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ConfigError(f"{path}: line {k + 2} is not a flow between two hosts of 0..2^32-1 "
+                          "bytes starting at or after t0; regenerate the scenario")
     return src, dst, nbytes, start
 
 
 def read_config(path: Path, rates: set[int]) -> Config:
-    tok = path.read_text().split()
+    tok = read_text(path, "HPCC config file").split()
+    try:
+        cfg = _parse_config(tok, rates)
+    except (ValueError, IndexError, OverflowError) as e:
+        raise ConfigError(f"{path}: cannot read ({e})") from None
+    bad = [k for k, ok in (
+        ("PACKET_PAYLOAD_SIZE", 256 <= cfg.pmtu <= 8192),   # the devices' MTU is 9000
+        ("EWMA_GAIN", 0 < cfg.ewma_gain <= 1), ("RATE_AI", cfg.rate_ai_bps >= 0),
+        ("RATE_HAI", cfg.rate_hai_bps >= 0), ("MIN_RATE", cfg.min_rate_bps > 0),
+        ("RP_TIMER", cfg.rp_timer_us > 0), ("ALPHA_RESUME_INTERVAL", cfg.alpha_resume_interval_us > 0),
+        ("RATE_DECREASE_INTERVAL", cfg.rate_decrease_interval_us > 0),
+        ("FAST_RECOVERY_TIMES", cfg.fast_recovery_times >= 0),
+        ("KMIN_MAP", all(v >= 0 for v in cfg.kmin_bytes.values())),
+        ("KMAX_MAP", all(cfg.kmax_bytes[r] >= cfg.kmin_bytes[r] for r in cfg.kmax_bytes)),
+        ("PMAX_MAP", all(0 <= v <= 1 for v in cfg.pmax.values()))) if not ok]
+    if bad:
+        raise ConfigError(f"{path}: {bad[0]} is out of range (see the scenario's README); "
+                          "regenerate the scenario")
+    return cfg
+
+
+def _parse_config(tok: list[str], rates: set[int]) -> Config:
     kv: dict[str, list[str]] = {}
     maps = {"KMAX_MAP", "KMIN_MAP", "PMAX_MAP"}
     i = 0
@@ -329,35 +347,35 @@ def read_config(path: Path, rates: set[int]) -> Config:
 
     def rate_map(key, conv):
         vals = kv.get(key, [])
+        if len(vals) % 2:
+            raise ValueError(f"{key} is cut short")
         m = {int(vals[j]): conv(vals[j + 1]) for j in range(0, len(vals), 2)}
         missing = rates - set(m)
         if missing:
-            raise ConfigError(f"{path}: {key} has no entry for link rate(s) "
-                              f"{sorted(missing)} bit/s")
+            raise ValueError(f"{key} has no entry for link rate(s) {sorted(missing)} bit/s")
         return m
 
     def one(key, conv, default):
+        if key in kv and not kv[key]:
+            raise ValueError(f"{key} has no value")
         return conv(kv[key][0]) if key in kv else default
 
-    try:
-        return Config(
-            pmtu=one("PACKET_PAYLOAD_SIZE", int, 1000),
-            kmin_bytes=rate_map("KMIN_MAP", lambda v: int(v) * 1000),   # config.txt: KB
-            kmax_bytes=rate_map("KMAX_MAP", lambda v: int(v) * 1000),
-            pmax=rate_map("PMAX_MAP", float),
-            cc_mode=one("CC_MODE", int, 1),
-            ewma_gain=one("EWMA_GAIN", float, 1 / 256),
-            rate_ai_bps=one("RATE_AI", _parse_rate, 5e6),
-            rate_hai_bps=one("RATE_HAI", _parse_rate, 50e6),
-            min_rate_bps=one("MIN_RATE", _parse_rate, 100e6),
-            rp_timer_us=one("RP_TIMER", float, 300.0),
-            alpha_resume_interval_us=one("ALPHA_RESUME_INTERVAL", float, 1.0),
-            rate_decrease_interval_us=one("RATE_DECREASE_INTERVAL", float, 4.0),
-            fast_recovery_times=one("FAST_RECOVERY_TIMES", int, 5),
-            clamp_target_rate=bool(one("CLAMP_TARGET_RATE", int, 0)),
-        )
-    except (ValueError, IndexError) as e:
-        raise ConfigError(f"{path}: cannot read ({e})") from None
+    return Config(
+        pmtu=one("PACKET_PAYLOAD_SIZE", int, 1000),
+        kmin_bytes=rate_map("KMIN_MAP", lambda v: int(v) * 1000),   # config.txt: KB
+        kmax_bytes=rate_map("KMAX_MAP", lambda v: int(v) * 1000),
+        pmax=rate_map("PMAX_MAP", float),
+        cc_mode=one("CC_MODE", int, 1),
+        ewma_gain=one("EWMA_GAIN", float, 1 / 256),
+        rate_ai_bps=one("RATE_AI", _parse_rate, 5e6),
+        rate_hai_bps=one("RATE_HAI", _parse_rate, 50e6),
+        min_rate_bps=one("MIN_RATE", _parse_rate, 100e6),
+        rp_timer_us=one("RP_TIMER", float, 300.0),
+        alpha_resume_interval_us=one("ALPHA_RESUME_INTERVAL", float, 1.0),
+        rate_decrease_interval_us=one("RATE_DECREASE_INTERVAL", float, 4.0),
+        fast_recovery_times=one("FAST_RECOVERY_TIMES", int, 5),
+        clamp_target_rate=bool(one("CLAMP_TARGET_RATE", int, 0)),
+    )
 
 
 @dataclass(frozen=True)

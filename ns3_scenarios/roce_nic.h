@@ -1,7 +1,7 @@
 // A RoCE-like NIC for mainline ns-3 (which has no RDMA module), plus the dependency-aware replay
-// that drives it. Loaded at run time with cppyy.cppdef after roce_switch.h and capture.h; all
-// per-packet and per-event work stays in C++ (Python only fills the tables before the run and
-// reads the results after it).
+// that drives it. Loaded at run time with cppyy.cppdef after roce_switch.h, capture.h and
+// dcqcn.h; all per-packet and per-event work stays in C++ (Python only fills the tables before
+// the run and reads the results after it).
 //
 // Replay (an event-driven DAG of CommOps and flow.txt lines; inputs.py derives the tables):
 //   - op o is released at max(simulated completion of its dep ops) + gap(o); an op without deps
@@ -16,7 +16,7 @@
 // QPs: every line is one RDMA WRITE-with-immediate message posted to its connection's RC QP
 // (`qpOf`); a QP sends its messages in posting order, PSNs run on across messages (24 bits), and
 // its DCQCN rate state lives as long as the QP (the whole run), so a CNP slows the messages that
-// follow. Wire format: RoCEv2 on UDP 4791 (source port = the QP's), WRITE First 0x06
+// follow - unless Dcqcn::perMessage, which restarts it when a message's first packet leaves. Wire format: RoCEv2 on UDP 4791 (source port = the QP's), WRITE First 0x06
 // (BTH+RETH) / Middle 0x07 / Last-Imm 0x09 (BTH+ImmDt), or Only-Imm 0x0B; A bit on the last
 // packet; payload zero bytes padded to 4 B (PadCnt); 4 B ICRC left zero (nothing here checks
 // it, tshark does not verify it). RETH R_Key = the line index (how the responder tells
@@ -33,15 +33,9 @@
 //   arbitration 1, "rr":     packet round robin over the QPs: the active QPs share the NIC
 //                            fairly, as a fluid max-min fair schedule assumes.
 //
-// DCQCN reaction point per QP, as HPCC's rdma-hw.cc (Mellanox variant, CC_MODE 1) runs it:
-// first CNP -> alpha = 1, target = rate; alpha updated every ALPHA_RESUME_INTERVAL
-// (alpha = (1-g) alpha + g if a CNP arrived in the interval, else (1-g) alpha); every
-// RATE_DECREASE_INTERVAL with a CNP in it: target = rate (when recovering or CLAMP_TARGET_RATE),
-// rate = max(MIN_RATE, rate (1 - alpha/2)), and the RP timer restarts; every RP_TIMER: stage <
-// FAST_RECOVERY_TIMES -> rate = (rate + target)/2, stage == F -> target += RATE_AI, stage > F ->
-// target += RATE_HAI (capped at line rate), rate = (rate + target)/2. The periodic timers are
-// evaluated lazily at the instants HPCC's would fire (same arithmetic, no idle events) and stop
-// once the QP is back at line rate.
+// DCQCN reaction point per QP: dcqcn.h (its state lives in QpState::rp). A CNP carries the line
+// of the CE-marked packet it answers (an ns-3 FlowIdTag: simulation metadata, not on the wire),
+// so that with per-message state a CNP for an earlier message of the QP is not heeded.
 #pragma once
 
 #include "ns3/applications-module.h"
@@ -75,19 +69,7 @@ enum : uint8_t
 const uint16_t ROCE_PORT = 4791;
 const uint32_t BTH_BYTES = 12, RETH_BYTES = 16, IMM_BYTES = 4, ICRC_BYTES = 4, AETH_BYTES = 4;
 const uint32_t PPP_BYTES = 2, IPV4_BYTES = 20, UDP_BYTES = 8;
-
-// DCQCN reaction point parameters (HPCC's config.txt keys).
-struct Dcqcn
-{
-    bool enabled = false;
-    double g = 1.0 / 256;                   // EWMA_GAIN
-    int64_t alphaIntervalPs = 1000000;      // ALPHA_RESUME_INTERVAL
-    int64_t decreaseIntervalPs = 4000000;   // RATE_DECREASE_INTERVAL
-    int64_t increaseIntervalPs = 300000000; // RP_TIMER
-    double aiBps = 0, haiBps = 0, minBps = 100e6;
-    uint32_t fastRecoverySteps = 5; // FAST_RECOVERY_TIMES
-    bool clampTarget = false;       // CLAMP_TARGET_RATE
-};
+const uint32_t ETH_FRAME_BYTES = 14 + 4 + 4; // MAC + 802.1Q + FCS around the IP packet
 
 // Per-QP state (index = QP id; both ends of the connection).
 struct QpState
@@ -99,13 +81,8 @@ struct QpState
     uint32_t rxLine = 0;        // responder: the message being received
     int64_t lastCnpPs = -1;     // responder: last CNP sent
     bool active = false;        // in its NIC's active list
-    // DCQCN (requester)
-    double rateBps = 0, targetBps = 0, alpha = 1;
-    bool cut = false;           // a CNP arrived since the first one: state in use
-    bool alphaCnp = false, decreaseCnp = false;
-    int64_t epochPs = 0;        // first CNP: alpha ticks at epoch + k A, decrease at +1 ns + k D
-    int64_t alphaDonePs = 0;    // alpha updates applied up to here
-    uint32_t stage = 0;
+    DcqcnRp rp;                 // requester: DCQCN rate state (dcqcn.h)
+    bool rpStarted = false;     // rp set to line rate (the QP's first message)
     int64_t nextPs = 0;         // pacing: earliest next packet
     ns3::EventId decreaseEvt, rpTimer;
 };
@@ -323,9 +300,10 @@ class RoceNic : public ns3::Application, public PauseTarget
         Replay& R = *m_replay;
         uint32_t q = R.qpOf[f];
         QpState& s = R.qps[q];
-        if (s.rateBps == 0)
+        if (!s.rpStarted)
         {
-            s.rateBps = s.targetBps = m_lineBps;
+            s.rp.Reset(m_lineBps);
+            s.rpStarted = true;
         }
         s.lines.push_back(f);
         if (!s.active)
@@ -508,6 +486,10 @@ class RoceNic : public ns3::Application, public PauseTarget
         if (first)
         {
             R.txStartPs[f] = now;
+            if (R.dcqcn.enabled && R.dcqcn.perMessage)
+            { // HPCC / SimAI: a new flow is a new QP at line rate
+                ResetRp(s);
+            }
         }
         uint8_t h[BTH_BYTES + RETH_BYTES + IMM_BYTES] = {0};
         h[0] = first ? (last ? OP_WRITE_ONLY_IMM : OP_WRITE_FIRST)
@@ -545,10 +527,16 @@ class RoceNic : public ns3::Application, public PauseTarget
 
         ns3::Time wire = m_rate.CalculateBytesTxTime(size) + m_ifg;
         m_wireFreePs = now + wire.GetPicoSeconds();
-        if (R.dcqcn.enabled && s.rateBps < m_lineBps)
+        // DCQCN: the packet's bytes count towards the byte counter (an increase event may raise
+        // the rate at once), then the QP's next packet waits for its rate
+        if (R.dcqcn.enabled && s.rp.OnSent(R.dcqcn, m_lineBps, size - PPP_BYTES + ETH_FRAME_BYTES) &&
+            s.rp.AtLine(m_lineBps))
         {
-            s.nextPs = now + int64_t(std::ceil(double(size + IfgBytes()) * 8e12 / s.rateBps));
+            ns3::Simulator::Cancel(s.rpTimer); // recovered: the timer has nothing left to do
         }
+        s.nextPs = R.dcqcn.enabled && s.rp.rateBps < m_lineBps
+                       ? now + int64_t(std::ceil(double(size + IfgBytes()) * 8e12 / s.rp.rateBps))
+                       : 0;
         s.psn++;
         s.pkt++;
         if (last)
@@ -602,7 +590,8 @@ class RoceNic : public ns3::Application, public PauseTarget
             }
             if (op == OP_CNP)
             {
-                OnCnp(qpn);
+                ns3::FlowIdTag tag;
+                OnCnp(qpn, p->PeekPacketTag(tag) ? tag.GetFlowId() : UINT32_MAX);
                 continue;
             }
             auto it = m_rxq.find(qpn);
@@ -637,7 +626,7 @@ class RoceNic : public ns3::Application, public PauseTarget
                 {
                     s.lastCnpPs = now;
                     R.cnps[f]++;
-                    SendCnp(peer, R.qpSqpn[q]);
+                    SendCnp(peer, R.qpSqpn[q], f);
                 }
             }
             if (ackReq)
@@ -663,7 +652,7 @@ class RoceNic : public ns3::Application, public PauseTarget
         Emit(Make(h, sizeof h, ICRC_BYTES), peer, sport, 0x6A);
     }
 
-    void SendCnp(ns3::Ipv4Address peer, uint32_t rqpn)
+    void SendCnp(ns3::Ipv4Address peer, uint32_t rqpn, uint32_t line)
     {
         uint8_t h[BTH_BYTES] = {0};
         h[0] = OP_CNP;
@@ -672,7 +661,9 @@ class RoceNic : public ns3::Application, public PauseTarget
         Put24(h + 5, rqpn);
         // Real NICs send CNPs from UDP port 0; ns-3 forbids it, and ECMP here keys on the port:
         // 4791 keeps every CNP of a host pair on one path.
-        Emit(Make(h, sizeof h, 16 + ICRC_BYTES), peer, ROCE_PORT, 0xC2);
+        ns3::Ptr<ns3::Packet> p = Make(h, sizeof h, 16 + ICRC_BYTES);
+        p->AddPacketTag(ns3::FlowIdTag(line)); // the message it answers (metadata, not on the wire)
+        Emit(p, peer, ROCE_PORT, 0xC2);
     }
 
   public:
@@ -689,33 +680,17 @@ class RoceNic : public ns3::Application, public PauseTarget
     }
 
   private:
-    // ---- DCQCN reaction point (see the header)
-    // Apply the alpha updates due up to `now` (HPCC fires them every alphaInterval from the
-    // first CNP; the first pending one sees the CNP-arrived flag, later ones only decay).
-    void AlphaUpTo(QpState& s, int64_t now)
+    // ---- DCQCN reaction point (dcqcn.h); the events it asks for
+    void ResetRp(QpState& s)
     {
-        const Dcqcn& D = m_replay->dcqcn;
-        int64_t due = (now - s.epochPs) / D.alphaIntervalPs; // ticks at epoch + k A, k >= 1
-        int64_t done = (s.alphaDonePs - s.epochPs) / D.alphaIntervalPs;
-        if (due <= done)
-        {
-            return;
-        }
-        int64_t ticks = due - done;
-        if (s.alphaCnp)
-        {
-            s.alpha = (1 - D.g) * s.alpha + D.g;
-            s.alphaCnp = false;
-            ticks--;
-        }
-        if (ticks > 0)
-        {
-            s.alpha *= std::pow(1 - D.g, double(ticks));
-        }
-        s.alphaDonePs = s.epochPs + due * D.alphaIntervalPs;
+        ns3::Simulator::Cancel(s.decreaseEvt);
+        ns3::Simulator::Cancel(s.rpTimer);
+        s.rp.Reset(m_lineBps);
+        s.nextPs = 0;
     }
 
-    void OnCnp(uint32_t qpn)
+    // A CNP for QP `qpn` answering a packet of `line`.
+    void OnCnp(uint32_t qpn, uint32_t line)
     {
         Replay& R = *m_replay;
         auto it = m_txq.find(qpn);
@@ -723,41 +698,20 @@ class RoceNic : public ns3::Application, public PauseTarget
         {
             return;
         }
-        if (!R.dcqcn.enabled)
-        {
+        uint32_t q = it->second;
+        QpState& s = R.qps[q];
+        bool current = !s.lines.empty() && s.lines.front() == line;
+        if (!R.dcqcn.enabled || (R.dcqcn.perMessage && !current) || line >= R.src.size())
+        { // off, or (per-message state) it answers a message whose QP state is gone
             R.cnpsIgnored++;
             return;
         }
-        uint32_t q = it->second;
-        QpState& s = R.qps[q];
+        R.cnpsHeeded[line]++;
         int64_t now = ns3::Simulator::Now().GetPicoSeconds();
-        if (!s.lines.empty())
-        {
-            R.cnpsHeeded[s.lines.front()]++;
-        }
-        else
-        {
-            R.cnpsIgnored++; // nothing in flight on the QP any more; the rate state still reacts
-        }
-        if (!s.cut)
-        { // first CNP: alpha = 1, target = rate (rate on first CNP = 1.0 x rate)
-            s.cut = true;
-            s.alpha = 1;
-            s.alphaCnp = false;
-            s.epochPs = s.alphaDonePs = now;
-            s.targetBps = s.rateBps;
-        }
-        else
-        {
-            AlphaUpTo(s, now);
-            s.alphaCnp = true;
-        }
-        s.decreaseCnp = true;
+        int64_t at = s.rp.OnCnp(R.dcqcn, now);
         if (!s.decreaseEvt.IsPending())
-        { // the next rate-decrease tick (epoch + 1 ns + k D) after now
-            int64_t base = s.epochPs + 1000, D = R.dcqcn.decreaseIntervalPs;
-            int64_t k = now < base ? 1 : (now - base) / D + 1;
-            s.decreaseEvt = ns3::Simulator::Schedule(ns3::PicoSeconds(base + k * D - now),
+        {
+            s.decreaseEvt = ns3::Simulator::Schedule(ns3::PicoSeconds(at - now),
                                                      &RoceNic::CheckDecrease, this, q);
         }
     }
@@ -766,24 +720,14 @@ class RoceNic : public ns3::Application, public PauseTarget
     {
         Replay& R = *m_replay;
         QpState& s = R.qps[q];
-        const Dcqcn& D = R.dcqcn;
-        int64_t now = ns3::Simulator::Now().GetPicoSeconds();
-        AlphaUpTo(s, now);
-        if (!s.decreaseCnp)
+        if (!s.rp.Decrease(R.dcqcn, ns3::Simulator::Now().GetPicoSeconds()))
         {
             return;
         }
-        if (D.clampTarget || s.stage != 0)
-        {
-            s.targetBps = s.rateBps;
-        }
-        s.rateBps = std::max(D.minBps, s.rateBps * (1 - s.alpha / 2));
         R.rateCuts++;
-        R.minRateSeenBps = R.minRateSeenBps == 0 ? s.rateBps : std::min(R.minRateSeenBps, s.rateBps);
-        s.stage = 0;
-        s.decreaseCnp = false;
+        R.minRateSeenBps = R.minRateSeenBps == 0 ? s.rp.rateBps : std::min(R.minRateSeenBps, s.rp.rateBps);
         ns3::Simulator::Cancel(s.rpTimer);
-        s.rpTimer = ns3::Simulator::Schedule(ns3::PicoSeconds(D.increaseIntervalPs),
+        s.rpTimer = ns3::Simulator::Schedule(ns3::PicoSeconds(R.dcqcn.increaseIntervalPs),
                                              &RoceNic::RateIncrease, this, q);
     }
 
@@ -791,24 +735,13 @@ class RoceNic : public ns3::Application, public PauseTarget
     {
         Replay& R = *m_replay;
         QpState& s = R.qps[q];
-        const Dcqcn& D = R.dcqcn;
-        if (s.stage < D.fastRecoverySteps)
+        s.rp.Increase(R.dcqcn, m_lineBps, true);
+        if (s.rp.AtLine(m_lineBps))
         {
-            s.rateBps = s.rateBps / 2 + s.targetBps / 2;
-        }
-        else
-        {
-            s.targetBps = std::min(m_lineBps, s.targetBps + (s.stage == D.fastRecoverySteps ? D.aiBps : D.haiBps));
-            s.rateBps = s.rateBps / 2 + s.targetBps / 2;
-        }
-        s.stage++;
-        if (s.targetBps >= m_lineBps && m_lineBps - s.rateBps < m_lineBps * 1e-6)
-        {
-            s.rateBps = m_lineBps; // recovered: no further change, so no further timer
-            s.nextPs = 0;
+            s.nextPs = 0;      // recovered: no further change, so no further timer
             return;
         }
-        s.rpTimer = ns3::Simulator::Schedule(ns3::PicoSeconds(D.increaseIntervalPs),
+        s.rpTimer = ns3::Simulator::Schedule(ns3::PicoSeconds(R.dcqcn.increaseIntervalPs),
                                              &RoceNic::RateIncrease, this, q);
         if (s.active)
         {

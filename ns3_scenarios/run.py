@@ -1,4 +1,5 @@
-"""`tracegen ns3 run`: simulate a scenario dir and write DIR/ns3/sim/ in one rename.
+"""`tracegen ns3 run`: simulate a scenario dir and write DIR/ns3/sim/ (or -o) in one rename,
+guarded as every output folder of tracegen (tracegen/outdir.py).
 
 sim/fct.txt       HPCC's format: `sip dip sport dport size start_ns fct_ns standalone_fct_ns`,
                   hex IPs, sport = the manifest's hpcc_sport (HPCC's and SimAI's per-pair flow
@@ -21,68 +22,92 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from tracegen import kpi
-from tracegen.errors import ConfigError, OutputError
+from tracegen.errors import ConfigError
 from .inputs import Scenario, load_scenario, replay_plan
 
 DEFAULT_MAX_PCAP_BYTES = 2 << 30   # as `tracegen generate --max-bytes`
+DCQCN_STATES = ("qp", "message")
+SIM_NAMES = ("fct.txt", "flows.csv", "ops.csv", "ports.csv", "summary.json", "pcap")
 PCAP_RECORD_BYTES = 16
 ETH_VLAN_BYTES = 18
 
 
 def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool | None = None,
                  nic: str = "auto", pfc: bool | None = None, pcap: bool = False,
-                 max_bytes: int = DEFAULT_MAX_PCAP_BYTES, progress=None) -> dict:
+                 max_bytes: int = DEFAULT_MAX_PCAP_BYTES, progress=None,
+                 dcqcn_state: str | None = None, out: str | Path | None = None,
+                 force: bool = False) -> dict:
     """Simulate the scenario under `path` (a trace dir or its ns3/); returns the summary.
     dcqcn None: on when config.txt's CC_MODE is DCQCN (1); pfc None: as the manifest's network
-    section; nic: auto (as the schedule shares a NIC), fifo or rr; max_bytes: pcap budget."""
+    section; nic: auto (as the schedule shares a NIC), fifo or rr; max_bytes: pcap budget;
+    dcqcn_state: qp (rate state lives as long as the QP) or message (every message starts at
+    line rate, as HPCC and SimAI run it); None: the manifest's sim.dcqcn.per_message_reset.
+    out: the folder to write (default ns3/sim/), written as every tracegen output is
+    (tracegen/outdir.py): refused before any work unless new or tracegen's own (force: beside a
+    user's files, never over one), filled in a temp folder and swapped in by one rename, so an
+    error or a signal leaves the earlier folder as it was."""
+    from tracegen import outdir
     t_wall = time.perf_counter()
     sc = load_scenario(path)
+    if len(sc) == 0:
+        raise ConfigError(f"{sc.dir}/flow.txt has no flows: nothing for ns-3 to simulate")
     plan = replay_plan(sc, gap)   # before the 15 s import: an old manifest fails fast
     from .scenario import arbitration_of
     arb = arbitration_of(sc, nic)
     if dcqcn is None:
         dcqcn = sc.config.cc_mode == 1
+    if dcqcn_state not in (None, *DCQCN_STATES):
+        raise ConfigError(f"--dcqcn-state {dcqcn_state!r}: use {' or '.join(DCQCN_STATES)}")
+    from .scenario import dcqcn_extras
+    byte_reset, per_message = dcqcn_extras(
+        sc, None if dcqcn_state is None else dcqcn_state == "message")
     if pcap:
         _check_pcap_budget(sc, max_bytes)
+    target, shown = (outdir.choose(str(out), "", "sim") if out is not None else
+                     (sc.dir / "sim", str(sc.dir / "sim")))
     say = progress or (lambda msg: None)
-    say("loading ns-3 (about 15 s)")
-    t0 = time.perf_counter()
-    from .scenario import load_ns3, simulate
-    try:
-        load_ns3()
-    except ImportError as e:
-        raise ConfigError(f"ns-3 is not importable ({e}); "
-                          "install it: pip install 'ns3>=3.44'") from None
-    load_s = time.perf_counter() - t0
-    target = sc.dir / "sim"
-    tmp = _tmp_dir(sc.dir)
-    try:
-        say(f"simulating {len(sc)} flows on {sc.topology.n_hosts} hosts "
-            f"(NIC {arb}, DCQCN {'on' if dcqcn else 'off'})")
+    said: dict = {}
+
+    def load():                     # under the output's lock, after its checks
+        say("loading ns-3 (about 15 s)")
+        t0 = time.perf_counter()
+        from .scenario import load_ns3
+        try:
+            load_ns3()
+        except ImportError as e:
+            raise ConfigError(f"ns-3 is not importable ({e}); "
+                              "install it: pip install 'ns3>=3.44'") from None
+        said["load_s"] = time.perf_counter() - t0
+
+    def fill(tmp: Path):            # the temp folder that becomes the output
+        from .scenario import simulate
+        state = "message" if per_message else "qp"
+        say(f"simulating {len(sc)} flows on {sc.topology.n_hosts} hosts (NIC {arb}, DCQCN "
+            f"{f'on, state per {state}' if dcqcn else 'off'})")
         res = simulate(sc, gap=gap, dcqcn=dcqcn, nic=arb, pfc=pfc,
                        pcap_dir=tmp / "pcap" if pcap else None, pcap_budget=max_bytes,
-                       plan=plan)
+                       plan=plan, per_message=per_message, progress=progress is not None)
         summary = _summary(sc, res, gap=gap, dcqcn=bool(dcqcn), nic=arb, pfc=res.pfc, pcap=pcap,
-                           load_s=load_s, wall_s=time.perf_counter() - t_wall)
+                           dcqcn_state=state, dcqcn_byte_reset_bytes=byte_reset,
+                           load_s=said["load_s"], wall_s=time.perf_counter() - t_wall)
         _write_fct(tmp / "fct.txt", sc, res)
         _write_flows_csv(tmp / "flows.csv", sc, res)
         _write_ops_csv(tmp / "ops.csv", sc, res)
         _write_ports_csv(tmp / "ports.csv", res)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        _swap_in(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        said["summary"] = summary
+
+    w = outdir.write_folder(target, shown, fill, force=force, names=SIM_NAMES,
+                            what="simulation", work=load)
+    summary = said["summary"]
     summary["dir"] = str(target)
+    summary["warnings"] = list(w.warnings)
     return summary
 
 
@@ -112,24 +137,6 @@ def _human(n: int) -> str:
         if n < 1024 or unit == "TiB":
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
-
-
-def _tmp_dir(parent: Path) -> Path:
-    try:
-        return Path(tempfile.mkdtemp(prefix=".sim.", dir=parent))
-    except OSError as e:
-        raise OutputError(f"cannot write into {parent}: {e.strerror}") from None
-
-
-def _swap_in(tmp: Path, target: Path) -> None:
-    os.chmod(tmp, 0o755)
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=".sim.old.", dir=target.parent))
-        os.rename(target, old / "x")
-        os.rename(tmp, target)
-        shutil.rmtree(old)
-    else:
-        os.rename(tmp, target)
 
 
 def _ns(ps: np.ndarray) -> np.ndarray:

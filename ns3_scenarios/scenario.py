@@ -25,6 +25,7 @@ run. Helpers below do the repeated wiring. Model, and why:
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -45,6 +46,7 @@ HOST_QUEUE_LIMIT = "1000000000B"            # the NIC paces at line rate: never 
 ROCE_PORT = 4791
 PFC_FRAME_WIRE_BYTES = 64 + 8 + 12          # a PAUSE frame + preamble + IFG
 ARBITRATION = {"fifo": 0, "rr": 1}
+WATCH_PS = 1_000_000                        # stop.h looks for a signal every simulated µs
 SHARING_ARBITRATION = {"serial": "fifo", "fair": "rr"}
 # cling's JIT prints these for static initialisers it cannot run; harmless (issue 15)
 _NOISE = ("Failed to materialize symbols", "runStaticInitializersOnce")
@@ -54,18 +56,19 @@ _ns = None
 
 @contextmanager
 def quiet_cling():
-    """Hold back fd 2 while ns-3/cling run and pass on every line but cling's JIT noise."""
+    """Hold back fd 2 while ns-3/cling run and pass on every line but cling's JIT noise. Yields
+    a function that writes a line to the real stderr at once (progress)."""
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):   # no real stderr (a test runner's capture)
-        yield
+        yield lambda line: print(line, file=sys.stderr, flush=True)
         return
     sys.stderr.flush()
     saved = os.dup(fd)
     with tempfile.TemporaryFile() as tmp:
         os.dup2(tmp.fileno(), fd)
         try:
-            yield
+            yield lambda line: os.write(saved, (line + "\n").encode())
         finally:
             sys.stderr.flush()
             os.dup2(saved, fd)
@@ -88,7 +91,8 @@ def load_ns3():
             import cppyy
             ns.Time.SetResolution(ns.Time.PS)
             here = resources.files("ns3_scenarios")
-            for name in ("roce_switch.h", "capture.h", "ecmp_routing.h", "roce_nic.h"):
+            for name in ("roce_switch.h", "capture.h", "ecmp_routing.h", "dcqcn.h", "roce_nic.h",
+                         "stop.h"):
                 if not cppyy.cppdef((here / name).read_text(encoding="utf-8")):
                     raise RuntimeError(f"ns3_scenarios/{name} does not compile (see above)")
         _ns = ns
@@ -130,12 +134,25 @@ class SimResult:
 
 def simulate(sc: Scenario, *, gap: str = "zero", dcqcn: bool = False, nic: str = "auto",
              pfc: bool | None = None, pcap_dir: Path | None = None, pcap_budget: int = 0,
-             plan: ReplayPlan | None = None) -> SimResult:
+             plan: ReplayPlan | None = None, per_message: bool | None = None,
+             progress: bool = False) -> SimResult:
     """nic: fifo | rr | auto (as the manifest says the schedule shares a NIC); pfc: None = as the
-    manifest says (network.pfc); pcap_budget: bytes the captures may hold (0: no limit)."""
-    with quiet_cling():
+    manifest says (network.pfc); pcap_budget: bytes the captures may hold (0: no limit);
+    per_message: DCQCN state per message instead of per QP (None: as the manifest says);
+    progress: say on stderr when the event loop starts."""
+    with quiet_cling() as say:
         return _simulate(sc, gap=gap, dcqcn=dcqcn, nic=nic, pfc=pfc, pcap_dir=pcap_dir,
-                         pcap_budget=pcap_budget, plan=plan)
+                         pcap_budget=pcap_budget, plan=plan, per_message=per_message,
+                         say=say if progress else (lambda line: None))
+
+
+def dcqcn_extras(sc: Scenario, per_message: bool | None = None) -> tuple[int, bool]:
+    """What config.txt cannot carry (HPCC's third.cc reads no other key): the byte counter
+    (0: none, HPCC's timer-only RP) and whether every message starts at line rate; manifest
+    `sim.dcqcn`, absent from manifests before it: HPCC's model, state per QP."""
+    d = (sc.sim or {}).get("dcqcn") or {}
+    reset = bool(d.get("per_message_reset", False)) if per_message is None else bool(per_message)
+    return int(d.get("byte_reset_bytes", 0)), reset
 
 
 def arbitration_of(sc: Scenario, nic: str = "auto") -> str:
@@ -150,7 +167,8 @@ def arbitration_of(sc: Scenario, nic: str = "auto") -> str:
     return nic
 
 
-def _simulate(sc: Scenario, *, gap, dcqcn, nic, pfc, pcap_dir, pcap_budget, plan) -> SimResult:
+def _simulate(sc: Scenario, *, gap, dcqcn, nic, pfc, pcap_dir, pcap_budget, plan,
+              per_message, say) -> SimResult:
     ns = load_ns3()
     cpp = _cpp()
     t_setup = time.perf_counter()
@@ -217,7 +235,7 @@ def _simulate(sc: Scenario, *, gap, dcqcn, nic, pfc, pcap_dir, pcap_budget, plan
     # 6. one RoCE NIC per host, and the replay that starts flows as dependencies complete
     plan = plan or replay_plan(sc, gap)
     R = cpp.tracegen.Replay()
-    _fill_replay(R, sc, plan, cfg, dcqcn, arb)
+    _fill_replay(R, sc, plan, cfg, dcqcn, arb, per_message)
     nics = []
     budget = cpp.tracegen.CaptureBudget()
     budget.limitBytes = int(pcap_budget)
@@ -262,7 +280,17 @@ def _simulate(sc: Scenario, *, gap, dcqcn, nic, pfc, pcap_dir, pcap_budget, plan
 
     # 8. run until no event is left: every flow done (or stuck: reported by the caller)
     t_run = time.perf_counter()
-    ns.Simulator.Run()
+    say(f"event loop (after {setup_s:.1f} s of setup)")
+    cpp.tracegen.StopOnSignal.Arm(sc.t0_ns * 1000, WATCH_PS)
+    try:
+        ns.Simulator.Run()
+    finally:
+        caught = cpp.tracegen.StopOnSignal.Disarm()
+    if caught:          # the run stopped half-way: hand the signal to Python's handler
+        for cap in captures:
+            cap.Close()
+        signal.raise_signal(caught)
+        raise KeyboardInterrupt   # a handler that returned: stop all the same
     run_s = time.perf_counter() - t_run
     sim_end = ns.Simulator.Now().GetPicoSeconds()
     for cap in captures:
@@ -486,7 +514,8 @@ def _sim_ip(host: int) -> int:
     return 0x0B000001 + (host // 256) * 0x10000 + (host % 256) * 0x100
 
 
-def _fill_replay(R, sc: Scenario, plan: ReplayPlan, cfg, dcqcn: bool, arb: str) -> None:
+def _fill_replay(R, sc: Scenario, plan: ReplayPlan, cfg, dcqcn: bool, arb: str,
+                 per_message: bool | None = None) -> None:
     n = len(sc)
     R.Resize(n)
     R.pmtu = cfg.pmtu
@@ -530,6 +559,7 @@ def _fill_replay(R, sc: Scenario, plan: ReplayPlan, cfg, dcqcn: bool, arb: str) 
     D.aiBps, D.haiBps, D.minBps = cfg.rate_ai_bps, cfg.rate_hai_bps, cfg.min_rate_bps
     D.fastRecoverySteps = cfg.fast_recovery_times
     D.clampTarget = cfg.clamp_target_rate
+    D.byteReset, D.perMessage = dcqcn_extras(sc, per_message)
 
 
 def _fill(vec, arr: np.ndarray, u32: bool = False, u64: bool = False) -> None:

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -171,6 +172,40 @@ def test_job_file_that_is_a_folder_or_unreadable(tmp_path):
     one_line(tracegen("plan", "d.yaml", cwd=tmp_path), "'d.yaml' is a directory")
 
 
+def test_job_file_that_is_dev_zero(tmp_path):
+    (tmp_path / "job.yaml").symlink_to("/dev/zero")
+    before = tree(tmp_path)
+    for cmd in ("plan", "generate"):
+        res = tracegen(cmd, "job.yaml", *(["-q", "--no-ns3"] if cmd == "generate" else []), cwd=tmp_path, timeout=60)
+        one_line(res, "job.yaml: larger than 256 KiB")
+        assert tree(tmp_path) == before
+
+
+# two leaves joined through one spine by 1 Gb/s links: a job planned on it is far slower
+TOPO = ("switches: {l0: 1, l1: 1, s: 2}\nlinks: [[l0, s, 1], [l1, s, 1]]\n"
+        "nics: [l0, l0, l0, l0, l1, l1, l1, l1]\n")
+
+
+def test_relative_fabric_file_resolves_from_the_job_file_not_the_current_folder(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "job.yaml").write_text("fabric: {kind: file, file: fab.yaml}\n")
+    (tmp_path / "jobs" / "fab.yaml").write_text(TOPO)
+    res = tracegen("plan", "--json", "jobs/job.yaml", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    default = tracegen("plan", "--json", cwd=tmp_path)
+    slow, fast = (json.loads(r.stdout)["iteration_ns"] for r in (res, default))
+    assert slow > 10 * fast                         # timed on the 1 Gb/s file fabric next to the job
+    # the same file beside the current folder only: not the one the job names
+    (tmp_path / "jobs" / "fab.yaml").rename(tmp_path / "fab.yaml")
+    before = tree(tmp_path)
+    for cmd in ("plan", "generate"):
+        res = tracegen(cmd, "jobs/job.yaml", *(["-q", "--no-ns3", "-o", "out"] if cmd == "generate" else []),
+                       cwd=tmp_path)
+        line = one_line(res)                 # fabric_kinds' words, or read_yaml_file's: the path it looked at
+        assert str(tmp_path / "jobs" / "fab.yaml") in line and "no such" in line, line
+        assert tree(tmp_path) == before, "nothing written"
+
+
 def test_numba_disable_jit(tmp_path):
     """NUMBA_DISABLE_JIT=1 used to end in AttributeError (schedule.py's `py_func`). Now: one
     line naming the variable, or - once the scheduler runs without numba - a normal trace."""
@@ -193,16 +228,16 @@ def _numeric_keys():
 
 def test_every_numeric_key_has_a_documented_range():
     missing = [k for k in _numeric_keys() if k not in _RANGES and k not in _CHOICES]
-    assert not missing, f"add a row to config._RANGES for: {missing}"
+    assert not missing, f"declare a range (lo, hi) in tracegen/config_schema.py for: {missing}"
     for k, row in _RANGES.items():
         lo, hi = row[:2]
         assert lo <= hi and abs(hi) < 2**62, k
 
 
 def test_docs_limits_table_is_current():
-    doc = (ROOT / "docs" / "limits.md").read_text()
-    assert config.limits_markdown() in doc, \
-        "docs/limits.md is stale: python -m tracegen.config --limits, paste the table"
+    doc = (ROOT / "docs" / "limits.md").read_text("utf-8")
+    assert doc == config.limits_doc(doc), "docs/limits.md is stale: python -m tracegen.config --limits docs/limits.md"
+    assert doc.count("\n| `") == len(config.limits_rows())     # one table, every row
 
 
 @pytest.mark.parametrize("key", _numeric_keys())

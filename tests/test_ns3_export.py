@@ -597,11 +597,72 @@ def test_unknown_cc_mode(tmp_path, flows, fabric):
     assert not (tmp_path / "x").exists()
 
 
-def test_no_net_rows(tmp_path, fabric, job):
-    flows = make_flows(fabric, [(0, NVL, 0, 1, 100, 0, [])])
-    d, _ = export(tmp_path, flows, fabric, job)
-    s = load_all(d)
-    assert s["flows"] == [] and s["manifest"]["flows"] == []
+def test_no_net_rows_write_no_scenario(tmp_path, fabric, job):
+    """NVLink only (a one-node job): ns-3 cannot run a scenario without flows - nothing is
+    written, not even the folder; a bad cc_mode is still refused."""
+    flows = make_flows(fabric, [(0, NVL, 0, 1, 100, 0, []), (0, NET, 1, 3, 0, 5, [])])
+    d, paths = export(tmp_path, flows, fabric, job)
+    assert paths == [] and not d.exists()
+    with pytest.raises(ConfigError, match="cc_mode"):
+        write_ns3(flows, fabric, dataclasses.replace(job, network=Network(cc_mode="x")), d)
+    assert not d.exists()
+
+
+def test_one_node_job_has_no_scenario(tmp_path):
+    from tracegen.config import job_from_dict
+    from tracegen.pipeline import run_pipeline
+    job = job_from_dict({"cluster": {"nodes": 1, "gpus_per_node": 8}})
+    run = run_pipeline(job)
+    assert not run.flows.net.any()
+    assert write_ns3(run.flows, run.fabric, job, tmp_path / "ns3") == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def readme_switch_ids(text: str) -> dict[str, set[int]]:
+    """'Switch ids: leaves 8..9 and 12, spines 10..11.' -> {'leaves': {8, 9, 12}, ...};
+    'leaf 8, no spines' -> {'leaves': {8}, 'spines': set()}"""
+    line = next(ln for ln in text.splitlines() if ln.startswith("Switch ids: "))
+    out = {}
+    for part in line[len("Switch ids: "):].rstrip(".").split(", "):
+        name, _, spec = part.partition(" ")
+        if name == "no":
+            out[spec] = set()
+            continue
+        name = {"leaf": "leaves", "spine": "spines", "core": "cores"}.get(name, name)   # one switch
+        ids = set()
+        for run in spec.split(" and "):
+            lo, _, hi = run.partition("..")
+            ids |= set(range(int(lo), int(hi or lo) + 1))
+        out[name] = ids
+    return out
+
+
+@pytest.mark.parametrize("fabric_cfg,spineless", [
+    ({}, False),                                                  # rail-optimised, 2 spines
+    ({"kind": "leaf-spine"}, True),                               # 4 nodes on one leaf
+    ({"kind": "fat-tree", "k": 4}, False),                        # pods, aggregation, cores
+    ({"preset": "multi-plane-2"}, False),                         # two planes
+    ({"kind": "file"}, True),                                     # two leaves linked directly
+])
+def test_readme_names_every_switch_spineless_or_not(tmp_path, fabric_cfg, spineless):
+    """The README lists exactly topology.txt's switch ids, by tier as the fabric names them;
+    a fabric without a spine says so instead of failing."""
+    from tracegen.config import job_from_dict
+    if fabric_cfg.get("kind") == "file":
+        path = tmp_path / "two.yaml"
+        path.write_text("switches: {la: 1, lb: 1}\nlinks: [[la, lb, 200, 500]]\n"
+                        "nics: [la, la, la, la, lb, lb, lb, lb]\n")
+        fabric_cfg = {"kind": "file", "file": str(path)}
+    job = job_from_dict({"fabric": fabric_cfg})
+    fabric = build_fabric(job)
+    d, _ = export(tmp_path, make_flows(fabric, BASE_SPECS[:1]), fabric, job)
+    topo = read_topology((d / "topology.txt").read_text())
+    ids = readme_switch_ids((d / "README.md").read_text())
+    assert set().union(*ids.values()) == set(topo["switches"])
+    assert (ids.get("spines") == set()) == spineless          # "no spines", said outright
+    tier_of = {fabric.n_nics + i: t for i, t in enumerate(fabric.sw_tier.tolist())}
+    for name, tier in (("leaves", 1), ("spines", 2), ("cores", 3)):
+        assert ids.get(name, set()) == {n for n, t in tier_of.items() if t == tier}, name
 
 
 # ------------------------------------------------------------------ the readers are strict

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -426,6 +427,15 @@ def test_cli_compare_prints_the_table(sim):
     assert res.exit_code == 0, res.output
     assert "DP AllReduce" in res.output and "compare.png" in res.output
     assert (sim.root / "ns3/sim/compare.png").is_file()
+    # sim/ is a tracegen output folder (tracegen/outdir.py): its manifest lists every file with
+    # its size - the run's and the picture compare put into it - and nothing else is there
+    d = sim.root / "ns3/sim"
+    man = json.loads((d / ".tracegen-manifest.json").read_text())
+    on_disk = {str(p.relative_to(d)): p.stat().st_size for p in d.rglob("*")
+               if p.is_file() and p.name != ".tracegen-manifest.json"}
+    assert man["files"] == on_disk
+    assert {"fct.txt", "flows.csv", "ops.csv", "ports.csv", "summary.json", "compare.png"} <= set(on_disk)
+    assert not [n for n in os.listdir(sim.root / "ns3") if n.startswith(".sim")]
 
 
 # ---------------------------------------------------------------- no ns-3 needed
@@ -440,16 +450,17 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
 
 def test_replay_follows_ring_steps_through_nvlink(tmp_path):
     """tp=1: a DP ring alternates NVLink and NET hops, so a NET step's manifest deps are NVLink
-    transfers; flows.csv links it to the previous NET step, with the NVLink time as its gap."""
+    transfers; the manifest's local_transfers link it to the previous NET step, with the NVLink
+    time as its gap."""
     make_trace(tmp_path, {"parallelism": {"dp": 4, "tp": 1, "pp": 1, "global_batch": 8}})
     sc = load_scenario(tmp_path)
-    assert sc.nvlink
+    assert any(r["link"] == "NVLINK" for r in sc.local.values())
     plan = replay_plan(sc, "zero")
     chained = plan.n_deps > 0
     assert chained.sum() > len(sc) // 2
     assert np.all(plan.gap_ns[chained] > 0)                 # NVLink time between the NET steps
     assert np.all(plan.fixed_start_ns[chained] == -1)
-    # the manifest carries the NVLink transfers itself: a bare ns3/ dir gives the same plan
+    # the trace's flows.csv is not read: a bare ns3/ dir gives the same plan
     (tmp_path / "flows.csv").unlink()
     bare = replay_plan(load_scenario(tmp_path / "ns3"), "zero")
     for key in ("n_deps", "gap_ns", "fixed_start_ns", "dependents", "edge_gap_ns", "rel_off_ns",

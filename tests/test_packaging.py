@@ -215,7 +215,7 @@ def test_readme_install_runs_from_its_own_files_and_writes_nothing_inside_the_pa
     assert all(Path(p).is_relative_to(v.site) for p in where.stdout.split()), where.stdout
     record = v.record()
     for f in ("ns3_scenarios/roce_nic.h", "ns3_scenarios/scenario.py", "tracegen/templates/hpcc_config.txt",
-              "tracegen/presets/jobs/default.yaml"):
+              "tracegen/presets/jobs/default.yaml", "tracegen/schema/job.schema.json"):
         assert f in record, f
     sim = v.src.parent / "sim-copy"          # a copy: the README's own trace stays as generate wrote it
     shutil.copytree(v.src / "traces" / "default", sim)

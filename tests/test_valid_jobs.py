@@ -12,13 +12,15 @@ DCQCN pacing, and runs each through the full `generate` (pcaps and ns-3 on) in-p
   reads them, not the objects that wrote them;
 * give 0 malformed frames and 0 expert errors in tshark over a sample of its pcaps (one per job,
   all read in one tshark run at the end; IPv6's zero UDP checksum allowed, as RoCEv2 sends it);
-* pass `check_wire(folder)` from tests/wire_check.py when that module exists (helper "wire").
+* give 0 violations of `check_wire(folder)` (tests/wire_check.py: the independent wire validator -
+  PSN order, opcode sequences, ACK/CTS/CNP causality, no overlapping frames at each port's rate)
+  over every pcap of the job.
 
 Pictures (matplotlib, ~3 s a job) are drawn for one job in eight and for the acceptance cases.
 CI runs a derandomized budget (VALID_EXAMPLES, ~4 min on 2 idle cores); TRACEGEN_LONG=1 runs 8x
 as many random ones. Crashes the sweep found in code owned elsewhere are kept out of the strategy
-and pinned as strict xfails at the bottom, each with its reproducer (today: the ns-3 export of a
-fabric without spines, NS3_WITHOUT_SPINES).
+and pinned as strict xfails at the bottom, each with its reproducer (today: none; the ns-3 export of
+a fabric without spines, NS3_WITHOUT_SPINES, works since the ns3 branch).
 """
 from __future__ import annotations
 
@@ -50,9 +52,10 @@ PROFILE = settings(derandomize=not LONG, database=None, deadline=None, max_examp
                    suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate, Phase.shrink],
                    report_multiple_bugs=False)
 
-# helper "wire" provides tests/wire_check.py with check_wire(folder); used as soon as it exists
+# tests/wire_check.py: check_wire(folder, stats=Stats()) -> violation lines (shares no code with tracegen)
 WIRE_CHECK = Path(__file__).with_name("wire_check.py")
-check_wire = importlib.import_module("wire_check").check_wire if WIRE_CHECK.exists() else None
+wire_check = importlib.import_module("wire_check") if WIRE_CHECK.exists() else None
+WIRE_TOTAL = wire_check.Stats() if wire_check else None      # what check_wire read over the sweep
 
 TINY = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32}
 NIC_GBPS = 400
@@ -162,10 +165,10 @@ def spineless(job: dict, topo: dict | None) -> bool:
     return groups == 1 and (kind == "leaf-spine" or nics == 1)
 
 
-# emit/ns3.py (helper "ns3") writes its README from fabric.spine_node_id(0): a fabric without
-# spines has none (IndexError). Until it handles them, the sweep runs those jobs with --no-ns3 and
-# test_ns3_of_a_fabric_without_spines stays a strict xfail: flip this when it lands.
-NS3_WITHOUT_SPINES = False
+# The ns-3 export of a fabric without spines (its README names the switches per tier,
+# Fabric.switch_ids_text): the sweep runs those jobs with ns-3 on. False: with --no-ns3, and
+# test_ns3_of_a_fabric_without_spines a strict xfail.
+NS3_WITHOUT_SPINES = True
 
 
 # --- the files as a user reads them -------------------------------------------------------------
@@ -297,8 +300,14 @@ def check_job(tmp: Path, job: dict, topo: dict | None, sample: list) -> None:
     # indexes the first link of an empty path list)
     bad = validate(flows, fabric, o, route_paths(routes, qps, planes), exact=False) if len(flows.rows) else []
     assert not bad, f"{len(bad)} schedule violations: " + "\n".join(map(str, bad[:8])) + f"\n{job}\n{topo}"
-    if check_wire is not None:
-        check_wire(out)
+    if wire_check is not None and on_wire:
+        st = wire_check.Stats()
+        wire_bad = wire_check.check_wire(out, stats=st)
+        assert not wire_bad, (f"{len(wire_bad)} wire violations {dict(wire_check.tags(wire_bad))}: "
+                              + "\n".join(wire_bad[:8]) + f"\n{job}\n{topo}")
+        assert st["files"] == len(pcaps) and st["frames"] > 0, dict(st)     # it read every pcap
+        WIRE_TOTAL.update(st)
+        WIRE_TOTAL["jobs"] += 1
     shutil.rmtree(tmp)
 
 
@@ -360,7 +369,12 @@ def test_every_valid_job_runs_end_to_end(tmp_path):
     assert seen["n"] >= PROFILE.max_examples, seen
     bad = tshark_verdict(sample)
     assert not bad, "\n".join(bad)
-    print(f"valid-job sweep: {seen.pop('n')} jobs, {len(sample)} pcaps read by tshark; {sorted(seen.items())}")
+    n = seen.pop("n")
+    if wire_check is not None:
+        assert WIRE_TOTAL["jobs"] > 0, "no job put frames on the wire: check_wire judged nothing"
+        wire = (f"; check_wire: {WIRE_TOTAL['jobs']} jobs, {WIRE_TOTAL['files']} pcaps, {WIRE_TOTAL['frames']:,} frames, "
+                f"{WIRE_TOTAL['qp_streams']} QP streams, 0 violations")
+    print(f"valid-job sweep: {n} jobs, {len(sample)} pcaps read by tshark{wire if wire_check else ''}; {sorted(seen.items())}")
 
 
 # --- crashes in code owned elsewhere: strict xfails, each with its reproducer --------------------

@@ -18,7 +18,7 @@ from .config import list_presets
 from .errors import ConfigError, Interrupted, OutputError
 from .work import DEFAULT_MAX_WORK, estimate, parse_work
 from .cli_common import (command_errors, fail as _fail, job_options as _job_options,  # noqa: F401
-                         load as _load, pcap_options as _pcap_options)
+                         load as _load, pcap_options as _pcap_options, print_whole)
 
 # The pipeline, numba and matplotlib load only once a job is valid: a mistake costs ~0.5 s.
 
@@ -343,17 +343,7 @@ def _print_plan(run) -> None:
                              overflow="fold")
         for r in rows:
             table.add_row(*r)
-        _print_whole(console, table)
-
-
-def _print_whole(console, table) -> None:
-    """A table at the console's width, or wider when a value would be cut (not a terminal)."""
-    if console.is_terminal:
-        console.print(table)
-        return
-    from rich.measure import Measurement
-    need = Measurement.get(console, console.options.update(width=10_000), table).maximum
-    console.print(table, width=max(console.width, need), crop=False)
+        print_whole(console, table)
 
 
 def _numeric(cell: str) -> bool:
@@ -378,23 +368,33 @@ def ns3_group() -> None:
                    "nothing between ring steps) or the analytic schedule's start - dep end.")
 @click.option("--dcqcn/--no-dcqcn", default=None,
               help="Senders react to CNPs (DCQCN per QP). Default: on when the job's network.cc_mode is dcqcn.")
+@click.option("--dcqcn-state", type=click.Choice(["qp", "message"]), default=None,
+              help="DCQCN rate state per QP across its messages (ConnectX) or per message (each "
+                   "starts at line rate, as HPCC and SimAI). Default: the job's "
+                   "network.dcqcn_per_message_reset.")
 @click.option("--pfc/--no-pfc", default=None, help="PFC on the RoCE priority. Default: the job's network.pfc.")
 @click.option("--nic", type=click.Choice(["auto", "fifo", "rr"]), default="auto", show_default=True,
               help="How a NIC picks the QP to send from: fifo (one message after the other, as a "
                    "serial schedule), rr (packet round robin: fair share), auto (as the schedule).")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
+              help="Output folder (default: ns3/sim/ in the scenario); a new folder or one tracegen wrote.")
+@click.option("--force", is_flag=True,
+              help="Write into a folder tracegen would refuse (not its own), beside what is there; "
+                   "deletes only files tracegen wrote.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, pfc, nic, quiet):
+def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, dcqcn_state, pfc, nic, out_dir, force, quiet):
     """Run TRACE_DIR (a `tracegen generate` folder or its ns3/) in ns-3; writes ns3/sim/."""
     from ns3_scenarios import run_scenario
     from ns3_scenarios.run import DEFAULT_MAX_PCAP_BYTES
     from .emit.select import parse_bytes
-    try:
+    with command_errors():   # signals stop the simulation (ns3_scenarios/stop.h); no partial sim/
         budget = DEFAULT_MAX_PCAP_BYTES if max_bytes is None else parse_bytes(max_bytes)
         say = None if quiet else (lambda msg: click.echo(msg, err=True))
         s = run_scenario(trace_dir, gap=gap, dcqcn=dcqcn, pfc=pfc, nic=nic, pcap=pcap,
-                         max_bytes=budget, progress=say)
-    except (ConfigError, OutputError) as e:
-        _fail(str(e))
+                         max_bytes=budget, progress=say, dcqcn_state=dcqcn_state, out=out_dir,
+                         force=force)
+    for warning in s["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
     if not quiet:
         k = s["kpis"]["all"]
         click.echo(f"wrote {s['dir']}/: {s['completed']}/{s['flows']} flows, "
@@ -422,14 +422,17 @@ def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, pfc, nic, quiet):
               help="Plot of analytic vs simulated end times and FCTs (default: compare.png beside the fct file).")
 def ns3_compare(trace_dir, fct_path, sport, png_path):
     """Join a simulator's fct.txt to the schedule: the AI-fabric benchmark KPIs, analytic vs simulated."""
+    from ns3_scenarios.inputs import scenario_dir
+    from .config import show_path
     from .ns3_compare import REPORT_HEADER, join, joined_kpis, plot, report_notes, report_rows
-    try:
+    with command_errors():
+        png = Path(png_path) if png_path else \
+            (Path(fct_path).parent if fct_path else scenario_dir(trace_dir) / "sim") / "compare.png"
+        shown = png_path or show_path(str(png))
+        outdir.check_file(png, shown)          # never over a user's file: refused before any work
         j = join(trace_dir, fct_path, sport)
         k = joined_kpis(j)
-        png = plot(j, Path(png_path) if png_path else
-                   (Path(fct_path).parent if fct_path else j.sc.dir / "sim") / "compare.png")
-    except (ConfigError, OutputError) as e:
-        _fail(str(e))
+        png = outdir.write_file(png, shown, lambda tmp: plot(j, tmp))
     from rich import box
     from rich.console import Console
     from rich.table import Table

@@ -66,3 +66,35 @@ def pcap_options(job, max_bytes=None, **options):
         from .emit.lab import check_plan
         check_plan(job.output)
     return job
+
+
+def print_whole(console, table) -> None:
+    """A table at the console's width, or wider when a value would be cut (not a terminal)."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    width = console.width             # print(width=) is capped at the console's width: widen it
+    console.width = max(width, uncut_width(console, table))
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+
+
+def uncut_width(console, table) -> int:
+    """The narrowest width at which rich cuts no value of `table`: its no_wrap columns as wide as
+    their widest cell, the others as their longest word (rich's own measure of a table takes
+    every column at its longest word, so it would cut no_wrap ones with an ellipsis)."""
+    from rich.measure import Measurement
+    from rich.padding import Padding
+    opts = console.options.update(width=10_000)
+    _, right, _, left = Padding.unpack(table.padding)
+    total = 0
+    for col in table.columns:
+        sizes = [Measurement.get(console, opts, cell) for cell in (col.header, *col.cells)]
+        total += max(m.maximum if col.no_wrap else m.minimum for m in sizes) + left + right
+    if not table.pad_edge and table.columns:
+        total -= left + right
+    if table.box:
+        total += len(table.columns) - 1 + (2 if table.show_edge else 0)
+    return total

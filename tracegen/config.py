@@ -1,73 +1,43 @@
 """Job description: YAML / preset / dict -> frozen dataclasses, validated with one-line errors.
 
-Sections: model, parallelism, cluster, nccl, network, output. Every key has a default here, so a
-YAML file names only what differs. Megatron argument names are accepted as aliases.
+Sections: model, parallelism, cluster, fabric, nccl, network, output. Every key is declared once
+in config_schema.py (type, default, range, doc), so a YAML file names only what differs; here the
+sections gain their derived sizes, and jobs are loaded (YAML, presets, --set), checked key by key
+and between keys, and described (docs/limits.md, the JSON Schema). Megatron argument names are
+accepted as aliases.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import math
+import os
 import re
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .config_schema import (ALIASES, CHOICES as _CHOICES, DTYPE_BYTES, GPU_MEMORY_BYTES,  # noqa: F401
+                            GPU_PEAK_TFLOPS, MOVED, NAME_MAX as _NAME_MAX, POSITIVE as _POSITIVE,
+                            PRESET_DIRS as _PRESET_DIRS, RANGES as _RANGES, SCALARS as _SCALARS,
+                            STR_MAX as _STR_MAX, TOP_EXTRA as _TOP_EXTRA, TYPES as _TYPES,
+                            WORLD_MAX as _WORLD_MAX, ZERO_OR as _ZERO_OR, ClusterKeys, FabricKeys,
+                            JobKeys, KEYS, ModelKeys, NcclKeys, NetworkKeys, OutputKeys,
+                            ParallelismKeys, bounds, limits_markdown, limits_rows)
+from .config_schema import JOB_NAME as _JOB_NAME_RE
 from .errors import ConfigError
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
-# Dense peak (TFLOP/s) at the precision training runs in; MFU is the fraction achieved.
-# Memory per GPU (bytes) a plan is held against: H100/A100 SXM 80 GB, H200 141 GB, B200 180 GB.
-GPU_MEMORY_BYTES = {"a100": 80 * 10**9, "h100": 80 * 10**9, "h200": 141 * 10**9, "b200": 180 * 10**9}
+# The sections: their keys are declared in config_schema.py (type, default, range, doc); here
+# they gain what is derived from them.
 
-GPU_PEAK_TFLOPS = {
-    "a100": {"fp32": 19.5, "bf16": 312.0, "fp16": 312.0, "fp8": 312.0},
-    "h100": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
-    "h200": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0, "fp8": 1979.0},
-    "b200": {"fp32": 80.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
-}
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str = "tiny"
-    layers: int = 4
-    hidden: int = 256
-    heads: int = 8
-    kv_heads: int = 0          # 0: same as heads (no GQA)
-    ffn_hidden: int = 0        # 0: 4 * hidden
-    vocab: int = 4096
-    seq_len: int = 256
-    dtype: str = "bf16"
-    # Switches that only change the parameter count (GPT-style defaults; llama flips all four).
-    gated_mlp: bool = False            # SwiGLU: 3 MLP matrices (gate, up, down) instead of 2
-    position_embeddings: bool = True   # learned s x h position table (GPT); False for RoPE
-    tied_embeddings: bool = True       # LM head shares the input embedding; False: its own V x h
-    bias: bool = True                  # biases on linears and LayerNorms; False: none (RMSNorm)
-    head_dim: int = 0                  # 0: hidden / heads
-    # Mixture of experts (experts = 0: dense). Layers after the first `first_k_dense` are MoE.
-    experts: int = 0                   # routed experts per MoE layer
-    top_k: int = 2                     # experts each token is routed to
-    moe_ffn_hidden: int = 0            # 0: ffn_hidden; width of one routed / shared expert
-    shared_experts: int = 0            # always-on experts (DeepSeek), computed locally
-    first_k_dense: int = 0             # leading dense layers before the MoE layers
-    capacity_factor: float = 1.0       # dispatch buffer = tokens x top_k x capacity_factor rows
-    # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank > 0 turns it on.
-    q_lora_rank: int = 0
-    kv_lora_rank: int = 0
-    rope_head_dim: int = 0             # decoupled RoPE key width per head
-    v_head_dim: int = 0                # 0: head_dim
-    # Megatron's sizing rules: position table rows (`--max-position-embeddings`, >= seq_len) and the
-    # vocabulary padded to a multiple of make_vocab_size_divisible_by x tp (`_vocab_size_with_padding`)
-    max_position_embeddings: int = 0  # 0: seq_len
-    make_vocab_size_divisible_by: int = 128
-    flash_attention: bool = True       # no s x s attention scores kept for backward (memory model)
+class Model(ModelKeys):
+    """A transformer: its keys (config_schema.ModelKeys) and the sizes derived from them."""
 
     @property
     def bytes_per_elem(self) -> int:
@@ -117,24 +87,8 @@ class Model:
         return 2 * (self.kv_heads or self.heads) * self.dhead
 
 
-@dataclass(frozen=True)
-class Parallelism:
-    dp: int = 2
-    tp: int = 2
-    pp: int = 2
-    micro_batch: int = 1         # b
-    global_batch: int = 8        # sequences per iteration over all DP replicas
-    dp_bucket_bytes: int = 25 * 1000 * 1000   # DDP / Megatron gradient bucket (25 MB default)
-    grad_dtype: str = ""         # "": Megatron's rule (fp32 for bf16 models, else the model dtype)
-    sp: bool = False             # Megatron sequence parallelism: TP AllReduce -> AllGather + ReduceScatter
-    cp: int = 1                  # context parallelism (ring attention over sequence chunks)
-    ep: int = 1                  # expert parallelism (Megatron-core's expert grid: etp-ep-edp-pp)
-    expert_tp: int = 0           # expert tensor parallelism (--expert-tensor-parallel-size); 0: = tp
-    zero: int = 0                # ZeRO stage 0..3 (3 = FSDP)
-    vpp: int = 1                 # virtual pipeline stages per rank (interleaved 1F1B)
-    pp_scatter_gather: bool = False   # send 1/t of each activation, AllGather it over TP after
-    recompute: str = "none"      # none | selective | full activation recomputation
-    dp_overlap: bool = True      # release gradient buckets during backward (False: all after it)
+class Parallelism(ParallelismKeys):
+    """How the job is split: degrees, batches, sharding (config_schema.ParallelismKeys)."""
 
     @property
     def world(self) -> int:
@@ -164,17 +118,8 @@ def grad_elem_bytes(model: "Model", par: Parallelism) -> int:
     return 4 if model.dtype == "bf16" else DTYPE_BYTES[model.dtype]
 
 
-@dataclass(frozen=True)
-class Cluster:
-    name: str = "mini-h100"
-    nodes: int = 0               # 0: world / gpus_per_node
-    gpus_per_node: int = 2
-    gpu: str = "h100"
-    mfu: float = 0.4
-    nic_gbps: int = 400          # one NIC per GPU, on its rail
-    nvlink_gbps: int = 3600      # per GPU per direction (H100 NVLink4: 450 GB/s)
-    nics_per_node: int = 0       # 0: one NIC per GPU; 1, 2, 4: GPUs share NICs (a rail per NIC)
-    gpu_nic_map: str = ""        # "0,0,1,1,...": NIC of each GPU; "": GPU i -> NIC i // (gpus/nics)
+class Cluster(ClusterKeys):
+    """Nodes, GPUs and NICs (config_schema.ClusterKeys)."""
 
     def node_count(self, world: int) -> int:
         return self.nodes or world // self.gpus_per_node
@@ -190,130 +135,27 @@ class Cluster:
         return [g // share for g in range(self.gpus_per_node)]
 
 
-@dataclass(frozen=True)
-class FabricConfig:
-    """The switch fabric the NICs plug into (topology.py builds it; routing.py routes over it).
+class FabricConfig(FabricKeys):
+    """The switch fabric the NICs plug into (topology.py builds it; routing.py routes over it);
+    kinds and keys: config_schema.FabricKeys."""
 
-    kind: rail-optimised - two tiers, NIC i of each group of `nodes_per_leaf` nodes on the leaf of
-                           rail i (NVIDIA DGX SuperPOD style); every leaf to every spine
-          leaf-spine     - two tiers, ToR leaves: every NIC of a node on one leaf
-          fat-tree       - three tiers, k-ary (pods of k/2 leaves and k/2 spines, (k/2)^2 cores)
-          file           - switches and links listed in a topology YAML (`file`)
-    `planes` > 1 splits each NIC into that many ports of nic_gbps / planes, each on its own copy
-    of the fabric (multi-plane); a QP uses plane QPN mod planes.
-    """
-    name: str = ""
-    kind: str = "rail-optimised"
-    nodes_per_leaf: int = 16     # two-tier: nodes under one leaf (rail-optimised: per rail)
-    spines: int = 2              # two-tier: spine count (every leaf has one uplink to each)
-    k: int = 0                   # fat-tree radix (0: the smallest even k that holds every NIC)
-    placement: str = ""          # fat-tree: node (a node's NICs on consecutive leaf ports) | rail
-    leaf_spine_gbps: int = 0     # 0: nic_gbps / planes (or from `oversubscription`)
-    spine_core_gbps: int = 0     # fat-tree spine(aggregation)-core links; 0: leaf_spine_gbps
-    oversubscription: float = 0.0       # > 0: leaf uplink rate = leaf downlink Gb/s / (ratio x uplinks)
-    core_oversubscription: float = 0.0  # fat-tree: the same for spine uplinks to the cores
-    link_latency_ns: int = 1000  # per link: propagation + switching (NIC-leaf links)
-    leaf_spine_latency_ns: int = -1     # -1: link_latency_ns
-    spine_core_latency_ns: int = -1     # -1: link_latency_ns
-    planes: int = 1
-    ecmp_seed: int = 0           # seeds every switch's ECMP hash (routing.py)
-    ecmp_hash: str = "5-tuple"   # 5-tuple | qp (BTH DestQP with the addresses; routing.py)
-    file: str = ""               # kind=file: topology YAML (switches, links; see routing docs)
+
+class Nccl(NcclKeys):
+    """NCCL's algorithm, protocol and chunking (config_schema.NcclKeys)."""
+
+
+class Network(NetworkKeys):
+    """Settings for the simulators (ns-3 export, `tracegen ns3 run`) and switch labs
+    (config_schema.NetworkKeys)."""
+
+
+class Output(OutputKeys):
+    """What generate writes and how (config_schema.OutputKeys)."""
 
 
 @dataclass(frozen=True)
-class Nccl:
-    algorithm: str = "ring"              # ring | tree | halving_doubling | hierarchical | auto
-    channels: int = 2
-    ring_msg_bytes: int = 1 << 20        # Simple protocol: 1 MiB slice per network message
-    ring_chunk_bytes: int = 2 << 20      # Simple: 2 MiB chunk per ring step per loop
-    p2p_chunk_bytes: int = 128 << 10     # send/recv network chunk
-    qps_per_connection: int = 1
-    protocol: str = "simple"             # simple | ll | ll128 | auto (NCCL_PROTO)
-    simple_step_bytes: int = 512 << 10   # NCCL_BUFFSIZE / NCCL_STEPS: Tree chunk, Broadcast/Reduce chunk
-    pxn: bool = True                     # a cross-rail send hops over NVLink to the sender node's GPU on the
-                                         # destination's rail first (NCCL >= 2.12 default: rail-aligned)
-    fifo_tc: int = -1                    # NCCL_IB_FIFO_TC: traffic class (DSCP << 2 | ECN) of the receiver's
-                                         # QPs - its CTS and ACKs - in pcaps; -1: the data's (output.dscp)
-
-
-@dataclass(frozen=True)
-class Network:
-    """Settings for the simulators (ns-3 export, `tracegen ns3 run`) and switch labs."""
-    cc_mode: str = "dcqcn"       # dcqcn | hpcc | timely | dctcp | hpcc-pint
-    kmin_bytes: int = 150_000    # ECN marking (DCQCN's RED) on a NIC-rate port; scales with rate
-    kmax_bytes: int = 1_500_000
-    pmax: float = 0.2
-    pfc: bool = True
-    buffer_bytes: int = 32 << 20  # per switch, shared by its ports
-    # DCQCN reaction point (HPCC config.txt keys; defaults as HPCC's simulation/run.py sets DCQCN)
-    dcqcn_rate_ai_mbps: float = 0.0    # additive increase; 0: 5 Mb/s per 25 Gb/s of NIC rate
-    dcqcn_rate_hai_mbps: float = 0.0   # hyper increase; 0: 50 Mb/s per 25 Gb/s of NIC rate
-    dcqcn_min_rate_mbps: float = 1000.0
-    dcqcn_g: float = 1 / 256           # alpha's EWMA gain
-    dcqcn_alpha_resume_us: float = 1.0  # alpha update period
-    dcqcn_rate_decrease_us: float = 4.0  # at most one rate cut per period
-    dcqcn_rp_timer_us: float = 300.0   # rate increase period
-    dcqcn_fast_recovery: int = 1       # increase periods of fast recovery before AI / HAI
-    cnp_interval_us: float = 4.0       # notification point: <= 1 CNP per QP per interval
-    # PFC on the RoCE priority, per switch ingress port
-    pfc_xoff_bytes: int = 0            # pause above this; 0: dynamic, 1/8 of the free buffer
-    pfc_resume_offset_bytes: int = 3072  # resume at Xoff - offset (HPCC: 3 KB)
-    pfc_headroom_bytes: int = 0        # reserved per port; 0: 3 x the link's bandwidth-delay
-    pfc_pause_quanta: int = 65535      # PAUSE time in 512-bit-time quanta (refreshed at half)
-
-
-@dataclass(frozen=True)
-class Output:
-    dir: str = ""                # "" -> traces/<job name>
-    pcap: bool = True
-    ns3: bool = True
-    pmtu: int = 4096
-    vlan: bool = True
-    vlan_id: int = 100
-    pcp: int = 3
-    dscp: int = 26
-    ecn: int = 2                 # 2 = ECT(0)
-    snaplen: int = 0             # 0: whole frames
-    payload: str = "zero"        # zero | pattern | none (none: records end at the headers, orig_len real)
-    ack_every: int = 0           # 0: one ACK per message (on the A bit); N: also every N packets
-    # pcap budget and filters (emit/select.py): refuse writing more than max_bytes (0: no limit)
-    max_bytes: int = 2 << 30
-    time_window: str = ""        # "START_NS:END_NS": only packets starting in [START, END)
-    nics: str = ""               # "0,3" or "node0001-rail0,...": only these NICs' files
-    ranks: str = ""              # "0,5": only the files of the NICs these ranks use
-    collectives: str = ""        # "dp,pp" (parallelism) or "allreduce,sendrecv" (kind): only their packets
-    iteration: int = -1          # -1: every iteration
-    # wire details
-    qp_split: bool = False       # nccl.qps_per_connection > 1: False = whole messages round-robin over
-                                 # the QPs (NCCL_IB_SPLIT_DATA_ON_QPS=0, NCCL's default); True = every
-                                 # message split in 128 B-aligned parts, one per QP
-    ip_version: int = 4          # 4 | 6 (RoCEv2 over IPv6: fd00::<IPv4 plan>)
-    pkey: int = 0xFFFF           # BTH P_Key (0xFFFF: default partition, full member)
-    # congestion artefacts (emit/congestion.py): CE marks on this fraction of data packets, and
-    # the CNPs (<= 1 per QP per 4 us) the receivers send back
-    ecn_mark_fraction: float = 0.0
-    ecn_pattern: str = "random"  # random (seeded by ecn_seed) | periodic (every 1/fraction-th)
-    ecn_seed: int = 0
-    dcqcn: bool = False          # open-loop reaction: after a CNP the QP's later messages are paced at the
-                                 # rate DCQCN gives it (parameters as the ns-3 export, network.cc_mode=dcqcn)
-    # capture files and views (emit/capture_file.py, emit/views.py)
-    format: str = "pcap"         # pcap (nanosecond) | pcapng (one interface block per NIC / port)
-    comments: bool = False       # pcapng: per-packet comment naming collective, op, step, chunk
-    merge: bool = False          # one merged file for the selected NICs instead of one per NIC
-    switch: str = ""             # "leaf3" / "spine0": one file per port of that switch instead
-    lab: str = ""                # lab plan YAML (emit/lab.py): one replayable pcap per tester port
-    # tables and pictures (emit/flows.py, emit/tables_out.py, emit/perfetto.py, emit/plots.py)
-    tables: str = "csv"          # flow + op tables: "csv", "parquet" (needs pyarrow) or "csv,parquet"
-    perfetto: bool = True        # perfetto.json: the schedule as a Chrome trace (ui.perfetto.dev)
-    pictures: bool = True        # gantt.png, traffic_matrix.png, timeline.png
-    lab_gbps: int = 0            # > 0: testers of this rate - the whole trace is scheduled again with
-                                 # NICs (and leaf-spine links, scaled alike) at it (--lab-rate 100G)
-
-
-@dataclass(frozen=True)
-class Job:
-    name: str = "default"
+class Job(JobKeys):
+    """A whole job: the top-level keys (config_schema.JobKeys) and one value per section."""
     model: Model = field(default_factory=Model)
     parallelism: Parallelism = field(default_factory=Parallelism)
     cluster: Cluster = field(default_factory=Cluster)
@@ -321,9 +163,6 @@ class Job:
     nccl: Nccl = field(default_factory=Nccl)
     network: Network = field(default_factory=Network)
     output: Output = field(default_factory=Output)
-    iterations: int = 1
-    seed: int = 0
-    detail: str = "auto"     # schedule granularity: full (every chunk) | conn (per connection per op) | auto
 
     @property
     def world(self) -> int:
@@ -339,175 +178,10 @@ class Job:
 # checked values only; the dataclass defaults fill in the rest when the Job is built.
 
 SECTIONS = {"model": Model, "parallelism": Parallelism, "cluster": Cluster, "fabric": FabricConfig,
-            "nccl": Nccl,
-            "network": Network, "output": Output}
-_SCALARS = {"name": str, "iterations": int, "seed": int, "detail": str}
-_PRESET_DIRS = {"model": "models", "cluster": "clusters", "fabric": "fabrics"}   # sections that may name a preset
-_TOP_EXTRA = ("preset", "description")                      # job-level keys that are not Job fields
-
-# Megatron-LM argument names (dashes as underscores), accepted as synonyms of ours.
-ALIASES = {
-    "parallelism": {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
-                    "data_parallel_size": "dp", "micro_batch_size": "micro_batch",
-                    "global_batch_size": "global_batch", "sequence_parallel": "sp",
-                    "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
-                    "virtual_pipeline_model_parallel_size": "vpp",
-                    "recompute_granularity": "recompute", "zero_stage": "zero",
-                    "expert_tensor_parallel_size": "expert_tp"},
-    "model": {"num_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
-              "num_query_groups": "kv_heads", "ffn_hidden_size": "ffn_hidden",
-              "seq_length": "seq_len", "padded_vocab_size": "vocab", "vocab_size": "vocab",
-              "num_experts": "experts", "moe_router_topk": "top_k",
-              "moe_ffn_hidden_size": "moe_ffn_hidden", "kv_channels": "head_dim",
-              "use_flash_attn": "flash_attention"},
-}
-
-
-# Keys that moved to another section and stay accepted where they were (old job files, cluster
-# presets): cluster.nodes_per_leaf -> fabric.nodes_per_leaf, and so on.
-MOVED = {"cluster": {k: "fabric" for k in ("nodes_per_leaf", "spines", "leaf_spine_gbps",
-                                           "link_latency_ns")}}
-
-
-def _field_types(cls: type) -> dict[str, type]:
-    hints = typing.get_type_hints(cls)   # annotations are strings under `from __future__`
-    return {f.name: hints[f.name] for f in fields(cls)}
-
-
-_TYPES = {sec: _field_types(cls) for sec, cls in SECTIONS.items()}
-
-# Per-key rules, checked before any work is done. Every integer and float key has a range
-# (docs/limits.md is rendered from these tables: `python -m tracegen.config --limits`):
-#   _POSITIVE  integers that must be >= 1 (their upper bound: _RANGES, else _INT_MAX);
-#   _RANGES    key -> (lo, hi) or (lo, hi, why), inclusive. `why` says where the bound comes from;
-#   other integers must be 0.._INT_MAX, other floats finite and 0.._FLOAT_MAX.
-# A new key slots in by adding a row (tests/test_bad_input.py checks every key has one).
-_POSITIVE = {
-    "iterations",
-    "model.layers", "model.hidden", "model.heads", "model.vocab", "model.seq_len",
-    "parallelism.dp", "parallelism.tp", "parallelism.pp", "parallelism.micro_batch",
-    "parallelism.global_batch", "parallelism.dp_bucket_bytes", "parallelism.cp", "parallelism.ep",
-    "parallelism.vpp", "model.top_k", "model.make_vocab_size_divisible_by",
-    "cluster.gpus_per_node", "cluster.nic_gbps", "cluster.nvlink_gbps", "fabric.nodes_per_leaf",
-    "fabric.spines", "fabric.planes",
-    "nccl.channels", "nccl.ring_msg_bytes", "nccl.ring_chunk_bytes", "nccl.p2p_chunk_bytes",
-    "nccl.qps_per_connection", "nccl.simple_step_bytes",
-    "network.kmax_bytes", "network.buffer_bytes",
-}
-_K, _M, _G, _T = 1 << 10, 1 << 20, 1 << 30, 1 << 40
-_RANGES = {
-    "iterations": (1, 1000, "training iterations traced in one run"),
-    "seed": (0, 2**32 - 1, "32-bit seed"),
-    "model.layers": (1, 10_000, "transformer layers (the largest models have ~100)"),
-    "model.hidden": (1, _M, "hidden size"),
-    "model.heads": (1, 65_536, "attention heads"),
-    "model.kv_heads": (0, 65_536, "query groups; 0: same as heads"),
-    "model.ffn_hidden": (0, 4 * _M, "MLP width; 0: 4 x hidden"),
-    "model.vocab": (1, 16 * _M, "vocabulary size"),
-    "model.seq_len": (1, 16 * _M, "tokens per sequence"),
-    "model.head_dim": (0, 65_536, "0: hidden / heads"),
-    "model.experts": (0, 65_536, "routed experts per MoE layer"),
-    "model.top_k": (1, 1024, "experts per token"),
-    "model.moe_ffn_hidden": (0, 4 * _M, "expert MLP width; 0: ffn_hidden"),
-    "model.shared_experts": (0, 1024, "always-on experts"),
-    "model.first_k_dense": (0, 10_000, "leading dense layers"),
-    "model.capacity_factor": (0.001, 64.0, "dispatch buffer over even routing"),
-    "model.q_lora_rank": (0, _M, "MLA query rank"),
-    "model.kv_lora_rank": (0, _M, "MLA key/value rank"),
-    "model.rope_head_dim": (0, 65_536, "MLA decoupled RoPE width"),
-    "model.v_head_dim": (0, 65_536, "0: head_dim"),
-    "model.max_position_embeddings": (0, 16 * _M, "rows of a learned position table; 0: seq_len"),
-    "model.make_vocab_size_divisible_by": (1, 65_536, "vocabulary padding multiple (x tp)"),
-    "parallelism.dp": (1, _M, "data-parallel replicas"),
-    "parallelism.tp": (1, 1024, "tensor-parallel ranks"),
-    "parallelism.pp": (1, 1024, "pipeline stages"),
-    "parallelism.micro_batch": (1, 65_536, "sequences per micro-batch"),
-    "parallelism.global_batch": (1, 16 * _M, "sequences per iteration"),
-    "parallelism.dp_bucket_bytes": (1, 1 << 50, "gradient bucket (huge: one bucket per stage)"),
-    "parallelism.cp": (1, 1024, "context-parallel ranks"),
-    "parallelism.ep": (1, 65_536, "expert-parallel ranks"),
-    "parallelism.expert_tp": (0, 1024, "expert tensor-parallel ranks; 0: tp"),
-    "parallelism.zero": (0, 3, "ZeRO stage"),
-    "parallelism.vpp": (1, 1024, "model chunks per pipeline rank"),
-    "cluster.nodes": (0, _M, "0: world / gpus_per_node"),
-    "cluster.gpus_per_node": (1, 1024, "GPUs per node (an NVLink domain)"),
-    "cluster.mfu": (0.001, 1.0, "model FLOPs utilisation, a fraction of peak"),
-    "cluster.nic_gbps": (1, 1_000_000, "Gb/s per NIC (today's NICs: 100-800)"),
-    "cluster.nvlink_gbps": (1, 1_000_000, "Gb/s per GPU per direction (NVLink5: 7,200)"),
-    "fabric.nodes_per_leaf": (1, _M, "nodes under one leaf (rail-optimised: per rail)"),
-    "fabric.spines": (1, 65_536, "spine switches (two-tier)"),
-    "fabric.k": (0, 1024, "fat-tree radix; 0: the smallest even k that holds every NIC"),
-    "fabric.leaf_spine_gbps": (0, 10_000_000, "Gb/s per leaf-spine link; 0: from oversubscription or the NIC port"),
-    "fabric.spine_core_gbps": (0, 10_000_000, "Gb/s per spine-core link; 0: from core_oversubscription or leaf-spine"),
-    "fabric.oversubscription": (0.0, 1000.0, "leaf downlink : uplink Gb/s; 0: use leaf_spine_gbps"),
-    "fabric.core_oversubscription": (0.0, 1000.0, "spine downlink : uplink Gb/s (fat-tree)"),
-    "fabric.link_latency_ns": (0, 100_000_000, "ns per link (100 ms: 20,000 km of fibre)"),
-    "fabric.leaf_spine_latency_ns": (-1, 100_000_000, "-1: link_latency_ns"),
-    "fabric.spine_core_latency_ns": (-1, 100_000_000, "-1: link_latency_ns"),
-    "fabric.planes": (1, 16, "independent fabric planes per NIC"),
-    "fabric.ecmp_seed": (0, 2**32 - 1, "seeds every switch's ECMP hash"),
-    "cluster.nics_per_node": (0, 1024, "0: one NIC per GPU"),
-    "nccl.channels": (1, 64, "NCCL's MAXCHANNELS"),
-    "nccl.ring_msg_bytes": (256, _G, "network message of the Simple protocol"),
-    "nccl.ring_chunk_bytes": (1 * _K, _G, "ring chunk per step"),
-    "nccl.p2p_chunk_bytes": (1 * _K, _G, "send/recv network chunk"),
-    "nccl.qps_per_connection": (1, 128, "NCCL_IB_QPS_PER_CONNECTION"),
-    "nccl.simple_step_bytes": (1 * _K, _G, "NCCL_BUFFSIZE / NCCL_STEPS"),
-    "network.kmin_bytes": (0, 64 * _G, "ECN marking starts"),
-    "network.kmax_bytes": (1, 64 * _G, "ECN marking at pmax"),
-    "network.pmax": (0.0, 1.0, "a probability"),
-    "network.dcqcn_g": (0.0, 1.0, "DCQCN alpha gain"),
-    "network.dcqcn_rate_ai_mbps": (0.0, 1e6, "DCQCN additive increase; 0: 5 Mb/s per 25 Gb/s of NIC"),
-    "network.dcqcn_rate_hai_mbps": (0.0, 1e6, "DCQCN hyper increase; 0: 50 Mb/s per 25 Gb/s of NIC"),
-    "network.dcqcn_min_rate_mbps": (0.001, 1e7, "DCQCN rate floor"),
-    "network.dcqcn_alpha_resume_us": (0.001, 1e6, "alpha update period"),
-    "network.dcqcn_rate_decrease_us": (0.001, 1e6, "at most one rate cut per period"),
-    "network.dcqcn_rp_timer_us": (0.001, 1e6, "rate increase period"),
-    "network.dcqcn_fast_recovery": (0, 1000, "fast-recovery periods before AI / HAI"),
-    "network.cnp_interval_us": (0.0, 1e6, "<= 1 CNP per QP per interval"),
-    "network.pfc_xoff_bytes": (0, _T, "pause above; 0: dynamic (1/8 of the free buffer)"),
-    "network.pfc_resume_offset_bytes": (0, _G, "resume at Xoff - offset"),
-    "network.pfc_headroom_bytes": (0, _G, "per port; 0: 3 x the link's bandwidth-delay"),
-    "network.pfc_pause_quanta": (1, 65535, "PAUSE time in 512-bit quanta"),
-    "network.buffer_bytes": (1, _T, "switch buffer"),
-    "output.vlan_id": (1, 4094, "802.1Q VID"),
-    "output.pcp": (0, 7, "802.1Q priority"),
-    "output.dscp": (0, 63, "6-bit DSCP"),
-    "output.ecn": (0, 3, "2-bit ECN"),
-    "output.snaplen": (0, 262_144, "libpcap's largest snaplen; 0: whole frames"),
-    "output.ack_every": (0, 16 * _M, "packets per coalesced ACK; 0: one per message"),
-    "output.max_bytes": (0, 1 << 50, "pcap budget; 0: no limit"),
-    "output.iteration": (-1, 999, "-1: every iteration (else < iterations)"),
-    "output.pkey": (1, 0xFFFF, "16-bit BTH P_Key"),
-    "output.ecn_mark_fraction": (0.0, 1.0, "a fraction of data packets"),
-    "output.ecn_seed": (0, 2**32 - 1, "32-bit seed"),
-    "output.lab_gbps": (0, 1_000_000, "testers' rate; 0: the NICs'"),
-    "nccl.fifo_tc": (-1, 255, "NCCL_IB_FIFO_TC; -1: the data's"),
-}
-_INT_MAX = 2**31 - 1        # integers without a row of their own
-_FLOAT_MAX = 1e9
-_STR_MAX = 65_536           # characters in any string key
-_NAME_MAX = 100             # characters in a job name (it names folders and files)
-_WORLD_MAX = 1 << 20        # GPUs: dp x tp x pp x cp
-_CHOICES = {
-    "model.dtype": tuple(DTYPE_BYTES),
-    "fabric.kind": ("rail-optimised", "leaf-spine", "fat-tree", "file"),
-    "fabric.ecmp_hash": ("5-tuple", "qp"),
-    "detail": ("auto", "full", "conn"),
-    "fabric.placement": ("", "node", "rail"),
-    "parallelism.grad_dtype": ("",) + tuple(DTYPE_BYTES),
-    "cluster.gpu": tuple(GPU_PEAK_TFLOPS),
-    "parallelism.recompute": ("none", "selective", "full"),
-    "nccl.algorithm": ("ring", "tree", "halving_doubling", "hierarchical", "auto"),
-    "nccl.protocol": ("simple", "ll", "ll128", "auto"),
-    "network.cc_mode": ("dcqcn", "hpcc", "timely", "dctcp", "hpcc-pint"),
-    "output.pmtu": (256, 512, 1024, 2048, 4096),   # IB MTUs: RoCE has no other
-    "output.payload": ("zero", "pattern", "none"),
-    "output.ip_version": (4, 6),
-    "output.ecn_pattern": ("random", "periodic"),
-    "output.format": ("pcap", "pcapng"),
-}
-_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")   # becomes a directory name under traces/
+            "nccl": Nccl, "network": Network, "output": Output}
+# Every key's type, range, choices: config_schema.KEYS (docs/limits.md is rendered from them:
+# `python -m tracegen.config --limits`; tests/test_bad_input.py checks every number has a range).
+_JOB_NAME = re.compile(_JOB_NAME_RE)   # becomes a directory name under traces/
 _TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
@@ -522,6 +196,12 @@ def show_path(path: Any) -> str:
     characters (a message stays one line)."""
     text = str(path)
     return text if text.isprintable() else repr(text)
+
+
+def show_tail(text: str, limit: int = 120) -> str:
+    """A long string (a path) quoted with its end kept: '...c/topo.yaml'."""
+    text = repr(text[-limit - 1:])
+    return text if len(text) <= limit + 2 else text[0] + "..." + text[-limit + 1:]
 
 
 def show(value: Any, limit: int = 60) -> str:
@@ -587,15 +267,6 @@ def _check_type(path: str, value: Any, typ: type) -> Any:
     return value
 
 
-def bounds(rule: str, typ: type = int) -> tuple:
-    """(lo, hi) accepted for a numeric key (canonical 'section.key')."""
-    if rule in _RANGES:
-        return _RANGES[rule][:2]
-    if typ is float:
-        return 0.0, _FLOAT_MAX
-    return (1 if rule in _POSITIVE else 0), _INT_MAX
-
-
 def _check_value(path: str, value: Any, typ: type, rule: str | None = None) -> Any:
     """Type and range of one key; `path` is what the user wrote, `rule` its canonical name."""
     rule = rule or path
@@ -614,16 +285,20 @@ def _check_value(path: str, value: Any, typ: type, rule: str | None = None) -> A
             if value > hi and lo in (0, 1):
                 raise ConfigError(f"{path}: must be at most {_num(hi)}{why}, got {show(value)}")
             raise ConfigError(f"{path}: must be in {_num(lo)}..{_num(hi)}{why}, got {show(value)}")
+        if rule in _ZERO_OR and 0 < value < _ZERO_OR[rule][0]:
+            floor, why = _ZERO_OR[rule]
+            raise ConfigError(f"{path}: must be 0 or in {_num(floor)}..{_num(hi)} ({_RANGES[rule][2]}; {why}), "
+                              f"got {show(value)}")
     if rule == "name" and not _JOB_NAME.fullmatch(value):
         raise ConfigError(f"name: {show(value)} is not usable as a directory name — "
                           "use letters, digits, '.', '_' and '-'")
     if rule == "name" and len(value) > _NAME_MAX:
         raise ConfigError(f"name: {len(value)} characters; a job name names folders and files, "
                           f"use at most {_NAME_MAX}")
-    if rule in ("output.dir", "output.lab") and "\0" in value:
+    if rule in ("output.dir", "output.lab", "fabric.file") and "\0" in value:
         raise ConfigError(f"{path}: a path cannot contain a NUL character")
     if rule == "output.time_window" and value:
-        parse_time_window(value)
+        parse_time_window(value, path)
     return value
 
 
@@ -631,8 +306,9 @@ def _num(x) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
-def parse_time_window(text: str) -> tuple[int, int]:
-    """'START_NS:END_NS' (either side may be empty) -> [start, end), 0 <= start < end < 2^63."""
+def parse_time_window(text: str, name: str = "output.time_window") -> tuple[int, int]:
+    """'START_NS:END_NS' (either side may be empty) -> [start, end), 0 <= start < end < 2^63;
+    `name` is what the user typed it as (the key, or the option --time-window)."""
     a, sep, b = text.partition(":")
     window = None
     if sep:
@@ -642,7 +318,8 @@ def parse_time_window(text: str) -> tuple[int, int]:
         if start is not None and end is not None:
             window = (start, end)
     if window is None or not 0 <= window[0] < window[1] <= 2**63 - 1:
-        raise ConfigError(f"output.time_window={show(text)}: use START_NS:END_NS with "
+        given = f"{name} {show(text)}" if name.startswith("--") else f"{name}={show(text)}"
+        raise ConfigError(f"{given}: use START_NS:END_NS with "
                           "0 <= START < END < 2^63 (integer ns, either side may be left empty)")
     return window
 
@@ -730,6 +407,8 @@ def _merge_job(base: dict, doc: Any, stack: tuple = ()) -> dict:
             _carry_moved(out, key)
         elif key in _SCALARS:
             out[key] = _check_value(key, value, _SCALARS[key])
+        elif key == "description":      # free text, held to the string limit like every key
+            _check_value(key, value, str)
         elif key not in _TOP_EXTRA:
             raise _unknown("", key)
     return out
@@ -744,6 +423,42 @@ def _carry_moved(doc: dict, sec: str) -> None:
     for k in moved:
         home, _, key = k[1:].partition(".")
         doc[home] = {**doc.get(home, {}), key: doc[sec].pop(k)}
+
+
+# --- paths a job names -------------------------------------------------------------------------
+# A relative path in a YAML file means "next to this file" (as in every build tool): fabric.file
+# and output.lab are made absolute when their file is read, from the file's folder (a job file, a
+# preset) or the current folder (--set). Absolute, so job.resolved.yaml replays from anywhere.
+
+FILE_KEYS = {"fabric": "file", "output": "lab"}     # section -> its key that names a file
+
+
+def job_relative(value: Any, base: str | Path) -> Any:
+    """`value` (a path named in a file whose folder is `base`) as an absolute path; anything else
+    (absolute, empty, not a string) as it is. The folder is resolved, the value only joined: a
+    `..` in it means what the file system says after symlinks."""
+    if not isinstance(value, str) or not value or os.path.isabs(value):
+        return value
+    return os.path.join(str(Path(base).resolve()), value)
+
+
+def _rebase(doc: Any, base: str | Path, sec: str = "") -> Any:
+    """A job mapping (or, with `sec`, that section's mapping) with its FILE_KEYS made absolute
+    from `base`; the same object when nothing changes."""
+    if not isinstance(doc, dict):
+        return doc
+    if sec:
+        key = FILE_KEYS.get(sec)
+        if key in doc and job_relative(doc[key], base) is not doc[key]:
+            return {**doc, key: job_relative(doc[key], base)}
+        return doc
+    out = doc
+    for name in FILE_KEYS:
+        part = doc.get(name)
+        new = _rebase(part, base, name)
+        if new is not part:
+            out = {**out, name: new}
+    return out
 
 
 # --- presets (package data, read through importlib.resources so an installed wheel works) ----
@@ -768,7 +483,8 @@ def _read_preset(kind: str, name: Any, stack: tuple) -> dict:
     where = f"preset {kind}/{name}.yaml"
     doc = _parse_yaml((_preset_dir(kind) / f"{name}.yaml").read_text("utf-8"), where)
     doc.pop("description", None)
-    return doc
+    sec = {"jobs": "", "fabrics": "fabric"}.get(kind)
+    return doc if sec is None else _rebase(doc, str(_preset_dir(kind)), sec)
 
 
 def _preset_section(sec: str, name: Any, stack: tuple) -> dict:
@@ -823,7 +539,7 @@ YAML_MAX_DEPTH = 32             # nested mappings / sequences
 YAML_MAX_VALUES = 100_000       # values after expanding aliases (an alias bomb has 10^9)
 
 
-def _check_shape(text: str, where: str) -> None:
+def _check_shape(text: str, where: str, what: str = "job file") -> None:
     """Depth and alias-expanded size from the event stream, before anything is constructed."""
     stack: list[list] = [[None, 0]]          # [anchor, values] per open collection
     sizes: dict[str, int] = {}                # anchor -> values it expands to
@@ -833,8 +549,8 @@ def _check_shape(text: str, where: str) -> None:
             stack.append([ev.anchor, 1])
             if len(stack) - 1 > YAML_MAX_DEPTH:
                 line = ev.start_mark.line + 1 if ev.start_mark else 0
-                raise ConfigError(f"{where}:{line}: nested more than {YAML_MAX_DEPTH} levels deep; "
-                                  "a job needs 2")
+                need = "; a job needs 2" if what == "job file" else ""
+                raise ConfigError(f"{where}:{line}: nested more than {YAML_MAX_DEPTH} levels deep{need}")
             continue
         if isinstance(ev, yaml.CollectionEndEvent):
             anchor, n = stack.pop()
@@ -848,17 +564,31 @@ def _check_shape(text: str, where: str) -> None:
             sizes[anchor] = n
         stack[-1][1] += n
         if stack[-1][1] > YAML_MAX_VALUES:
+            need = "; a job needs a few dozen" if what == "job file" else ""
             raise ConfigError(f"{where}: expands to more than {YAML_MAX_VALUES:,} values "
-                              "(YAML aliases referring to aliases?); a job needs a few dozen")
+                              f"(YAML aliases referring to aliases?){need}")
 
 
-def _parse_yaml(text: str, where: str) -> dict:
-    doc = _load_yaml(text, where)
+def _parse_yaml(text: str, where: str, what: str = "job file") -> dict:
+    doc = _load_yaml(text, where, what)
     if not isinstance(doc, dict):
-        got = "an empty file" if doc is None else f"a {type(doc).__name__}"
-        raise ConfigError(f"{where}: expected a mapping of keys (model:, parallelism:, ...), "
-                          f"got {got}")
+        keys = " (model:, parallelism:, ...)" if what == "job file" else ""
+        raise ConfigError(f"{where}: expected a mapping of keys{keys}, got {a_kind(doc)}")
     return doc
+
+
+def a_kind(value: Any) -> str:
+    """What a YAML value is, with its article, for 'expected X, got ...' ('an integer', 'a list')."""
+    if value is None:
+        return "an empty file"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    for typ, word in ((int, "an integer"), (float, "a number"), (str, "a string"), (list, "a list"),
+                      (dict, "a mapping")):
+        if isinstance(value, typ):
+            return word
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _clip(text: str, n: int) -> str:
@@ -866,14 +596,16 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n - 3] + "..."
 
 
-def _load_yaml(text: str, where: str) -> Any:
+def _load_yaml(text: str, where: str, what: str = "job file") -> Any:
     """Any YAML document, checked for size, depth and alias expansion before it is built."""
     if len(text) > YAML_MAX_BYTES:
         raise ConfigError(f"{where}: {len(text):,} characters; YAML input is capped at "
-                          f"{YAML_MAX_BYTES:,} (a job file needs a few hundred)")
+                          f"{YAML_MAX_BYTES:,} (a {what} needs a few hundred)")
     try:
-        _check_shape(text, where)
+        _check_shape(text, where, what)
         doc = yaml.load(text, Loader=_StrictLoader)
+    except ConfigError:                          # _check_shape's own (a ValueError too): as it is
+        raise
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -887,8 +619,16 @@ def _load_yaml(text: str, where: str) -> Any:
 
 
 def read_yaml_file(path: str | Path, what: str = "job file") -> dict:
-    """A YAML mapping from a file: size-capped before reading on, UTF-8, strict (duplicate keys,
-    depth, aliases), every problem a ConfigError naming the file."""
+    """The one reader of every YAML input tracegen takes (job files, presets' callers, topology
+    files, lab plans): a mapping, or a one-line ConfigError naming the file.
+
+    Hardened: at most YAML_MAX_BYTES read (a /dev/zero or a 50 GB file costs 256 KiB), UTF-8,
+    one document, nesting <= YAML_MAX_DEPTH, <= YAML_MAX_VALUES values after expanding aliases
+    (checked on the event stream before anything is built), duplicate keys refused, no tags
+    beyond plain YAML. Values keep YAML's types: check each with `check_field` (a bool is never
+    a number). `what` names the file in messages ("topology file", "lab plan"). A relative
+    `path` is opened from the current folder: resolve paths a job names with `job_relative`
+    first (load_job does that for fabric.file and output.lab)."""
     path = Path(path)
     shown = show_path(path)
     try:
@@ -908,7 +648,7 @@ def read_yaml_file(path: str | Path, what: str = "job file") -> dict:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{shown}: not UTF-8 at byte offset {e.start} (byte 0x{data[e.start]:02x}); "
                           f"save the {what} as UTF-8") from None
-    return _parse_yaml(text, shown)
+    return _parse_yaml(text, shown, what)
 
 
 def _read_yaml(path: str | Path) -> dict:
@@ -945,7 +685,7 @@ def _yaml_scalar(item: str, raw: str) -> Any:
 def _apply_sets(doc: dict, sets: Sequence[str]) -> dict:
     for item in sets:
         try:
-            doc = _merge_job(doc, _set_fragment(item))
+            doc = _merge_job(doc, _rebase(_set_fragment(item), "."))
         except ConfigError as e:
             msg = str(e)
             msg = msg if msg.startswith("--set") else f"--set {show(item)}: {msg}"
@@ -962,19 +702,24 @@ def load_job(path: str | Path | None = None, preset: str | None = None,
         raise ConfigError("give a job file or a preset, not both")
     if isinstance(sets, str):   # a lone "a=b" would otherwise be iterated letter by letter
         sets = [sets]
+    written: dict[str, str] = {}
     if path is not None:
-        raw = _read_yaml(path)
+        raw = _rebase(_read_yaml(path), Path(path).parent)
         try:
             doc = _unset_degrees_are_one(_merge_job({}, raw), raw)
         except ConfigError as e:
             raise ConfigError(f"{show_path(path)}: {e}") from None
         if "name" not in raw:   # the file's stem, made safe as a directory name
             doc["name"] = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(path).stem).strip("-.") or "job"
+        written = _written(raw)
     elif preset is not None:
         doc = _preset_job(preset)
     else:
         doc = {}
-    return _build(_apply_sets(doc, sets), "default")
+    doc = _apply_sets(doc, sets)
+    for item in sets:
+        written.update(_written(_set_fragment(item)))
+    return _build(doc, "default", written)
 
 
 def job_from_dict(d: dict, name: str = "job") -> Job:
@@ -982,7 +727,36 @@ def job_from_dict(d: dict, name: str = "job") -> Job:
     doc = _unset_degrees_are_one(_merge_job({}, d), d)
     if "name" not in d:
         doc["name"] = name
-    return _build(doc, name)
+    return _build(doc, name, _written(d))
+
+
+def with_options(job: Job, section: str, values: dict[str, Any],
+                 flags: dict[str, str] | None = None) -> Job:
+    """Command-line options over one section of a job: each value checked as its key is but
+    named as the user typed it (`flags`: key -> '--time-window'), a path taken from the current
+    folder (made absolute like --set's), then the whole job validated."""
+    flags = flags or {}
+    types = _TYPES[section]
+    changes = {}
+    for key, value in values.items():
+        name = flags.get(key, f"{section}.{key}")
+        value = _check_value(name, value, types[key], f"{section}.{key}")
+        changes[key] = job_relative(value, ".") if FILE_KEYS.get(section) == key else value
+    part = dataclasses.replace(getattr(job, section), **changes)
+    return validate(dataclasses.replace(job, **{section: part}))
+
+
+def check_field(where: str, value: Any, typ: type, lo: float | None = None,
+                hi: float | None = None) -> Any:
+    """One value of any YAML input held to the job keys' rules: strict type (a bool is no
+    number, an integer stands in for a float), strings <= 65,536 characters, numbers in
+    [lo, hi]. Returns the value (a float for float); else a ConfigError '<where>: ...'."""
+    value = _check_type(where, value, typ)
+    if typ in (int, float) and not ((lo is None or value >= lo) and (hi is None or value <= hi)):
+        span = f"{_num(lo)}..{_num(hi)}" if lo is not None and hi is not None else \
+            (f">= {_num(lo)}" if lo is not None else f"<= {_num(hi)}")
+        raise ConfigError(f"{where}: must be {'in ' if '..' in span else ''}{span}, got {show(value)}")
+    return value
 
 
 DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp")
@@ -1012,11 +786,11 @@ def job_to_dict(job: Job) -> dict:
     return out
 
 
-def _build(doc: dict, name: str) -> Job:
+def _build(doc: dict, name: str, written: dict[str, str]) -> Job:
     scalars = {k: doc[k] for k in _SCALARS if k in doc}
     scalars.setdefault("name", name)
     sections = {sec: cls(**doc.get(sec, {})) for sec, cls in SECTIONS.items()}
-    return validate(Job(**scalars, **sections))
+    return _settle_inert(validate(Job(**scalars, **sections)), written)
 
 
 def validate(job: Job) -> Job:
@@ -1033,6 +807,8 @@ def validate(job: Job) -> Job:
     _check_parallel_features(job.model, job.parallelism)
     _check_world(job.parallelism, job.cluster)
     _check_network(job.network)
+    _check_fabric(job.fabric)
+    _check_marks(job.output, job.network)
     _check_nics(job.cluster)
     _check_tables(job.output)
     _check_output(job)
@@ -1096,6 +872,15 @@ def _check_parallel_features(m: Model, p: Parallelism) -> None:
     if p.cp > 1 and m.seq_len % (2 * p.cp):
         raise ConfigError(f"model.seq_len={m.seq_len} is not a multiple of 2·parallelism.cp = {2 * p.cp} "
                           "(load-balanced context parallelism gives each rank two chunks)")
+    if p.sp and p.tp > 1 and m.seq_len % (p.cp * p.tp):
+        # Megatron-core scatters each micro-batch's [s/cp, b, h] activations over TP along s:
+        # tensor_parallel/mappings.py _split_along_first_dim and _reduce_scatter_along_first_dim
+        # assert "First dimension of the tensor should be divisible by tensor parallel size".
+        what = (f"parallelism.cp·tp = {p.cp}·{p.tp} = {p.cp * p.tp}" if p.cp > 1
+                else f"parallelism.tp={p.tp}")
+        raise ConfigError(f"model.seq_len={m.seq_len} is not a multiple of {what} with parallelism.sp=true "
+                          "(sequence parallelism splits every sequence over the TP ranks; Megatron asserts "
+                          f"it); make seq_len a multiple of {p.cp * p.tp} or set sp: false")
     if p.ep > 1 and not m.experts:
         raise ConfigError(f"parallelism.ep={p.ep} needs a mixture-of-experts model (model.experts > 0)")
     if p.expert_tp and not m.experts:
@@ -1206,35 +991,212 @@ def _check_network(n: Network) -> None:
     for key in ("dcqcn_rate_ai_mbps", "dcqcn_rate_hai_mbps", "cnp_interval_us"):
         if getattr(n, key) < 0:
             raise ConfigError(f"network.{key}: must be >= 0, got {getattr(n, key)!r}")
+    # The switch buffer bounds every queue (ns3_scenarios/roce_switch.h Admit): thresholds above
+    # it are never reached.
+    if n.kmax_bytes > n.buffer_bytes:
+        raise ConfigError(f"network.kmax_bytes={n.kmax_bytes} is above network.buffer_bytes={n.buffer_bytes}: "
+                          "no queue grows that long, ECN marking would never reach pmax; lower kmax_bytes "
+                          "or raise buffer_bytes")
+    if n.pfc_xoff_bytes > n.buffer_bytes:
+        raise ConfigError(f"network.pfc_xoff_bytes={n.pfc_xoff_bytes} is above network.buffer_bytes="
+                          f"{n.buffer_bytes}: the buffer drops before a port reaches Xoff, PFC would never "
+                          "pause; lower pfc_xoff_bytes (0: dynamic) or raise buffer_bytes")
+    if n.pfc_headroom_bytes > n.buffer_bytes:
+        raise ConfigError(f"network.pfc_headroom_bytes={n.pfc_headroom_bytes} is above network.buffer_bytes="
+                          f"{n.buffer_bytes}: one port's headroom cannot exceed the whole buffer; lower "
+                          "pfc_headroom_bytes (0: 3 x the link's bandwidth-delay) or raise buffer_bytes")
     if n.pfc_xoff_bytes and n.pfc_resume_offset_bytes >= n.pfc_xoff_bytes:
         raise ConfigError(f"network.pfc_resume_offset_bytes={n.pfc_resume_offset_bytes} must be "
                           f"below network.pfc_xoff_bytes={n.pfc_xoff_bytes} (Xon = Xoff - offset)")
 
 
-# --- the limits table (docs/limits.md) ---------------------------------------------------------
-
-def limits_rows() -> list[tuple[str, str, str]]:
-    """(key, accepted values, why) for every numeric or enumerated key, in section order."""
-    rows = []
-    keyed = [(k, t) for k, t in _SCALARS.items()] + [
-        (f"{sec}.{k}", t) for sec in SECTIONS for k, t in _TYPES[sec].items()]
-    for key, typ in keyed:
-        if key in _CHOICES:
-            rows.append((key, ", ".join(str(c) for c in _CHOICES[key] if c != ""), ""))
-        elif typ in (int, float):
-            lo, hi = bounds(key, typ)
-            why = _RANGES[key][2] if len(_RANGES.get(key, ())) > 2 else ""
-            rows.append((key, f"{_num(lo)} .. {_num(hi)}", why))
-    return rows
+def _check_fabric(f: FabricConfig) -> None:
+    if f.kind == "file" and not f.file:
+        raise ConfigError("fabric.kind=file needs fabric.file: the topology YAML's path (relative to "
+                          "the job file that names it)")
+    if f.file and f.kind != "file":
+        raise ConfigError(f"fabric.file={show_tail(f.file)} is ignored with fabric.kind={f.kind}: that kind "
+                          "builds its own switches; set fabric.kind: file to use the file, or remove fabric.file")
+    if f.kind == "file" and f.planes != 1:
+        raise ConfigError(f"fabric.planes={f.planes} with fabric.kind=file: list every plane's switches "
+                          "in the topology file instead (planes: 1)")
 
 
-def limits_markdown() -> str:
-    lines = ["| key | accepted | note |", "|---|---|---|"]
-    lines += [f"| `{k}` | {v} | {w} |" for k, v, w in limits_rows()]
-    return "\n".join(lines) + "\n"
+def _check_marks(out: Output, n: Network) -> None:
+    """CE marks, CNPs and DCQCN's reaction against the ECN bits data packets are sent with."""
+    if out.ecn_mark_fraction > 0 and out.ecn in (0, 3):
+        sent = "Not-ECT (output.ecn=0): a switch marks only ECN-capable packets (RFC 3168 §5)" \
+            if out.ecn == 0 else "CE already (output.ecn=3): a mark could not be told from the rest"
+        raise ConfigError(f"output.ecn_mark_fraction={out.ecn_mark_fraction:g} marks CE on data packets "
+                          f"sent {sent}; set output.ecn=2 (ECT(0)) or 1, or ecn_mark_fraction: 0")
+    if out.comments and out.format != "pcapng":
+        raise ConfigError("output.comments=true needs output.format=pcapng (pcap has no comments); "
+                          "set format: pcapng or comments: false")
+    if out.dcqcn and n.cc_mode != "dcqcn":
+        raise ConfigError(f"output.dcqcn=true follows DCQCN's rate control; network.cc_mode is "
+                          f"{n.cc_mode!r} - set network.cc_mode=dcqcn or output.dcqcn=false")
 
 
-if __name__ == "__main__":
+# --- keys with no effect ----------------------------------------------------------------------
+# A key that changes nothing because of another key's value: written by the user (job file,
+# --set, a mapping) with a value other than its default, it is refused naming both keys; carried
+# in by a preset (a cluster preset's spines under a fat-tree), it is reset to its default, so
+# job.resolved.yaml shows what acts and replays. Rows: (key, other key, acts(other's value),
+# what the key does, the other key's setting that makes it act) - read off where the pipeline
+# uses each key (fabric_kinds.py, workload/params.py, emit/packets.py, emit/ns3.py).
+
+_TWO_TIER = ("rail-optimised", "leaf-spine")
+_BUILT, _TWO_TIER_S = "rail-optimised, leaf-spine or fat-tree", "rail-optimised or leaf-spine"
+
+
+def _is(*values):
+    return lambda v: v in values
+
+
+_FAT, _TWO, _NOT_FILE = _is("fat-tree"), _is(*_TWO_TIER), (lambda v: v != "file")
+_POS, _MANY, _ZERO, _TRUE = (lambda v: v > 0), (lambda v: v > 1), (lambda v: v == 0), (lambda v: v is True)
+INERT = [
+    ("fabric.nodes_per_leaf", "fabric.kind", _TWO, "it counts the nodes under a two-tier leaf", _TWO_TIER_S),
+    ("fabric.spines", "fabric.kind", _TWO, "it counts a two-tier fabric's spines", _TWO_TIER_S),
+    ("fabric.k", "fabric.kind", _FAT, "it is a fat-tree's radix", "fat-tree"),
+    ("fabric.placement", "fabric.kind", _FAT, "it orders NICs on a fat-tree's leaves", "fat-tree"),
+    ("fabric.spine_core_gbps", "fabric.kind", _FAT, "it rates a fat-tree's spine-core links", "fat-tree"),
+    ("fabric.core_oversubscription", "fabric.kind", _FAT, "it rates a fat-tree's spine-core links", "fat-tree"),
+    ("fabric.spine_core_latency_ns", "fabric.kind", _FAT, "it delays a fat-tree's spine-core links", "fat-tree"),
+    ("fabric.leaf_spine_gbps", "fabric.kind", _NOT_FILE, "the topology file rates every link", _BUILT),
+    ("fabric.oversubscription", "fabric.kind", _NOT_FILE, "the topology file rates every link", _BUILT),
+    ("fabric.leaf_spine_latency_ns", "fabric.kind", _NOT_FILE, "the topology file delays every link", _BUILT),
+    ("fabric.oversubscription", "fabric.leaf_spine_gbps", _ZERO, "an explicit uplink rate wins over a ratio", "0"),
+    ("fabric.core_oversubscription", "fabric.spine_core_gbps", _ZERO, "an explicit uplink rate wins over a ratio",
+     "0"),
+    ("model.top_k", "model.experts", _POS, "it counts the experts a token goes to", "> 0"),
+    ("model.moe_ffn_hidden", "model.experts", _POS, "it is an expert's width", "> 0"),
+    ("model.shared_experts", "model.experts", _POS, "it counts the always-on experts of MoE layers", "> 0"),
+    ("model.first_k_dense", "model.experts", _POS, "it counts the dense layers before the MoE layers", "> 0"),
+    ("model.capacity_factor", "model.experts", _POS, "it sizes the MoE dispatch buffer", "> 0"),
+    ("model.q_lora_rank", "model.kv_lora_rank", _POS, "it is latent attention's query rank", "> 0"),
+    ("model.rope_head_dim", "model.kv_lora_rank", _POS, "it is latent attention's RoPE key width", "> 0"),
+    ("model.v_head_dim", "model.kv_lora_rank", _POS, "it is latent attention's value width", "> 0"),
+    ("model.kv_heads", "model.kv_lora_rank", _ZERO, "latent attention has no query groups", "0"),
+    ("model.max_position_embeddings", "model.position_embeddings", _TRUE,
+     "it counts the rows of a learned position table", "true"),
+    ("output.vlan_id", "output.vlan", _TRUE, "it is the 802.1Q tag's VID", "true"),
+    ("output.pcp", "output.vlan", _TRUE, "it is the 802.1Q tag's priority", "true"),
+    ("output.qp_split", "nccl.qps_per_connection", _MANY, "it spreads messages over a connection's QPs", "> 1"),
+    ("output.ecn_pattern", "output.ecn_mark_fraction", _POS, "it places CE marks", "> 0"),
+    ("output.ecn_seed", "output.ecn_mark_fraction", _POS, "it seeds CE marks", "> 0"),
+    ("output.ecn_seed", "output.ecn_pattern", _is("random"), "it seeds random CE marks", "random"),
+    ("output.dcqcn", "output.ecn_mark_fraction", _POS, "senders react to CNPs, which only CE marks cause", "> 0"),
+    ("network.pfc_xoff_bytes", "network.pfc", _TRUE, "it is a PFC threshold", "true"),
+    ("network.pfc_resume_offset_bytes", "network.pfc", _TRUE, "it is a PFC threshold", "true"),
+    ("network.pfc_headroom_bytes", "network.pfc", _TRUE, "it is PFC headroom", "true"),
+    ("network.pfc_pause_quanta", "network.pfc", _TRUE, "it is the PFC PAUSE time", "true"),
+    ("network.dcqcn_rate_ai_mbps", "network.cc_mode", _is("dcqcn"), "it is DCQCN's additive increase", "dcqcn"),
+    ("network.dcqcn_rate_hai_mbps", "network.cc_mode", _is("dcqcn"), "it is DCQCN's hyper increase", "dcqcn"),
+]
+
+
+def _get(job: Job, key: str) -> Any:
+    sec, _, name = key.partition(".")
+    return getattr(getattr(job, sec), name)
+
+
+def _default(key: str) -> Any:
+    return KEYS[key].default
+
+
+def _yaml_word(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return v if isinstance(v, str) and v.isprintable() and 0 < len(v) <= 60 else show(v)
+
+
+def inert_keys(job: Job) -> list[tuple[str, str]]:
+    """(key, other key) of every key with a non-default value that has no effect (INERT)."""
+    out = []
+    for key, other, acts, _, _ in INERT:
+        if _get(job, key) != _default(key) and not acts(_get(job, other)):
+            out.append((key, other))
+    return out
+
+
+def _settle_inert(job: Job, written: dict[str, str]) -> Job:
+    """Refuse the keys the user wrote that have no effect; reset those presets carried in."""
+    rows = {(k, o): (what, want) for k, o, _, what, want in INERT}
+    for key, other in inert_keys(job):
+        if _get(job, key) == _default(key):      # reset by an earlier row
+            continue
+        if key in written:
+            what, want = rows[key, other]
+            fix = f"set {other} {want}" if want.startswith(">") else f"set {other}: {want}"
+            raise ConfigError(f"{written[key]}={_yaml_word(_get(job, key))} has no effect with "
+                              f"{written.get(other, other)}={_yaml_word(_get(job, other))} ({what}); "
+                              f"remove it or {fix}")
+        sec, _, name = key.partition(".")
+        job = dataclasses.replace(job, **{sec: dataclasses.replace(getattr(job, sec), **{name: _default(key)})})
+    return job
+
+
+def _written(raw: Any) -> dict[str, str]:
+    """Canonical 'section.key' -> the key as written, for the section keys a job mapping names
+    itself (a section given as a preset, or a section's `preset:`, names none)."""
+    out: dict[str, str] = {}
+    if not isinstance(raw, dict):
+        return out
+    for sec, part in raw.items():
+        if sec not in SECTIONS or not isinstance(part, dict):
+            continue
+        for key in part:
+            if not isinstance(key, str) or key in ("preset", "name"):
+                continue
+            home = MOVED.get(sec, {}).get(key)
+            name = key if home else ALIASES.get(sec, {}).get(key, key)
+            out[f"{home or sec}.{name}"] = f"{sec}.{key}"
+    return out
+
+
+# --- docs/limits.md and the JSON Schema for job files (tracegen/schema/job.schema.json) -------
+
+def limits_doc(doc: str) -> str:
+    """`doc` (docs/limits.md's text) with its key table - from the '| key |' header to the first
+    blank line - replaced by the one the declarations give; the prose around it stays."""
+    start = doc.index("| key | accepted | note |")
+    end = doc.find("\n\n", start)
+    return doc[:start] + limits_markdown() + (doc[end + 1:] if end >= 0 else "")
+
+
+def job_schema_text() -> str:
+    """The JSON Schema of job files, from the key declarations and the shipped presets' names."""
+    from .config_schema import schema_text
+    kinds = {"jobs": "jobs", **_PRESET_DIRS}
+    return schema_text({sec: _preset_names(kind) for sec, kind in kinds.items()})
+
+
+def job_schema_path() -> Path:
+    """Where the shipped schema is (point an editor at it: README, 'Editing job files')."""
+    from .config_schema import SCHEMA_PATH
+    return SCHEMA_PATH
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m tracegen.config --limits [docs/limits.md] | --schema`: print the limits table (or
+    rewrite it in place in the doc named), or rewrite the shipped schema (tests check both are current)."""
     import sys
-    if sys.argv[1:] == ["--limits"]:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--limits"]:
         sys.stdout.write(limits_markdown())
+    elif args[:1] == ["--limits"] and len(args) == 2:
+        doc_path = Path(args[1])
+        doc_path.write_text(limits_doc(doc_path.read_text("utf-8")), "utf-8")
+    elif args == ["--schema"]:
+        job_schema_path().parent.mkdir(exist_ok=True)
+        job_schema_path().write_text(job_schema_text(), "utf-8")
+        print(job_schema_path())
+    else:
+        sys.exit("usage: python -m tracegen.config --limits [docs/limits.md] | --schema")
+
+
+if __name__ == "__main__":     # tools/layout.map: `main tracegen.config` once config is a package
+    main()

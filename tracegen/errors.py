@@ -1,6 +1,7 @@
 """Errors a user can act on: the CLI prints one line and exits with `exit_code`.
 
-  ConfigError  a bad job, lab plan or argument: the message names the key and the fix (exit 2);
+  ConfigError  a bad job, topology file, lab plan or argument: the message names the key and
+               the fix (exit 2);
   OutputError  an output cannot be written as asked: too large, a folder tracegen will not
                replace, an unusable path (exit 2);
   WriteError   the system refused a write that was asked correctly: disk full, read-only file

@@ -12,6 +12,18 @@ serves its QPs with pending work in turn, and switch ports under per-flow fair q
 bandwidth at time scales longer than a packet. An item's bytes finish at `finish`; it has arrived
 `extra_ns` later (propagation and store-and-forward, or an op's pipeline fill).
 
+Only what an event changes is recomputed. A link whose active items' rate caps add up to no more
+than its capacity ("cool") can never bind: every item on it reaches its cap first. So the
+allocation splits into independent parts, the connected components of items over "hot" links
+(caps over capacity), and an item on no hot link runs at its cap. An item starting or ending
+re-solves only the components of the links it crosses (those hot now or hot before), and each
+active item keeps its bytes left, its rate and its predicted finish (in a heap) between changes.
+A job of many DP replicas has a few dozen items per component whatever its size, so the cost of
+an event does not grow with the job (chunk level, where items have no cap, every loaded link is
+hot: the components are the whole connected traffic, as a global solve would see it). The
+result is the global re-solve's up to float rounding (the levels of a filling add up in another
+order): a finish can land 1 ns to the other side of a whole ns.
+
 Release: an op is released `gap_ns` after the last of its dependency ops ends; an item becomes
 active once its op is released and every item it depends on (same op) has arrived. Times are
 integer ns (an item finishes at the first whole ns its bytes are through); remaining bytes are
@@ -19,20 +31,20 @@ float64 between events.
 
 Records, on request only: every link's load over time (LinkLoad: the report's utilisation) and
 the rate of chosen items over time (ItemRates: the pcap writer paces a flow's packets along its
-cumulative sent-bytes curve, progress_times inverts it).
+cumulative sent-bytes curve, progress_times inverts it); fluid_records.py.
 """
 from __future__ import annotations
 
 import heapq
-from typing import NamedTuple
 
 import numba
 import numpy as np
 
 from . import progress
+from .fluid_records import INF, ItemRates, LinkLoad, progress_times  # noqa: F401  (the engine's API)
 from .tables import Ragged
 
-INF = np.iinfo(np.int64).max // 4
+HOT = 1e-9         # a link is hot when its items' caps exceed its capacity by more than this share
 
 
 def reverse_csr(r: Ragged, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,6 +85,8 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
     order they became ready (a QP works through its send queue in order)."""
     n_ops, n = len(op_gap), len(op_of)
     op_of = np.asarray(op_of, np.int64)
+    if len(lk_id) >= 2**31:
+        raise ValueError("fluid.run: more than 2^31 item links")
     od_ptr, od_val = reverse_csr(op_deps, n_ops)
     td_ptr, td_val = reverse_csr(item_deps, n)
     ot_val = np.argsort(op_of, kind="stable").astype(np.int64)
@@ -103,214 +117,145 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
         load = LinkLoad(rec_t[:k], rec_l[:k], rec_v[:k], n_rec > len(rec_t))
     if record_items is not None:
         k = min(n_it, len(it_t))
-        return start, finish, end, op_start, op_end, load, ItemRates(it_t[:k], it_i[:k], it_v[:k], int(it_lost))
+        o = np.lexsort((it_i[:k], it_t[:k]))          # time order, items in id order at one time
+        return start, finish, end, op_start, op_end, load, ItemRates(it_t[o], it_i[o], it_v[o], int(it_lost))
     if record_links:
         return start, finish, end, op_start, op_end, load
     return start, finish, end, op_start, op_end
 
 
-def progress_times(rates: "ItemRates", items, frac, finish) -> tuple[np.ndarray, np.ndarray]:
-    """When (float ns) each queried item had sent fraction `frac` of what it sent by `finish`
-    (per query: its item, the fraction, the item's finish), on its cumulative sent-bytes curve
-    (piecewise linear from its rate records). ok: the item's rate changed while it sent and its
-    records are complete - elsewhere the time is nan (one rate: a straight line, the caller's)."""
-    items, frac = np.asarray(items, np.int64), np.asarray(frac, np.float64)
-    finish = np.asarray(finish, np.int64)
-    out, ok = np.full(len(items), np.nan), np.zeros(len(items), bool)
-    if rates is None or not len(rates.t) or not len(items):
-        return out, ok
-    o = np.argsort(rates.item, kind="stable")              # per item, in time order
-    k_it, k_t, k_v = rates.item[o], rates.t[o].astype(np.int64), rates.bytes_per_ns[o]
-    n = max(int(k_it.max()), int(items.max())) + 1
-    count = np.bincount(k_it, minlength=n)
-    fin = np.full(n, -1, np.int64)
-    fin[items] = finish
-    want = (count >= 2) & (fin >= 0) & (fin <= rates.complete_until)
-    keep = want[k_it]
-    k_it, k_t, k_v = k_it[keep], k_t[keep], k_v[keep]
-    if not len(k_it):
-        return out, ok
-    last = np.r_[k_it[1:] != k_it[:-1], True]
-    seg = k_v * np.maximum(np.where(last, fin[k_it], np.r_[k_t[1:], 0]) - k_t, 0)
-    g0 = np.cumsum(seg) - seg                              # cumulative bytes, items concatenated
-    lo = np.flatnonzero(np.r_[True, k_it[1:] != k_it[:-1]])
-    hi = np.r_[lo[1:], len(k_it)] - 1
-    it_lo, it_hi, it_off, it_bytes = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n), np.zeros(n))
-    it_lo[k_it[lo]], it_hi[k_it[lo]], it_off[k_it[lo]] = lo, hi, g0[lo]
-    np.add.at(it_bytes, k_it, seg)
-    ok = want[items]
-    q, f = items[ok], np.clip(frac[ok], 0.0, 1.0)
-    g = it_off[q] + f * it_bytes[q]
-    k = np.clip(np.searchsorted(g0, g, "right") - 1, it_lo[q], it_hi[q])
-    v = k_v[k]
-    out[ok] = k_t[k] + np.where(v > 0, (g - g0[k]) / np.where(v > 0, v, 1), 0.0)
-    return out, ok
-
-
-class ItemRates(NamedTuple):
-    """Piecewise-constant rates of items: from t[k] on, item[k] sends bytes_per_ns[k] (until its
-    next record or its finish). Records are in time order. complete_until: the records of an item
-    that finishes at or before it are complete (INF: none was dropped); the memory bound dropped
-    every rate change from then on."""
-    t: np.ndarray
-    item: np.ndarray
-    bytes_per_ns: np.ndarray
-    complete_until: int
-
-    @property
-    def truncated(self) -> bool:
-        return self.complete_until < INF
-
-    def within(self, items, t0, t1) -> "ItemRates":
-        """Per query q: the records of item items[q] over [t0[q], t1[q]) - the rate in effect at
-        t0 (stamped t0) and its changes before t1 - as item q (time order per query)."""
-        items, t0, t1 = (np.asarray(a, np.int64) for a in (items, t0, t1))
-        if not len(self.t) or not len(items):
-            return ItemRates(self.t[:0], self.item[:0], self.bytes_per_ns[:0], self.complete_until)
-        o = np.lexsort((self.t, self.item))
-        it, t, v = self.item[o], self.t[o].astype(np.int64), self.bytes_per_ns[o]
-        span = int(max(t.max(), t1.max(), 0)) + 1
-        key = it * span + t
-        first = np.searchsorted(it, items)                  # the item's first record
-        a = np.maximum(np.searchsorted(key, items * span + np.maximum(t0, 0), "right") - 1, first)
-        b = np.searchsorted(key, items * span + np.maximum(t1, 0), "left")
-        has = (first < len(it)) & (it[np.minimum(first, len(it) - 1)] == items)
-        n = np.where(has, np.maximum(b - a, 0), 0)
-        q = np.repeat(np.arange(len(items)), n)
-        k = np.repeat(a, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-        return ItemRates(np.maximum(t[k], t0[q]), q, v[k], self.complete_until)
-
-    def take(self, items: np.ndarray) -> "ItemRates":
-        """The records of `items` (ids), renumbered 0..len(items)-1 in that order."""
-        items = np.asarray(items, np.int64)
-        if not len(self.item) or not len(items):
-            return ItemRates(self.t[:0], self.item[:0], self.bytes_per_ns[:0], self.complete_until)
-        new = np.full(max(int(self.item.max()), int(items.max())) + 1, -1, np.int64)
-        new[items] = np.arange(len(items))
-        k = new[self.item]
-        keep = k >= 0
-        return ItemRates(self.t[keep], k[keep], self.bytes_per_ns[keep], self.complete_until)
-
-
-class LinkLoad(NamedTuple):
-    """Piecewise-constant load of links: from t[k] on, link[k] carries bytes_per_ns[k]."""
-    t: np.ndarray
-    link: np.ndarray
-    bytes_per_ns: np.ndarray
-    truncated: bool
-
-    def binned_used(self, bin_ns: int, bins: int) -> tuple[np.ndarray, np.ndarray]:
-        """(links, bytes per bin) of only the links with records: a fabric of 65,536 spines has
-        262,000 link directions, a small job loads a few dozen (binned() would hold them all)."""
-        used, compact = np.unique(self.link, return_inverse=True)
-        return used, self._replace(link=compact.reshape(-1)).binned(len(used), bin_ns, bins)
-
-    def binned(self, n_links: int, bin_ns: int, bins: int) -> np.ndarray:
-        """Bytes each link carried in each bin [k bin_ns, (k+1) bin_ns)."""
-        out = np.zeros((n_links, bins + 2))
-        if not len(self.t):
-            return out[:, :bins]
-        o = np.lexsort((self.t, self.link))
-        t, ln, v = self.t[o], self.link[o], self.bytes_per_ns[o]
-        last = np.r_[ln[1:] != ln[:-1], True]
-        b = np.where(last, t, np.r_[t[1:], 0])       # each record holds until the link's next one
-        keep = (b > t) & (v > 0) & (t < bins * bin_ns)
-        a, b, v, ln = t[keep], np.minimum(b[keep], bins * bin_ns), v[keep], ln[keep]
-        b0, b1 = a // bin_ns, (b - 1) // bin_ns
-        one = b0 == b1
-        np.add.at(out, (ln[one], b0[one]), v[one] * (b[one] - a[one]))
-        m = ~one
-        np.add.at(out, (ln[m], b0[m]), v[m] * ((b0[m] + 1) * bin_ns - a[m]))
-        np.add.at(out, (ln[m], b1[m]), v[m] * (b[m] - b1[m] * bin_ns))
-        inner = m & (b1 > b0 + 1)
-        diff = np.zeros_like(out)
-        np.add.at(diff, (ln[inner], b0[inner] + 1), v[inner] * bin_ns)
-        np.add.at(diff, (ln[inner], b1[inner]), -v[inner] * bin_ns)
-        return (out + np.cumsum(diff, axis=1))[:, :bins]
-        o = np.lexsort((self.t, self.link))
-        t, ln, v = self.t[o], self.link[o], self.bytes_per_ns[o]
-        nxt = np.r_[t[1:], t[-1]]
-        last = np.r_[ln[1:] != ln[:-1], True]
-        nxt = np.where(last, t, nxt)                      # a link's last record: load 0 from then on
-        edges = np.arange(bins + 1) * bin_ns
-        # integral of v over [a, b) split on bin edges: via the cumulative load at every edge
-        a, b = t, nxt
-        keep = (b > a) & (v > 0)
-        a, b, v, ln = a[keep], b[keep], v[keep], ln[keep]
-        for_a = np.minimum(a[:, None], edges[None, 1:])
-        for_b = np.minimum(b[:, None], edges[None, 1:])
-        lo = np.maximum(np.maximum(a[:, None], edges[None, :-1]), 0)
-        span = np.maximum(0, np.minimum(for_b, edges[None, 1:]) - np.maximum(lo, for_a * 0 + lo))
-        np.add.at(out, ln, span * v[:, None])
-        return out
+@numba.njit(cache=True)
+def _hot(n_inf, dem_bytes_per_ns, cap_bytes_per_ns):
+    """A link that can bind: an uncapped item on it, or its items' caps over its capacity."""
+    return n_inf > 0 or dem_bytes_per_ns > cap_bytes_per_ns * (1.0 + HOT)
 
 
 @numba.njit(cache=True)
-def _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen, rate_cap):
-    """Max-min fair rates of the active items (progressive filling with link weights; an item
-    also stops rising at its own rate cap)."""
-    n_t = 0
-    for a in range(n_act):
-        i = act[a]
-        frozen[i] = False
-        rate[i] = 0.0
+def _solve(comp, n_comp, hl, n_h, hmark, lk_ptr, lk_id, lk_w, cap, rate_cap, nr, wsum, rcap, frozen):
+    """Max-min fair rates nr of the items comp[:n_comp] under the hot links hl[:n_h] (every active
+    item on them is in comp): progressive filling with link weights; an item also stops rising at
+    its own rate cap; an item on no hot link gets its cap."""
+    for j in range(n_h):
+        ln = hl[j]
+        wsum[ln] = 0.0
+        rcap[ln] = cap[ln]
+    left = 0
+    for a in range(n_comp):
+        i = comp[a]
+        frozen[i] = True
+        nr[i] = rate_cap[i]
         for k in range(lk_ptr[i], lk_ptr[i + 1]):
             ln = lk_id[k]
-            if wsum[ln] == 0.0 and rcap[ln] >= 0.0:
-                touched[n_t] = ln
-                n_t += 1
-                rcap[ln] = -1.0            # mark as touched
-            wsum[ln] += lk_w[k]
-    for t in range(n_t):
-        rcap[touched[t]] = cap[touched[t]]
-    left = 0
-    for a in range(n_act):
-        i = act[a]
-        if lk_ptr[i] == lk_ptr[i + 1]:
-            rate[i] = rate_cap[i]          # crosses no link: only its cap limits it
-            frozen[i] = True
-        else:
+            if hmark[ln]:
+                wsum[ln] += lk_w[k]
+                frozen[i] = False
+        if not frozen[i]:
+            nr[i] = 0.0
             left += 1
     level = 0.0
     while left > 0:
         best = np.inf
-        for t in range(n_t):
-            ln = touched[t]
+        for j in range(n_h):
+            ln = hl[j]
             if wsum[ln] > 1e-12:
                 v = rcap[ln] / wsum[ln]
                 if v < best:
                     best = v
-        for a in range(n_act):
-            i = act[a]
+        for a in range(n_comp):
+            i = comp[a]
             if not frozen[i] and rate_cap[i] - level < best:
                 best = rate_cap[i] - level
         if best < 0.0:
             best = 0.0
         level += best
-        for t in range(n_t):
-            ln = touched[t]
+        for j in range(n_h):
+            ln = hl[j]
             if wsum[ln] > 1e-12:
                 rcap[ln] -= best * wsum[ln]
                 if rcap[ln] <= cap[ln] * 1e-12:
                     rcap[ln] = 0.0
-        for a in range(n_act):
-            i = act[a]
+        for a in range(n_comp):
+            i = comp[a]
             if frozen[i]:
                 continue
             sat = level >= rate_cap[i] * (1.0 - 1e-12)
             for k in range(lk_ptr[i], lk_ptr[i + 1]):
-                if rcap[lk_id[k]] == 0.0:
+                if hmark[lk_id[k]] and rcap[lk_id[k]] == 0.0:
                     sat = True
                     break
             if sat:
                 frozen[i] = True
-                rate[i] = level
+                nr[i] = level
                 left -= 1
                 for k in range(lk_ptr[i], lk_ptr[i + 1]):
-                    wsum[lk_id[k]] -= lk_w[k]
-    for t in range(n_t):
-        wsum[touched[t]] = 0.0
-        rcap[touched[t]] = 0.0
+                    if hmark[lk_id[k]]:
+                        wsum[lk_id[k]] -= lk_w[k]
+
+
+@numba.njit(cache=True)
+def _fcompact(hf, hi, hn, fin, active):
+    """The finish heap without its stale entries (items no longer active or predicted
+    elsewhere), re-heapified: at most one entry per active item."""
+    m = 0
+    for k in range(hn):
+        j = hi[k]
+        if active[j] and fin[j] == hf[k]:
+            hf[m], hi[m] = hf[k], j
+            m += 1
+            active[j] = False                      # one entry per item
+    for k in range(m):
+        active[hi[k]] = True
+    for top in range(m // 2 - 1, -1, -1):          # bottom-up heapify
+        f, i = hf[top], hi[top]
+        pos = top
+        while True:
+            c = 2 * pos + 1
+            if c >= m:
+                break
+            if c + 1 < m and (hf[c + 1] < hf[c] or (hf[c + 1] == hf[c] and hi[c + 1] < hi[c])):
+                c += 1
+            if hf[c] < f or (hf[c] == f and hi[c] < i):
+                hf[pos], hi[pos] = hf[c], hi[c]
+                pos = c
+            else:
+                break
+        hf[pos], hi[pos] = f, i
+    return m
+
+
+@numba.njit(cache=True, inline="always")
+def _fpush(hf, hi, hn, f, i):
+    """Push (f, i) onto the finish heap (arrays hf, hi of hn < len(hf) entries, by (f, i))."""
+    pos = hn
+    while pos > 0:
+        par = (pos - 1) >> 1
+        if hf[par] < f or (hf[par] == f and hi[par] <= i):
+            break
+        hf[pos], hi[pos] = hf[par], hi[par]
+        pos = par
+    hf[pos], hi[pos] = f, i
+    return hn + 1
+
+
+@numba.njit(cache=True, inline="always")
+def _fpop(hf, hi, hn):
+    """Drop the top of the finish heap; returns its new size."""
+    hn -= 1
+    f, i = hf[hn], hi[hn]
+    pos = 0
+    while True:
+        c = 2 * pos + 1
+        if c >= hn:
+            break
+        if c + 1 < hn and (hf[c + 1] < hf[c] or (hf[c + 1] == hf[c] and hi[c + 1] < hi[c])):
+            c += 1
+        if hf[c] < f or (hf[c] == f and hi[c] < i):
+            hf[pos], hi[pos] = hf[c], hi[c]
+            pos = c
+        else:
+            break
+    hf[pos], hi[pos] = f, i
+    return hn
 
 
 @numba.njit(cache=True)
@@ -328,17 +273,42 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     start = np.zeros(n, np.int64)
     finish = np.zeros(n, np.int64)
     end = np.zeros(n, np.int64)
+    # per active item: bytes left at t_upd, its rate since then, its predicted finish
     rem = nbytes.copy()
     rate = np.zeros(n, np.float64)
+    t_upd = np.zeros(n, np.int64)
+    fin = np.full(n, INF, np.int64)
+    active = np.zeros(n, np.bool_)
+    n_act = 0
+    # per link: its active items' link entries (a doubly linked list), the sum of their caps
+    head = np.full(n_links, -1, np.int32)
+    lk_item = np.zeros(len(lk_id), np.int32)     # the item whose link list holds entry k
+    for i in range(n):
+        lk_item[lk_ptr[i]:lk_ptr[i + 1]] = i
+    nxt = np.full(len(lk_id), -1, np.int32)
+    prv = np.full(len(lk_id), -1, np.int32)
+    n_on = np.zeros(n_links, np.int64)
+    dem = np.zeros(n_links, np.float64)
+    n_inf = np.zeros(n_links, np.int64)
+    # one event's scratch: touched links, the component being solved, its hot links
+    lmark = np.zeros(n_links, np.bool_)
+    was_hot = np.zeros(n_links, np.bool_)
+    touched = np.zeros(n_links, np.int64)
+    n_touch = 0
+    in_comp = np.zeros(n, np.bool_)
+    comp = np.zeros(n, np.int64)
+    n_comp = 0
+    hmark = np.zeros(n_links, np.bool_)
+    hl = np.zeros(n_links, np.int64)
+    nr = np.zeros(n, np.float64)
     frozen = np.zeros(n, np.bool_)
     wsum = np.zeros(n_links, np.float64)
     rcap = np.zeros(n_links, np.float64)
-    touched = np.zeros(n_links, np.int64)
-    act = np.zeros(n, np.int64)            # active items (order irrelevant)
-    pos = np.full(n, -1, np.int64)         # place in act
-    n_act = 0
-    heap = [(np.int64(0), np.int64(0))]
+    heap = [(np.int64(0), np.int64(0))]          # (ready, item): items waiting to start
     heap.pop()
+    hf = np.zeros(4 + n // 8, np.int64)          # finish heap: (finish, item) predictions, by (hf, hi);
+    hi = np.zeros(4 + n // 8, np.int64)          # stale ones are skipped when they surface
+    hn = 0
     rel_op = np.zeros(n_ops, np.int64)
     rel_t = np.zeros(n_ops, np.int64)
     n_rel = 0
@@ -349,19 +319,12 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     done_ops = np.zeros(n_ops, np.int64)   # completed ops whose dependents are not yet released
     n_done = 0
     t = np.int64(0)
-    dirty = False
-    fin = np.zeros(n, np.int64)
-    # link load records (record_links): per link the load last recorded, and the links loaded
+    # link load records (record_links): per link the load last recorded
     rec_t = np.zeros(rec_max, np.int64)
     rec_l = np.zeros(rec_max, np.int64)
     rec_v = np.zeros(rec_max, np.float64)
     n_rec = 0
     last_load = np.zeros(max(rec_links, 1), np.float64)
-    cur_load = np.zeros(max(rec_links, 1), np.float64)
-    loaded = np.zeros(max(rec_links, 1), np.int64)
-    n_loaded = 0
-    mark = np.zeros(max(rec_links, 1), np.bool_)
-    tl = np.zeros(max(rec_links, 1), np.int64)
     # item rate records (record_items): per marked item the rate last recorded
     it_t = np.zeros(it_max, np.int64)
     it_i = np.zeros(it_max, np.int64)
@@ -374,6 +337,8 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
     q_head = np.full(max(n_q, 1), -1, np.int64)  # parked items per queue: a linked list, FIFO
     q_tail = np.full(max(n_q, 1), -1, np.int64)
     q_next = np.full(n, -1, np.int64)
+    now = np.zeros(max(n_q, 1), np.int64)        # QPs' next items, starting at t
+    n_now = 0
     n_finished, next_tick = 0, PROGRESS_EVERY
     while True:
         # Settle op completions / releases (they only schedule future activations).
@@ -406,48 +371,18 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
                     ready[it] = t0
                 if tr_deps_left[it] == 0:
                     heapq.heappush(heap, (ready[it], it))
-        if rec_links > 0 and dirty:
-            if n_act > 0:
-                _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen, rate_cap)
-                dirty = False
-                if it_max > 0:
-                    n_it, it_lost = _record_items(t, act, n_act, rate, want, last_rate, it_t, it_i, it_v, n_it, it_lost)
-            n_rec, n_loaded = _record(t, act, n_act, rate, lk_ptr, lk_id, lk_w, rec_links, cur_load, last_load,
-                                      loaded, n_loaded, mark, tl, rec_t, rec_l, rec_v, n_rec)
-        if len(heap) == 0 and n_act == 0:
-            break
-        t_arr = heap[0][0] if len(heap) > 0 else INF
-        t_fin = INF
-        if n_act > 0:
-            if dirty:
-                _maxmin(act, n_act, lk_ptr, lk_id, lk_w, cap, rate, wsum, rcap, touched, frozen, rate_cap)
-                dirty = False
-                if it_max > 0:
-                    n_it, it_lost = _record_items(t, act, n_act, rate, want, last_rate, it_t, it_i, it_v, n_it, it_lost)
-            for a in range(n_act):
-                i = act[a]
-                r = rate[i]
-                if r == np.inf:
-                    f = t
-                else:
-                    q = rem[i] / r
-                    f = t + np.int64(np.ceil(q - 1e-9)) if q > 1e-9 else t
-                fin[i] = f
-                if f < t_fin:
-                    t_fin = f
-        if t_arr < t_fin or (t_arr == t_fin and n_act == 0):
-            dt = t_arr - t
-            if dt > 0:
-                for a in range(n_act):
-                    i = act[a]
-                    rem[i] -= rate[i] * dt
-                    if rem[i] < 1e-9:
-                        rem[i] = 1e-9
-            t = t_arr
-            while len(heap) > 0 and heap[0][0] <= t:
+        # Items that start now: a QP's next item (its line moved up at t), items ready by t (their
+        # QP free; else they wait in its line). Each goes onto its links' lists and demands
+        # (inline, as its end below: numba counts references to every array passed to a call,
+        # which cost more than this work per item).
+        while n_now > 0 or (len(heap) > 0 and heap[0][0] <= t):
+            if n_now > 0:
+                n_now -= 1
+                it = now[n_now]
+            else:
                 _, it = heapq.heappop(heap)
                 q = queue[it]
-                if q >= 0 and q_busy[q]:          # its QP is busy: wait in line
+                if q >= 0 and q_busy[q]:
                     if q_tail[q] >= 0:
                         q_next[q_tail[q]] = it
                     else:
@@ -456,44 +391,184 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
                     continue
                 if q >= 0:
                     q_busy[q] = True
-                start[it] = t
-                fin[it] = INF
-                act[n_act] = it
-                pos[it] = n_act
-                n_act += 1
-            dirty = True
+            start[it] = t
+            active[it] = True
+            rate[it] = 0.0
+            t_upd[it] = t
+            rc = rate_cap[it]
+            for k in range(lk_ptr[it], lk_ptr[it + 1]):
+                ln = lk_id[k]
+                if not lmark[ln]:                    # touched: note whether it was hot before
+                    lmark[ln] = True
+                    was_hot[ln] = _hot(n_inf[ln], dem[ln], cap[ln])
+                    touched[n_touch] = ln
+                    n_touch += 1
+                prv[k] = -1
+                nxt[k] = head[ln]
+                if head[ln] >= 0:
+                    prv[head[ln]] = k
+                head[ln] = k
+                n_on[ln] += 1
+                if rc == np.inf:
+                    n_inf[ln] += 1
+                else:
+                    dem[ln] += rc * lk_w[k]
+            if not in_comp[it]:
+                in_comp[it] = True
+                comp[n_comp] = it
+                n_comp += 1
+            n_act += 1
+        # New rates where something changed: the components of the touched links.
+        if n_touch > 0 or n_comp > 0:
+            for j in range(n_touch):
+                ln = touched[j]
+                if was_hot[ln] or _hot(n_inf[ln], dem[ln], cap[ln]):
+                    e = head[ln]
+                    while e >= 0:
+                        i = lk_item[e]
+                        if not in_comp[i]:
+                            in_comp[i] = True
+                            comp[n_comp] = i
+                            n_comp += 1
+                        e = nxt[e]
+            n_h = 0
+            a = 0
+            while a < n_comp:                        # grow over hot links
+                i = comp[a]
+                a += 1
+                for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                    ln = lk_id[k]
+                    if hmark[ln] or not _hot(n_inf[ln], dem[ln], cap[ln]):
+                        continue
+                    hmark[ln] = True
+                    hl[n_h] = ln
+                    n_h += 1
+                    e = head[ln]
+                    while e >= 0:
+                        d = lk_item[e]
+                        if not in_comp[d]:
+                            in_comp[d] = True
+                            comp[n_comp] = d
+                            n_comp += 1
+                        e = nxt[e]
+            _solve(comp, n_comp, hl, n_h, hmark, lk_ptr, lk_id, lk_w, cap, rate_cap, nr, wsum, rcap, frozen)
+            for a in range(n_comp):
+                i = comp[a]
+                in_comp[i] = False
+                r = nr[i]
+                if r == rate[i] and fin[i] < INF:
+                    continue
+                if t > t_upd[i]:
+                    rem[i] -= rate[i] * (t - t_upd[i])
+                    if rem[i] < 1e-9:
+                        rem[i] = 1e-9
+                t_upd[i] = t
+                rate[i] = r
+                if r == np.inf:
+                    f = t
+                elif r > 0.0:
+                    q = rem[i] / r
+                    f = t + np.int64(np.ceil(q - 1e-9)) if q > 1e-9 else t
+                else:
+                    f = INF
+                fin[i] = f
+                if f < INF:
+                    if hn == len(hf):                # full: drop the stale entries; mostly live: grow
+                        hn = _fcompact(hf, hi, hn, fin, active)
+                        if 2 * hn > len(hf):
+                            hf2, hi2 = np.zeros(2 * len(hf), np.int64), np.zeros(2 * len(hf), np.int64)
+                            hf2[:hn], hi2[:hn] = hf[:hn], hi[:hn]
+                            hf, hi = hf2, hi2
+                    hn = _fpush(hf, hi, hn, f, i)
+                if it_max > 0 and want[i] and r != np.inf:
+                    p = last_rate[i]
+                    if abs(r - p) > 1e-9 * max(r, p):
+                        if n_it < it_max:
+                            it_t[n_it], it_i[n_it], it_v[n_it] = t, i, r
+                        elif t < it_lost:
+                            it_lost = t
+                        n_it += 1
+                        last_rate[i] = r
+                if rec_links > 0:                    # its links' loads change: record them below
+                    for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                        ln = lk_id[k]
+                        if ln < rec_links and not lmark[ln]:
+                            lmark[ln] = True
+                            touched[n_touch] = ln
+                            n_touch += 1
+            for j in range(n_h):
+                hmark[hl[j]] = False
+            for j in range(n_touch):
+                ln = touched[j]
+                lmark[ln] = False
+                if ln < rec_links:               # its load now, from its items' rates
+                    c = 0.0
+                    e = head[ln]
+                    while e >= 0:
+                        r = rate[lk_item[e]]
+                        if r != np.inf:
+                            c += r * lk_w[e]
+                        e = nxt[e]
+                    p = last_load[ln]
+                    if abs(c - p) > 1e-9 * max(c, p):
+                        if n_rec < rec_max:
+                            rec_t[n_rec], rec_l[n_rec], rec_v[n_rec] = t, ln, c
+                        n_rec += 1
+                        last_load[ln] = c
+            n_touch = 0
+            n_comp = 0
+        # The next event: an item ready to start, or the earliest predicted finish.
+        while hn > 0 and (not active[hi[0]] or fin[hi[0]] != hf[0]):
+            hn = _fpop(hf, hi, hn)
+        t_arr = heap[0][0] if len(heap) > 0 else INF
+        t_fin = hf[0] if hn > 0 else INF
+        if t_arr >= INF and t_fin >= INF:
+            break
+        if t_arr < t_fin:
+            t = t_arr
             continue
-        # Completions at t_fin.
-        dt = t_fin - t
         t = t_fin
-        a = 0
-        while a < n_act:
-            i = act[a]
-            if fin[i] == t:
+        while hn > 0 and hf[0] == t:
+            i = hi[0]
+            hn = _fpop(hf, hi, hn)
+            if active[i] and fin[i] == t:
                 finish[i] = t
                 n_finished += 1
                 e = t + extra[i]
                 end[i] = e
                 rem[i] = 0.0
-                # remove from act (swap with last)
+                active[i] = False                 # off its links' lists and demands
+                rc = rate_cap[i]
+                for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                    ln = lk_id[k]
+                    if not lmark[ln]:
+                        lmark[ln] = True
+                        was_hot[ln] = _hot(n_inf[ln], dem[ln], cap[ln])
+                        touched[n_touch] = ln
+                        n_touch += 1
+                    if prv[k] >= 0:
+                        nxt[prv[k]] = nxt[k]
+                    else:
+                        head[ln] = nxt[k]
+                    if nxt[k] >= 0:
+                        prv[nxt[k]] = prv[k]
+                    n_on[ln] -= 1
+                    if rc == np.inf:
+                        n_inf[ln] -= 1
+                    else:
+                        dem[ln] -= rc * lk_w[k]
+                    if n_on[ln] == 0:
+                        dem[ln] = 0.0             # an emptied link's demand is exactly 0
                 n_act -= 1
-                last = act[n_act]
-                act[a] = last
-                pos[last] = a
-                pos[i] = -1
                 q = queue[i]
                 if q >= 0:                        # the next in its QP's line starts now
-                    nxt = q_head[q]
-                    if nxt >= 0:
-                        q_head[q] = q_next[nxt]
+                    nq = q_head[q]
+                    if nq >= 0:
+                        q_head[q] = q_next[nq]
                         if q_head[q] < 0:
                             q_tail[q] = -1
-                        start[nxt] = t
-                        fin[nxt] = INF
-                        rate[nxt] = 0.0
-                        act[n_act] = nxt
-                        pos[nxt] = n_act
-                        n_act += 1
+                        now[n_now] = nq
+                        n_now += 1
                     else:
                         q_busy[q] = False
                 for k in range(td_ptr[i], td_ptr[i + 1]):
@@ -510,81 +585,12 @@ def _engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_
                 if op_left[o] == 0:
                     done_ops[n_done] = o
                     n_done += 1
-                continue
-            rem[i] -= rate[i] * dt
-            if rem[i] < 1e-9:
-                rem[i] = 1e-9
-            a += 1
-        dirty = True
         if n_finished >= next_tick:
             next_tick = n_finished + PROGRESS_EVERY
             with numba.objmode():
                 _report(n_finished, n)
-    done = True
+    done = n_act == 0
     for o in range(n_ops):
         if op_left[o] > 0 or op_deps_left[o] > 0:
             done = False
     return start, finish, end, op_start, op_end, done, rec_t, rec_l, rec_v, n_rec, it_t, it_i, it_v, n_it, it_lost
-
-
-@numba.njit(cache=True)
-def _record_items(t, act, n_act, rate, want, last_rate, it_t, it_i, it_v, n_it, it_lost):
-    """Record every marked active item whose rate changed at t; returns (n_it, it_lost): records
-    beyond the buffer are counted, not kept, and it_lost is when the first of them was due."""
-    for a in range(n_act):
-        i = act[a]
-        if not want[i]:
-            continue
-        r = rate[i]
-        if r == np.inf:
-            continue
-        p = last_rate[i]
-        if abs(r - p) > 1e-9 * max(r, p):
-            if n_it < len(it_t):
-                it_t[n_it], it_i[n_it], it_v[n_it] = t, i, r
-            elif t < it_lost:
-                it_lost = t
-            n_it += 1
-            last_rate[i] = r
-    return n_it, it_lost
-
-
-@numba.njit(cache=True)
-def _record(t, act, n_act, rate, lk_ptr, lk_id, lk_w, rec_links, cur, last, loaded, n_loaded, mark, tl,
-            rec_t, rec_l, rec_v, n_rec):
-    """Record every link (< rec_links) whose load changed at t; returns (n_rec, n_loaded)."""
-    n_t = 0
-    for a in range(n_act):
-        i = act[a]
-        r = rate[i]
-        if r == np.inf:
-            continue
-        for k in range(lk_ptr[i], lk_ptr[i + 1]):
-            ln = lk_id[k]
-            if ln < rec_links:
-                if not mark[ln]:
-                    mark[ln] = True
-                    tl[n_t] = ln
-                    n_t += 1
-                cur[ln] += r * lk_w[k]
-    for j in range(n_loaded):                # loaded before, idle now
-        ln = loaded[j]
-        if not mark[ln]:
-            mark[ln] = True
-            tl[n_t] = ln
-            n_t += 1
-    m = 0
-    for j in range(n_t):
-        ln = tl[j]
-        c, p = cur[ln], last[ln]
-        if abs(c - p) > 1e-9 * max(c, p):
-            if n_rec < len(rec_t):
-                rec_t[n_rec], rec_l[n_rec], rec_v[n_rec] = t, ln, c
-            n_rec += 1
-            last[ln] = c
-        if last[ln] > 0.0:
-            loaded[m] = ln
-            m += 1
-        cur[ln] = 0.0
-        mark[ln] = False
-    return n_rec, m

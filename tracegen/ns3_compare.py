@@ -18,18 +18,18 @@ iterations from the manifest's ops. MB are payload (flow.txt sizes are wire byte
 from __future__ import annotations
 
 import csv
-import json
-import os
-import tempfile
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ns3_scenarios.checks import load_json, read_text
 from ns3_scenarios.inputs import Scenario, load_scenario
 
 from . import kpi
-from .errors import ConfigError, OutputError
+from .errors import ConfigError
+from .ownership import PNG_SOFTWARE
 
 NUMBERINGS = {"pair": "hpcc_sport", "host": "host_sport"}
 SPORT_CHOICES = ("auto", "pair", "host", "hpcc", "simai")   # hpcc, simai: pair (current builds)
@@ -56,22 +56,27 @@ class Joined:
 
 
 def read_fct(path: Path) -> np.ndarray:
-    """fct.txt -> int64 array [n, 8]; IPs as integers."""
+    """fct.txt -> int64 array [n, 8]; IPs as integers. Refuses an empty or damaged file."""
+    if not path.exists():
+        raise ConfigError(f"{path}: no such fct file — run `tracegen ns3 run` first "
+                          "or give --fct")
     rows = []
     try:
-        with open(path) as f:
-            for ln, text in enumerate(f, 1):
-                t = text.split()
-                if not t:
-                    continue
-                if len(t) < 8:
-                    raise ValueError(f"line {ln} has {len(t)} fields, expected 8")
-                rows.append([int(t[0], 16), int(t[1], 16)] + [int(x) for x in t[2:8]])
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such fct file — run `tracegen ns3 run` first "
-                          "or give --fct") from None
+        for ln, text in enumerate(read_text(path, "fct file").splitlines(), 1):
+            t = text.split()
+            if not t:
+                continue
+            if len(t) < 8:
+                raise ValueError(f"line {ln} has {len(t)} fields, expected 8")
+            row = [int(t[0], 16), int(t[1], 16)] + [int(x) for x in t[2:8]]
+            if min(row) < 0 or max(row) >= 1 << 62:
+                raise ValueError(f"line {ln} has a negative or huge number")
+            rows.append(row)
     except ValueError as e:
         raise ConfigError(f"{path}: not an HPCC-style fct file ({e})") from None
+    if not rows:
+        raise ConfigError(f"{path}: empty — no flow completed in that run (did the simulator "
+                          "run to the end?)")
     return np.array(rows, dtype=np.int64).reshape(-1, 8)
 
 
@@ -158,14 +163,17 @@ def _sim_columns(path: Path, line: np.ndarray, n: int):
     if it is this scenario's."""
     if not path.is_file():
         return None, None
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if len(rows) != n or "ce_pkts" not in (rows[0] if rows else {}):
-        return None, None
-    ce = np.array([int(x["ce_pkts"]) for x in rows], dtype=np.int64)[line]
-    tx = None
-    if "tx_start_ns" in rows[0]:
-        tx = np.array([int(x["tx_start_ns"]) for x in rows], dtype=np.int64)[line]
+    try:
+        rows = list(csv.DictReader(io.StringIO(read_text(path, "flow table"), newline="")))
+        if len(rows) != n or "ce_pkts" not in (rows[0] if rows else {}):
+            return None, None           # not this scenario's run
+        ce = np.array([int(x["ce_pkts"]) for x in rows], dtype=np.int64)[line]
+        tx = None
+        if "tx_start_ns" in rows[0]:
+            tx = np.array([int(x["tx_start_ns"]) for x in rows], dtype=np.int64)[line]
+    except (ValueError, TypeError, csv.Error) as e:
+        raise ConfigError(f"{path}: damaged (a row cut short or not a number: "
+                          f"{' '.join(str(e).split())[:80]}); run `tracegen ns3 run` again") from None
     return ce, tx
 
 
@@ -231,19 +239,29 @@ def joined_kpis(j: Joined) -> dict:
     here = j.fct_path.parent
     summary = here / "summary.json"
     if summary.is_file():   # tracegen's own run: its per-port KPIs
-        try:
-            prev = json.loads(summary.read_text()).get("kpis", {})
-        except ValueError:
-            prev = {}
+        prev = load_json(summary, "ns3 run summary").get("kpis", {})
+        if not isinstance(prev, dict):
+            raise ConfigError(f"{summary}: kpis is not an object; run `tracegen ns3 run` again")
         for k in ("ecmp_imbalance", "pfc"):
             if k in prev:
-                out[k] = prev[k]
+                out[k] = _checked(summary, k, prev[k])
     elif (here / "pfc.txt").is_file():   # HPCC: `time node type iface 1|0` per PAUSE / RESUME
-        ev = [ln.split() for ln in (here / "pfc.txt").read_text().splitlines() if ln.strip()]
+        ev = [ln.split() for ln in read_text(here / "pfc.txt", "HPCC pfc file").splitlines()
+              if ln.strip()]
         out["pfc"] = {"pause_frames": sum(1 for e in ev if e[-1] == "1"),
                       "resume_frames": sum(1 for e in ev if e[-1] == "0"),
                       "paused_us_total": None}
     return out
+
+
+def _checked(path: Path, key: str, rec):
+    """A summary.json KPI record as report_notes prints it (numbers or null)."""
+    fields = {"pfc": ("pause_frames", "resume_frames", "paused_us_total"),
+              "ecmp_imbalance": ("analytic", "simulated")}[key]
+    num = lambda v: v is None or (type(v) in (int, float) and v >= 0)
+    if not isinstance(rec, dict) or not all(num(rec.get(f)) for f in fields):
+        raise ConfigError(f"{path}: kpis.{key} is not what `tracegen ns3 run` writes; run it again")
+    return rec
 
 
 # ---------------------------------------------------------------- report
@@ -308,7 +326,8 @@ def _fmt(x):
 
 
 def plot(j: Joined, png: Path) -> Path:
-    """Two panels: flow end times and flow completion times, analytic (x) vs simulated (y), one
+    """Draw into `png` (the caller writes it through outdir.write_file: a temp file renamed into
+    place, never over a user's file). Two panels: flow end times and flow completion times, analytic (x) vs simulated (y), one
     colour per dim/collective, y = x dashed; log axes where the points span two decades or more."""
     import matplotlib
     matplotlib.use("Agg")
@@ -341,17 +360,8 @@ def plot(j: Joined, png: Path) -> Path:
     axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(f"analytic schedule vs {j.sport}-numbered fct ({len(j.line)} flows)")
     fig.tight_layout()
-    png = Path(png)
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{png.name}.", suffix=".png", dir=png.parent)
-        os.close(fd)
-        fig.savefig(tmp)
-        os.replace(tmp, png)
-    except OSError as e:
-        raise OutputError(f"cannot write {png}: {e.strerror}") from None
+        fig.savefig(png, format="png", metadata={"Software": PNG_SOFTWARE})   # tracegen's (outdir)
     finally:
         plt.close(fig)
-        if tmp:
-            Path(tmp).unlink(missing_ok=True)
-    return png
+    return Path(png)

@@ -82,32 +82,39 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     progress.report(60, 100)
     out["link"] = link
     out["copies"] = np.ones(len(link), np.int64)
+    sel, rep_of = np.arange(len(link)), None
     if ops.replicas > 1 and len(link):
-        out = _unfold_net_edges(out, ops)
+        sel, rep_of = _unfold_net_edges(out, ops)
     progress.report(80, 100)
-    order = np.argsort(out["op_id"], kind="stable")
-    out = {k: v[order] for k, v in out.items()}
+    # one gather per column, unfolded and sorted by op at once (a folded 32k-GPU job's table is
+    # ~10 M rows: gathering the replicas' rows, concatenating, then sorting cost three copies)
+    order = np.argsort(out["op_id"][sel], kind="stable")
+    sel = sel[order]
+    out = {k: v[sel] for k, v in out.items()}
+    if rep_of is not None:
+        shift = rep_of[order] * ops.replica_stride
+        out["src_rank"] = out["src_rank"] + shift
+        out["dst_rank"] = out["dst_rank"] + shift
     progress.report(100, 100)
     return out
 
 
-def _unfold_net_edges(out: dict, ops: CommOps) -> dict:
+def _unfold_net_edges(out: dict, ops: CommOps) -> tuple[np.ndarray, np.ndarray]:
     """A folded job's edges (CommOps.replicas): an op of replica 0 gets its NET edges once per
     replica, ranks shifted by d x stride - they share the fabric with every other replica's and
     their routes differ (ECMP) - while its NVLink edges stay once, standing for all replicas
-    (`copies`): each GPU's NVLink port carries only its own replica's traffic."""
+    (`copies`, set here). Returns the rows of the unfolded table (replica 0's rows, then each
+    further replica's NET rows) as rows of `out`, and the replica d of each."""
     tiled = ops.tiled()[out["op_id"]]
     net = out["link"] == LinkKind.NET
     out["copies"] = np.where(tiled & ~net, ops.replicas, 1)
     idx = np.flatnonzero(tiled & net)
+    n = len(net)
     if not len(idx):
-        return out
-    shift = np.repeat(np.arange(1, ops.replicas, dtype=np.int64) * ops.replica_stride, len(idx))
-    rep = np.tile(idx, ops.replicas - 1)
-    extra = {k: v[rep] for k, v in out.items()}
-    extra["src_rank"] = extra["src_rank"] + shift
-    extra["dst_rank"] = extra["dst_rank"] + shift
-    return {k: np.concatenate([out[k], extra[k]]) for k in out}
+        return np.arange(n), None
+    sel = np.concatenate([np.arange(n), np.tile(idx, ops.replicas - 1)])
+    rep_of = np.concatenate([np.zeros(n, np.int64), np.repeat(np.arange(1, ops.replicas, dtype=np.int64), len(idx))])
+    return sel, rep_of
 
 
 GROUP_STEPS = 5     # the links and items bar: item links, send queues, item keys, item links merged, done
@@ -148,7 +155,7 @@ def _alone(item_deps, nbytes, extra, links, queue=None):
     n = len(nbytes)
     with progress.muted():          # the fill's bar counts ops, not this op's items
         _, finish, end, _, op_end = fluid.run(np.zeros(1, np.int64), Ragged.empty(1), np.zeros(n, np.int64),
-                                              item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 20_000,
+                                              item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 2000,
                                               queue=queue)
     return int(op_end[0]), int(finish.max()) if n else 0
 
@@ -162,16 +169,17 @@ class _Fill:
         self.groups: dict[bytes, bytes] = {}
 
     def pattern(self, op: int) -> bytes:
-        """Where the op's ranks sit, up to renaming of nodes and NICs."""
+        """Where the op's ranks sit, up to renaming of nodes, NICs and rails (alone on an ideal
+        fabric only which ranks share a node, a NIC or a rail matters: NVLink, NIC ports, PXN
+        proxies; a DP group of each of the 8 TP ranks is one shape, not 8)."""
         g = self.ops.groups[op]
         key = g.tobytes()
         if key not in self.groups:
             f = self.fabric
             parts = []
-            for v in (f.rank_node[g], f.rank_nic[g]):
+            for v in (f.rank_node[g], f.rank_nic[g], f.nic_rail[f.rank_nic[g]]):
                 _, first, inv = np.unique(v, return_index=True, return_inverse=True)
                 parts.append(np.argsort(np.argsort(first))[inv].astype(np.int32).tobytes())
-            parts.append(f.nic_rail[f.rank_nic[g]].astype(np.int16).tobytes())
             self.groups[key] = b"|".join(parts)
         return self.groups[key]
 

@@ -153,22 +153,27 @@ def to_json(res: dict) -> dict:
 
 
 def _print(res: dict) -> None:
+    """The tables at the terminal's width; into a pipe or a file each as wide as it needs, so no
+    value is ever cut (`tracegen tokens ... | cat`, as `tracegen plan`)."""
     from rich.console import Console
     from rich.table import Table
 
+    from .cli_common import print_whole
     from .corpus.five_stages import GLOBAL_BATCH, stage_table
     from .corpus.traffic import fmt_bytes, fmt_ns
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=100)
     rows, it, job = res["rows"], res["iteration"], res["job"]
     t = Table(title=f"Tokens (premium vs {rows[0].reference})", title_justify="left")
     for h in ("corpus", "tokenizer", "vocab", "characters", "words", "tokens", "tokens/word",
               "tokens/char", "premium"):
-        t.add_column(h, justify="left" if h in ("corpus", "tokenizer") else "right")
+        t.add_column(h, justify="left" if h in ("corpus", "tokenizer") else "right", no_wrap=True)
     for r in rows:
         t.add_row(r.corpus, r.tokenizer, f"{res['vocab'][r.corpus, r.tokenizer]:,}", f"{r.chars:,}",
                   f"{r.words:,}", f"{r.tokens:,}", f"{r.tokens_per_word:.3f}", f"{r.tokens_per_char:.3f}",
                   f"{r.premium:.3f}")
-    console.print(t)
+    print_whole(console, t)
     par = job.parallelism
     t = Table(title=f"One epoch of job {job.name!r}: {job.model.name}, dp={par.dp} tp={par.tp} "
                     f"pp={par.pp}, s={it.seq_len}, global batch {it.global_batch} "
@@ -182,12 +187,12 @@ def _print(res: dict) -> None:
               caption_justify="left")
     for h in ("corpus", "tokenizer", "sequences", "iterations (exact)", "all NICs", "busiest NIC",
               "wire", "compute", "scheduled"):
-        t.add_column(h, justify="left" if h in ("corpus", "tokenizer") else "right")
+        t.add_column(h, justify="left" if h in ("corpus", "tokenizer") else "right", no_wrap=True)
     for e in res["epochs"]:
         t.add_row(e.corpus, e.tokenizer, f"{e.sequences:,}", f"{e.iterations:,} ({e.iterations_exact:,.2f})",
                   fmt_bytes(e.aggregate_bytes), fmt_bytes(e.busiest_nic_bytes), fmt_ns(e.wire_ns),
                   fmt_ns(e.compute_ns), fmt_ns(e.scheduled_ns))
-    console.print(t)
+    print_whole(console, t)
     if res["five"] is not None:
         fs = res["five"]
         header, stage_rows, notes = stage_table(fs)
@@ -201,6 +206,6 @@ def _print(res: dict) -> None:
             t.add_column(h, justify="left" if h in ("stage", "quantity") else "right", overflow="fold")
         for r in stage_rows:
             t.add_row(*r)
-        console.print(t)
+        print_whole(console, t)
     if res["png"]:
         console.print(f"wrote {res['png']}")

@@ -11,7 +11,8 @@ Three cheap steps, each refusing before the next costs anything:
      x ranks, ...), grouped by distinct op shape; NCCL network messages from the bytes.
 Work units = transfers + 4 x ops + 1.3 x messages: a transfer costs ~330 B of peak memory (and
 ~3 us) through schedule and report, a network message ~430 B (and ~2 us) in the pcap estimate,
-measured on the 2-core development VM. Timed per connection (the detail the pipeline picks,
+measured on the 2-core development VM; with CE marks, + 60 (900 with DCQCN) x messages for the
+schedules that choose the CNPs (ECN_UNITS_PER_MESSAGE). Timed per connection (the detail the pipeline picks,
 pipeline.pick_detail), no transfer is made: the cost is per row of the connection-level schedule
 (op x NCCL connection: a ring's n edges per channel, a pair's channels; a folded job's network
 rows once per DP replica), ~CONN_EDGE_BYTES each, plus 4 units per op timed. The default budget, DEFAULT_MAX_WORK, fits a 2-core
@@ -37,6 +38,13 @@ OP_UNITS = 4
 CONN_EDGE_BYTES = 500                # per connection-level row (op x connection): edge columns, its
                                      # fluid item's share, flow row (llama3-405b plan: 2.5 GB at 2,048
                                      # GPUs, 5.8 M rows; 1.8 GB at 16,384, 3.1 M rows)
+# CE marks (output.ecn_mark_fraction): the pcap writer schedules every packet, picks the CNPs on
+# that schedule and schedules again with them (timing.add_cnps), where a host view without marks
+# counts from the plan alone: ~0.2 ms per network message more, 2-core VM (tiny job, 20 iterations:
+# 1.2 s vs 0.25 s, 4,960 messages); with output.dcqcn the senders are paced and all of it runs
+# again up to DCQCN_ROUNDS times: ~3 ms per message (13 s). In work units of ~3 us:
+ECN_UNITS_PER_MESSAGE = 60
+DCQCN_UNITS_PER_MESSAGE = 900
 MAX_OP_BYTES = 1 << 44               # one collective's buffer (16 TiB): byte x 8 x ranks stays in int64
 MAX_ITERATION_NS = 1 << 56           # ~2.3 years of compute: time sums stay far inside int64
 MAX_LINKS = 10_000_000
@@ -51,13 +59,15 @@ class Work:
     detail: str = "full"          # how the pipeline will time it (full: per chunk, conn: per connection)
     timed_ops: int = -1           # ops the schedule times (folded job: replica 0's and the shared; -1: ops)
     conn_edges: int = 0           # connection-level rows (op x NCCL connection) the schedule times
+    cnp_units: int = 0            # scheduling the pcaps' CNPs (and DCQCN's pacing): CE marks only
 
     @property
     def units(self) -> int:
         if self.detail == "conn":
             return (OP_UNITS * (self.ops if self.timed_ops < 0 else self.timed_ops)
-                    + self.conn_edges * CONN_EDGE_BYTES // BYTES_PER_UNIT)
-        return self.transfers + OP_UNITS * self.ops + self.messages * BYTES_PER_MESSAGE // BYTES_PER_UNIT
+                    + self.conn_edges * CONN_EDGE_BYTES // BYTES_PER_UNIT + self.cnp_units)
+        return (self.transfers + OP_UNITS * self.ops + self.messages * BYTES_PER_MESSAGE // BYTES_PER_UNIT
+                + self.cnp_units)
 
 
 def parse_work(text: str) -> int:
@@ -314,10 +324,18 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     # A folded job times one replica's NVLink edges and every replica's network edges: its cost
     # per op counted once, the unfolded op count shown.
     w = Work(int(copies.sum()), transfers, messages, _memory(len(rows), transfers, messages, entries, detail, edges),
-             detail, timed_ops=len(rows), conn_edges=edges)
+             detail, timed_ops=len(rows), conn_edges=edges, cnp_units=_cnp_units(job, messages) if pcap else 0)
     if max_work and w.units > max_work:
         _refuse(job, w, max_work, "transfers" if detail == "full" else "ops timed per connection")
     return w
+
+
+def _cnp_units(job: Job, messages: int) -> int:
+    """Work of the CNPs CE marks bring into the pcaps (0 without marks): see ECN_UNITS_PER_MESSAGE."""
+    out = job.output
+    if out.ecn_mark_fraction <= 0:
+        return 0
+    return messages * (DCQCN_UNITS_PER_MESSAGE if out.dcqcn else ECN_UNITS_PER_MESSAGE)
 
 
 def _memory(ops: int, transfers: int, messages: int, entries: int, detail: str = "full", edges: int = 0) -> int:

@@ -106,10 +106,11 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
                                           nccl=run.job.nccl, network=run.job.network, workers=workers,
                                           scheduler=scheduler))
     if out.ns3 and wire:
-        from .ns3 import write_ns3
+        from .ns3 import NO_FLOWS_NOTE, write_ns3
         stage("ns-3 scenario")
-        (dest / "ns3").mkdir()
-        write_ns3(run.flows, run.fabric, run.job, dest / "ns3")
+        if not write_ns3(run.flows, run.fabric, run.job, dest / "ns3") and \
+                NO_FLOWS_NOTE not in run.report.notes:            # no NIC traffic: no scenario
+            run.report.notes.append(NO_FLOWS_NOTE)
     if out.pictures:
         from .plots import TraceView, draw_all
         stage("pictures", "pictures")

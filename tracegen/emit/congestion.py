@@ -68,14 +68,48 @@ def rate_limit(qp: np.ndarray, t_ns: np.ndarray, gap_ns: int = CNP_MIN_GAP_NS) -
     return keep
 
 
+def rate_limit_fast(qp: np.ndarray, t_ns: np.ndarray, gap_ns: int = CNP_MIN_GAP_NS) -> np.ndarray:
+    """rate_limit's choice without a Python loop: per QP in time order, the kept candidates are
+    the first and then, from each kept one, the first at least gap_ns later - a chain of next
+    pointers, followed for all QPs at once by pointer doubling (log2(n) vector steps)."""
+    n = len(qp)
+    keep = np.zeros(n, bool)
+    if not n:
+        return keep
+    order = np.lexsort((np.arange(n), t_ns, qp))
+    q, t = np.asarray(qp)[order], np.asarray(t_ns, np.int64)[order]
+    group_end = np.searchsorted(q, q, "right")
+    # next[i]: the first of i's QP at or after t[i] + gap (n: none); searched per QP by offsetting
+    # each QP's times above the previous QP's
+    span = int(t.max() - t.min()) + gap_ns + 1
+    key = (np.unique(q, return_inverse=True)[1].astype(np.int64)) * span + (t - t.min())
+    nxt = np.searchsorted(key, key + gap_ns, "left")
+    nxt = np.where(nxt < group_end, nxt, n)
+    first = np.r_[True, q[1:] != q[:-1]]
+    on = first.copy()                      # kept: reachable from a QP's first candidate
+    jump = np.r_[nxt, n]
+    reach = np.r_[on, False]
+    while True:                            # mark every node on the chains from the firsts
+        new = np.zeros(n + 1, bool)
+        new[jump[np.flatnonzero(reach)]] = True
+        new[n] = False
+        grown = reach | new
+        if (grown == reach).all():
+            break
+        reach = grown
+        jump = jump[jump]
+    keep[order] = reach[:n]
+    return keep
+
+
 # --- DCQCN reaction point, open loop ---------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Dcqcn:
     """DCQCN reaction point parameters (Zhu et al., SIGCOMM 2015): those the ns-3 export writes
-    into config.txt for network.cc_mode=dcqcn (HPCC's run.py: AI 5 x, HAI 50 x line/25 Mb/s;
-    MIN_RATE 1 Gb/s, FAST_RECOVERY_TIMES 1) and `tracegen ns3 run`'s NIC applies
-    (ns3_scenarios/roce_nic.h, struct Dcqcn)."""
+    into config.txt for network.cc_mode=dcqcn (the job's network.dcqcn_* keys; without a job
+    HPCC's run.py: AI 5 x, HAI 50 x line/25 Mb/s, MIN_RATE 1 Gb/s, FAST_RECOVERY_TIMES 1) and
+    `tracegen ns3 run`'s NIC applies (ns3_scenarios/dcqcn.h; its byte counter is not modelled here)."""
     line_bps: float
     g: float = 1 / 256                      # EWMA_GAIN
     alpha_interval_ns: int = 1_000          # ALPHA_RESUME_INTERVAL
@@ -97,6 +131,11 @@ class Dcqcn:
         for f in fields(Dcqcn):
             if network is not None and hasattr(network, "dcqcn_" + f.name):
                 values[f.name] = getattr(network, "dcqcn_" + f.name)
+        if network is not None:    # the keys the ns-3 export writes into config.txt (0: scaled)
+            for name, key in (("ai_bps", "dcqcn_rate_ai_mbps"), ("hai_bps", "dcqcn_rate_hai_mbps"),
+                              ("min_bps", "dcqcn_min_rate_mbps")):
+                if getattr(network, key, 0):
+                    values[name] = getattr(network, key) * 1e6
         return Dcqcn(**values)
 
 

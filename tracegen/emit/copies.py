@@ -24,9 +24,20 @@ SENT = (DATA_SENT, CTL_SENT)
 
 def sources(p: Plan):
     """Every scheduled copy: (nic per item, received?, what) for data segments sent, received,
-    and control frames sent, received."""
-    return [(p.m_src[p.tx.msg], False, p.tx), (p.m_dst[p.rx.msg], True, p.rx),
-            (p.k_tx_nic, False, p.k_tx_ns), (p.k_rx_nic, True, p.k_rx_ns)]
+    and control frames sent, received; then per layer of switch links (hops.py) the data
+    segments and control frames leaving their egress ports (hop_source; control frames that do
+    not leave a link of that layer have time -1 there)."""
+    out = [(p.m_src[p.tx.msg], False, p.tx), (p.m_dst[p.rx.msg], True, p.rx),
+           (p.k_tx_nic, False, p.k_tx_ns), (p.k_rx_nic, True, p.k_rx_ns)]
+    for h in p.hops or []:
+        out += [(p.m_src[h.segs.msg], False, h.segs), (p.k_tx_nic, False, h.k_t)]
+    return out
+
+
+def hop_source(layer: int, data: bool) -> int:
+    """The sources() index of the data segments (or control frames) leaving the switch links of
+    a layer (hops.py)."""
+    return 4 + 2 * layer + (0 if data else 1)
 
 
 @dataclass
@@ -37,7 +48,7 @@ class Part:
     link: np.ndarray             # per item: 0 = leaving the sender NIC .. hops-1 = into the receiver
     dt_ns: int                   # source time -> time at the file's port
     iface: int                   # pcapng interface id
-    queue: int = 0               # a fabric port's direction (its own egress FIFO, port_queue.py)
+    queue: int = 0               # a fabric port's direction (its own egress queue, hops.py)
 
 
 @dataclass
@@ -47,8 +58,9 @@ class FileSpec:
     parts: list
     lead: list = field(default_factory=list)   # frames before the plan's: (t_ns in the file, bytes, iface)
     t0_ns: int = 0                              # subtracted from the plan's times (lab: the common t0)
-    port_gbps: int = 0                          # a fabric link's port: each direction a FIFO at this
-                                                # rate (port_queue.py); 0: times as scheduled (NICs)
+    port_gbps: int = 0                          # a lab tester port: one FIFO at this rate for what
+                                                # the NIC's planes sent (port_queue.py); 0: times as
+                                                # scheduled (NICs, switch links: hops.py)
 
 
 def item_conn(p: Plan, src: int, idx) -> np.ndarray:
@@ -106,7 +118,7 @@ def host_parts(p: Plan, by_nic, nic: int, iface: int) -> list[Part]:
 def index_by_nic(p: Plan):
     """Per source: (kept items sorted by their NIC, those NICs) - host_parts looks NICs up in it."""
     out = []
-    for src, (nic, _, _) in enumerate(sources(p)):
+    for src, (nic, _, _) in enumerate(sources(p)[:4]):
         idx = np.flatnonzero(kept(p, src))
         order = idx[np.argsort(nic[idx], kind="stable")]
         out.append((order, nic[order]))

@@ -19,8 +19,8 @@ from .packets import DATA, Plan, Segs
 def packets_in_window(p: Plan, segs: Segs, idx, a_ns: int, b_ns: int):
     """Per segment: the packets [lo, hi) that start in [a_ns, b_ns)."""
     m, ka, kb = segs.msg[idx], segs.ka[idx], segs.kb[idx]
-    base = p.offset(m, ka) - segs.t[idx]
-    return p.packets_before(m, ka, kb, a_ns + base), p.packets_before(m, ka, kb, b_ns + base)
+    base = p.offset(m, ka, segs.w) - segs.t[idx]
+    return p.packets_before(m, ka, kb, a_ns + base, segs.w), p.packets_before(m, ka, kb, b_ns + base, segs.w)
 
 
 def count(p: Plan, spec: FileSpec) -> tuple[int, int]:
@@ -65,35 +65,46 @@ class Items:
     iface: np.ndarray
     queue: np.ndarray    # a fabric port's direction (Part.queue)
     ip_id: np.ndarray    # IPv4 identification of packet ka (control frames: theirs)
+    first_ns: np.ndarray | None = None   # per item: its packets' spacing, first and middle slots (a
+    mid_ns: np.ndarray | None = None     # switch link's, hops.py); None: the plan's everywhere
 
     @staticmethod
     def gather(p: Plan, parts: list[Part]) -> "Items":
         cols = {k: [] for k in Items.__dataclass_fields__}
         srcs = sources(p)
+        own = any(isinstance(srcs[part.src][2], Segs) and srcs[part.src][2].w is not None for part in parts)
         for part in parts:
             _, rx, what = srcs[part.src]
             idx = part.idx
             if isinstance(what, Segs):
                 m, ka, kb = what.msg[idx], what.ka[idx], what.kb[idx]
                 npk = p.m_npk[m]
+                w = what.w or p.wire
                 vals = dict(kind=np.full(len(idx), DATA, np.int8), msg=m, ka=ka, pkt=ka, npk=kb - ka,
                             start=what.t[idx] + part.dt_ns,
-                            end=what.t[idx] + part.dt_ns + p.wire.span(npk, m, ka, kb),
+                            end=what.t[idx] + part.dt_ns + w.span(npk, m, ka, kb),
                             rec_bytes=p.rec.span(npk, m, ka, kb), ip_id=what.ip_id[idx])
+                if own:
+                    vals.update(first_ns=np.broadcast_to(w.first_of(m), len(idx)),
+                                mid_ns=np.broadcast_to(w.mid_of(m), len(idx)))
             else:
                 vals = dict(kind=p.k_kind[idx], msg=p.k_msg[idx], ka=np.zeros(len(idx), np.int64),
                             pkt=p.k_pkt[idx], npk=np.ones(len(idx), np.int64), start=what[idx] + part.dt_ns,
                             end=what[idx] + part.dt_ns + p.k_wire_ns[idx], rec_bytes=p.k_rec_bytes[idx],
                             ip_id=p.k_ip_id[idx])
+                if own:
+                    vals.update(first_ns=np.zeros(len(idx), np.int64), mid_ns=np.zeros(len(idx), np.int64))
             vals.update(rx=np.full(len(idx), rx), link=np.broadcast_to(part.link, len(idx)),
                         iface=np.full(len(idx), part.iface), queue=np.full(len(idx), part.queue))
             for k, v in vals.items():
                 cols[k].append(v)
-        whole = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
+        whole = {k: np.concatenate(v) if v else None if k in ("first_ns", "mid_ns") else np.zeros(0, np.int64)
+                 for k, v in cols.items()}
         del cols
         order = np.lexsort((whole["rx"], whole["start"]))      # stable: ties keep gather order
         for k in whole:              # one column at a time: the file's items are held about once
-            whole[k] = whole[k][order]
+            if whole[k] is not None:
+                whole[k] = whole[k][order]
         return Items(**whole)
 
 
@@ -116,6 +127,7 @@ def windows(p: Plan, it: Items, window_packets: int, window_bytes: int, t0_ns: i
     # message has its own length, and nothing starts after it); paced messages have their own.
     offset = lambda m, k: np.where(k > 0, p.wire.first_of(m) + (k - 1) * p.wire.mid_of(m), 0)
     paced = isinstance(p.wire.first, np.ndarray)
+    own = it.first_ns is not None             # a switch link's spacing per item (hops.py)
     for t_a, t_b in zip(cuts[:-1], cuts[1:]):
         a0, a, b = np.searchsorted(it.start, [t_a - longest, t_a, t_b])
         before = np.arange(a0, a)
@@ -125,7 +137,12 @@ def windows(p: Plan, it: Items, window_packets: int, window_bytes: int, t0_ns: i
         li = np.repeat(np.arange(len(pos)), n)
         j = np.arange(len(li)) - np.repeat(np.cumsum(n) - n, n) + it.ka[pos][li]
         w_msg = it.msg[pos]
-        t = (it.start[pos] - offset(w_msg, it.ka[pos]))[li] + offset(w_msg[li] if paced else None, j)
+        if own:
+            f, md = it.first_ns[pos], it.mid_ns[pos]
+            ka = it.ka[pos]
+            t = (it.start[pos] - np.where(ka > 0, f + (ka - 1) * md, 0))[li] + np.where(j > 0, f[li] + (j - 1) * md[li], 0)
+        else:
+            t = (it.start[pos] - offset(w_msg, it.ka[pos]))[li] + offset(w_msg[li] if paced else None, j)
         keep = (t >= t_a) & (t < t_b)
         if p.sel.window_ns is not None:
             keep &= (t >= p.sel.window_ns[0]) & (t < p.sel.window_ns[1])

@@ -337,7 +337,8 @@ def lab_specs(p: Plan, fabric: Fabric, plan: LabPlan) -> list[FileSpec]:
         for fr in frames:            # back to back from t0 at the port's rate
             lead.append((t, fr, 0))
             t += int(wire_ns(len(fr), fabric.nic_gbps))
-        specs.append(FileSpec(port, [iface], parts, lead=lead))
+        # a NIC on several planes: its ports' frames leave one tester port, a FIFO at the NIC's rate
+        specs.append(FileSpec(port, [iface], parts, lead=lead, port_gbps=fabric.nic_gbps if fabric.planes > 1 else 0))
     if not any(len(part.idx) for s in specs for part in s.parts):
         for s in specs:              # hosts that exchange nothing: no replay to announce
             s.lead = []
@@ -350,9 +351,10 @@ def lab_specs(p: Plan, fabric: Fabric, plan: LabPlan) -> list[FileSpec]:
     for s in specs:
         s.t0_ns = t0
     if plan.merged:
-        parts = [replace(part, iface=k) for k, s in enumerate(specs) for part in s.parts]
+        parts = [replace(part, iface=k, queue=k) for k, s in enumerate(specs) for part in s.parts]
         lead = sorted(((t, fr, k) for k, s in enumerate(specs) for t, fr, _ in s.lead), key=lambda x: (x[0], x[2]))
-        specs.append(FileSpec(MERGED_NAME, [s.interfaces[0] for s in specs], parts, lead=lead, t0_ns=t0))
+        specs.append(FileSpec(MERGED_NAME, [s.interfaces[0] for s in specs], parts, lead=lead, t0_ns=t0,
+                              port_gbps=specs[0].port_gbps))
     return specs
 
 

@@ -169,15 +169,24 @@ def qp_table(flows: Flows, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     return row_qp, table
 
 
+NO_FLOWS_NOTE = ("no transfer crosses a NIC (they all stay on NVLink): no ns-3 scenario is written "
+                 "(ns-3 has nothing to simulate without flows)")
+
+
 def write_ns3(flows: Flows, fabric: Fabric, job: Job, dest_dir: Path, *,
               trace_nodes=None, enable_trace: bool = True) -> list[Path]:
     """Write the scenario files into dest_dir (created if missing); returns the paths written.
+    A job without NIC traffic (one node: NVLink only) has no scenario: nothing is written and
+    the list is empty (the caller says NO_FLOWS_NOTE).
 
     trace_nodes: node ids listed in trace.txt (default: every NIC host)."""
     if fabric.n_nics > MAX_HOSTS:
         raise OutputError(f"ns3: {fabric.n_nics} NICs, but the simulators' 11.x.y.1 host "
                           f"addressing holds at most {MAX_HOSTS}")
     lines = flow_lines(flows, fabric)
+    if len(lines) == 0:
+        _config_values(flows, fabric, job, enable_trace)   # a bad cc_mode is still refused
+        return []
     trace_nodes = range(fabric.n_nics) if trace_nodes is None else [int(x) for x in trace_nodes]
     values = _config_values(flows, fabric, job, enable_trace)   # checks cc_mode before any write
     warnings = _warnings(fabric, job)
@@ -317,6 +326,12 @@ def _sim_settings(flows: Flows, fabric: Fabric, job: Job) -> dict:
                             "after the other, in order of readiness) or fair (max-min fair "
                             "share of every link); the ns-3 NIC arbitrates the same way",
         "cnp_interval_ns": round(net.cnp_interval_us * 1000),
+        "dcqcn": {"byte_reset_bytes": int(net.dcqcn_byte_reset_bytes),
+                  "per_message_reset": bool(net.dcqcn_per_message_reset),
+                  "note": "the reaction point's keys config.txt cannot carry: the byte counter "
+                          "(rpg_byte_reset; 0: timer only, HPCC's model) and whether every "
+                          "message starts at line rate (HPCC and SimAI: a QP per flow) instead "
+                          "of keeping its QP's rate state"},
         "pfc": {"enabled": bool(net.pfc), "buffer_bytes": net.buffer_bytes,
                 "xoff_bytes": net.pfc_xoff_bytes, "resume_offset_bytes": net.pfc_resume_offset_bytes,
                 "headroom_bytes": net.pfc_headroom_bytes, "pause_quanta": net.pfc_pause_quanta},
@@ -499,14 +514,12 @@ _LOCAL_RECORD = ('  {"transfer_id":%d,"op_id":%d,"link":"%s","start_ns":%d,"end_
 
 
 def _readme(fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]) -> str:
-    leaf0, spine0 = fabric.leaf_node_id(0), fabric.spine_node_id(0)
     pfc_off = not job.network.pfc
     return _template("ns3_readme.md").substitute(
         job_name=job.name, version=__version__, n_flows=len(lines),
         n_bytes=int(lines["wire_bytes"].sum()), n_hosts=fabric.n_nics,
         n_switches=fabric.n_switches, n_links=len(fabric.links),
-        first_leaf=leaf0, last_leaf=leaf0 + fabric.n_leaves - 1,
-        first_spine=spine0, last_spine=spine0 + fabric.n_spines - 1,
+        switch_ids=fabric.switch_ids_text(),   # per tier; says "no spines"
         hpcc_env="NS_ATTRIBUTE_DEFAULT='ns3::QbbNetDevice::QbbEnabled=false' " if pfc_off else "",
         hpcc_pfc_note=("\nPFC is off in this job. HPCC's config has no PFC key, so the command "
                        "sets the\nQbbNetDevice attribute QbbEnabled=false through ns-3's "

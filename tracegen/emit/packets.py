@@ -51,7 +51,7 @@ from ..config import Nccl, Output
 from ..errors import ConfigError
 from ..tables import CollKind, Dim, Flows
 from ..topology import Fabric
-from . import congestion, nccl_net, roce, select
+from . import congestion, nccl_net, roce, routes, select
 from .capture_file import Format, comment_option_bytes
 from .roce import Opcode
 
@@ -215,6 +215,7 @@ class Segs:
     kb: np.ndarray
     t: np.ndarray
     ip_id: np.ndarray | None = None    # IPv4 identification of packet ka (+1 per packet after it)
+    w: PerPacket | None = None         # its packets' spacing (a switch link's, hops.py); None: the plan's
 
 
 @dataclass
@@ -234,6 +235,7 @@ class Plan:
     c_qpn_dst: np.ndarray       # QPN on the receiver NIC
     c_sport: np.ndarray
     c_hops: np.ndarray
+    c_plane: np.ndarray         # the plane its QP uses (routes.plane_of): a NIC port of its own
     # messages: one RDMA WRITE-with-imm each (a whole NCCL message, or one QP's part of it)
     m_conn: np.ndarray          # its QP pair
     m_q: np.ndarray             # QP index within the connection (its QP 0 pair is m_conn - m_q)
@@ -282,36 +284,59 @@ class Plan:
     late: int = 0                          # ACKs/messages still ahead of what they wait for
     fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
     line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
-    line_gbps: int = 0                     # that line rate: the NICs'
+    line_gbps: int = 0                     # that line rate: a NIC port's (nic_gbps / planes)
+    planes: int = 1                        # NIC ports per NIC (fabric.planes), each its own transmitter
+    # routes (routes.link_dirs: link directions, -1 padded) and the links they cross (hops.py)
+    c_route: np.ndarray | None = None      # per QP pair: the data's route, sender to receiver
+    c_rroute: np.ndarray | None = None     # per QP pair: the way back (CTS, ACKs of data)
+    k_route: np.ndarray | None = None      # per control frame: its route
+    link_gbps: np.ndarray | None = None    # per fabric link
+    link_lat: np.ndarray | None = None
+    frame_bytes: tuple | None = None       # data frames (no FCS): (First, Middle, Last per message, Only per message)
+    k_frame: np.ndarray | None = None      # per control frame: its bytes (no FCS)
+    hops: list | None = None               # filled by schedule: the frames at each switch link (hops.Hop)
     m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
                                            # rate the schedule gave its flow (timing.paced_trains)
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
+    m_cap: np.ndarray | None = None        # per message: line rate / the rate DCQCN lets its QP send
+                                           # at (>= 1; timing.pace), None: no DCQCN reaction
     m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)
+
+    def pace_of(self, m) -> np.ndarray:
+        """Per message: its packets' spacing / line rate, the schedule's pace or DCQCN's cap."""
+        f = np.ones(len(m)) if self.m_pace is None else self.m_pace[m]
+        return f if self.m_cap is None else np.maximum(f, self.m_cap[m])
 
     def paced_offset(self, m, x) -> np.ndarray:
         """Integer ns after its first packet that paced message m reaches line-rate offset x (ns):
-        x stretched by the message's pace, or on its flow's rate curve (follow_rates)."""
-        out = np.floor(x * self.m_pace[m]).astype(np.int64)
+        x stretched by the message's pace, or on its flow's rate curve (follow_rates); never
+        faster than DCQCN's cap."""
+        m = np.asarray(m)
+        out = np.floor(x * (np.ones(len(m)) if self.m_pace is None else self.m_pace[m])).astype(np.int64)
         if self.m_curve is not None:
             c = self.m_curve.m_row[m] >= 0
             if c.any():
                 mc = m[c]
                 xc = np.asarray(x, np.float64)[c]
                 out[c] = np.floor(self.m_curve.at(mc, xc) - self.m_curve.at(mc, np.zeros(len(mc)))).astype(np.int64)
+        if self.m_cap is not None:
+            out = np.maximum(out, np.floor(x * self.m_cap[m]).astype(np.int64))
         return out
 
     @property
     def n_msgs(self) -> int:
         return len(self.m_conn)
 
-    def offset(self, m, k):
-        """Start of packet k within message m's back-to-back burst (k = npk: the burst's end)."""
-        return self.wire.span(self.m_npk[m], m, 0, k)
+    def offset(self, m, k, w: PerPacket | None = None):
+        """Start of packet k within message m's back-to-back burst (k = npk: the burst's end), at
+        the plan's spacing or w's."""
+        return (w or self.wire).span(self.m_npk[m], m, 0, k)
 
-    def packets_before(self, m, ka, kb, x):
+    def packets_before(self, m, ka, kb, x, w: PerPacket | None = None):
         """The first of packets [ka, kb) of messages m that starts at or after burst offset x (ns);
         kb if none does."""
-        first, mid = self.wire.first_of(m), self.wire.mid_of(m)
+        w = w or self.wire
+        first, mid = w.first_of(m), w.mid_of(m)
         k = np.where(x <= 0, 0, np.where(x <= first, 1, 1 + -(-(x - first) // mid)))
         return np.clip(k, ka, kb)
 
@@ -399,6 +424,12 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         q = (ci[:, None] * flows.conns.qps + np.arange(qps)[None, :]).ravel()
         c_qpn_src, c_qpn_dst = flows.conns.qpn_src[q], flows.conns.qpn_dst[q]
     c_hops = np.asarray(fabric.hops(c_src, c_dst), dtype=np.int64)
+    c_plane = routes.plane_of(fabric, c_qpn_src)
+    c_sport = roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64)
+    c_route = routes.link_dirs(fabric, c_src, c_dst, c_sport, c_plane, c_qpn_dst)
+    c_rroute = routes.link_dirs(fabric, c_dst, c_src, c_sport, c_plane, c_qpn_src)
+    link_lat = fabric.links["latency_ns"].astype(np.int64)
+    route_lat = lambda r: np.where(r >= 0, link_lat[np.maximum(r, 0) >> 1], 0).sum(axis=1)     # noqa: E731
 
     # Messages: NCCL cuts a transfer into network messages of at most max_msg_bytes. What the NIC
     # carries is wire_bytes (payload + LL/LL128 flags) where the table has it.
@@ -440,7 +471,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     cap = incl_cap(out, hdr)
     fmt = Format(out.format == "pcapng", out.snaplen)
     rec = lambda op, f: fmt.rec_bytes(np.minimum(f, cap[op]))
-    gbps = fabric.nic_gbps
+    gbps = fabric.port_gbps          # a multi-plane NIC: each plane's port at nic_gbps / planes
     _, last_payload = data_packet(m_size, m_npk, m_npk - 1, pmtu)
     frames = [frame(Opcode.RC_WRITE_FIRST, pmtu), frame(Opcode.RC_WRITE_MIDDLE, pmtu),
               frame(Opcode.RC_WRITE_LAST_IMM, last_payload), frame(Opcode.RC_WRITE_ONLY_IMM, m_size)]
@@ -465,7 +496,8 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     excl = np.cumsum(burst) - burst
     first_of_row = np.r_[True, m_row[1:] != m_row[:-1]]
     row_base = np.maximum.accumulate(np.where(first_of_row, np.arange(M), 0))
-    flight = (c_hops * fabric.link_latency_ns)[m_conn]
+    flight = route_lat(c_route)[m_conn]          # propagation over the links of its route
+    cts_flight = route_lat(c_rroute)[m_conn - m_q]   # a CTS's: the way back, on the QP 0 pair
     if flows.finish_ns is not None:            # when the schedule's last byte left the sender
         send_ns = flows.finish_ns[net_idx].astype(np.int64) - rows["start_ns"].astype(np.int64)
     else:
@@ -497,7 +529,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     # NCCL_STEPS allow it (timing.py waits for the slots); an ACK once its packet has arrived.
     f_cts, f_ack = frame(Opcode.RC_WRITE_ONLY, CTS_BYTES), frame(Opcode.RC_ACK, 0)
     w_cts, w_ack = int(wire_ns(f_cts, gbps)), int(wire_ns(f_ack, gbps))
-    latest = m_nominal - flight - w_cts - CTS_LEAD_FRAMES * wire.first
+    latest = m_nominal - cts_flight - w_cts - CTS_LEAD_FRAMES * wire.first
     cts_nominal = np.maximum(0, np.minimum(op_release(flows, rows)[m_row], latest))[cts_msg]
     C = len(cts_msg)
     a_off = wire.span(m_npk[a_msg], a_msg, 0, a_pkt)
@@ -510,7 +542,11 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     return Plan(
         out=out, sel=sel, fmt=fmt, row_comment=row_comment, hdr_bytes=hdr, nics=np.unique(np.r_[c_src, c_dst]),
         c_src=c_src, c_dst=c_dst, c_qpn_src=c_qpn_src, c_qpn_dst=c_qpn_dst,
-        c_sport=roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64), c_hops=c_hops,
+        c_sport=c_sport, c_hops=c_hops, c_plane=c_plane, planes=fabric.planes,
+        c_route=c_route, c_rroute=c_rroute, link_gbps=fabric.links["gbps"].astype(np.int64), link_lat=link_lat,
+        frame_bytes=tuple(frames), k_route=np.concatenate([c_route[(m_conn - m_q)[cts_msg]], c_rroute[m_conn[a_msg]],
+                                                           c_rroute[(m_conn - m_q)[cts_msg]]]),
+        k_frame=np.repeat([f_ack, f_ack, f_cts], [C, A, C]).astype(np.int64),
         m_conn=m_conn, m_q=m_q, m_imm=m_imm, m_keep=m_keep,
         m_src=s, m_dst=d, m_size=m_size, m_npk=m_npk, m_row=m_row, m_flight_ns=flight,
         m_nominal_ns=m_nominal, wire=wire, line_wire=wire, line_gbps=gbps, m_pace=m_pace, m_curve=curve, rec=recb, cts_msg=cts_msg, m_pkt0=m_pkt0, ce_g=ce_g,
@@ -526,7 +562,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         k_wire_ns=per_kind(w_ack, w_cts),
         k_rec_bytes=per_kind(int(rec(Opcode.RC_ACK, f_ack)), int(rec(Opcode.RC_WRITE_ONLY, f_cts)))
         + np.r_[ctl_opt(ACK_CTS, cts_msg), ctl_opt(ACK_DATA, a_msg), ctl_opt(CTS, cts_msg)],
-        k_nominal_ns=np.r_[cts_nominal + flight[cts_msg] + w_cts,
+        k_nominal_ns=np.r_[cts_nominal + cts_flight[cts_msg] + w_cts,
                            m_nominal[a_msg] + a_off + flight[a_msg] + a_wire, cts_nominal],
     )
 

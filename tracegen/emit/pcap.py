@@ -29,9 +29,10 @@ WINDOW_BYTES = 64 << 20
 
 def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
                   network: Network | None = None) -> tuple[int, int]:
-    """(packet records, bytes on disk) over all files write_pcaps would write; exact.
+    """(packet records, bytes on disk) over all files write_pcaps would write; exact, but for the
+    CNPs of CE marks in the host view (timing.cnp_estimate: chosen without a schedule).
     Host view unfiltered: every packet is recorded twice, in its sender's file and its receiver's.
-    Only a time window (or CNPs) needs the schedule; the other filters count from the plan.
+    Only a time window or a view of ports needs the schedule; the other filters count from the plan.
     A schedule per connection (detail conn) has no chunks: an estimate from its counts instead."""
     if flows.detail == "conn":
         return _conn_estimate(flows, out)
@@ -51,13 +52,17 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
 
 def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
     """Host view without a time window: every selected packet is in its sender's and its
-    receiver's file, whatever the schedule; counted per NIC from the plan alone."""
+    receiver's file, whatever the schedule; counted per NIC from the plan alone. CNPs (CE marks):
+    timing.cnp_estimate's, chosen on the idle-fabric timing (the one count that is not exact)."""
     n = fabric.n_nics
     pk, nbytes = np.zeros(n), np.zeros(n)     # float sums: exact below 2^53
     m_bytes = p.rec.span(p.m_npk, np.arange(p.n_msgs), 0, p.m_npk)
     k_keep = p.m_keep[p.k_msg]
+    cnp = timing.cnp_estimate(p)
+    cnp_bytes, cnp_keep = timing.cnp_record_bytes(p, cnp), p.m_keep[cnp]
     for nic, keep, count, b in [(p.m_src, p.m_keep, p.m_npk, m_bytes), (p.m_dst, p.m_keep, p.m_npk, m_bytes),
-                                (p.k_tx_nic, k_keep, 1, p.k_rec_bytes), (p.k_rx_nic, k_keep, 1, p.k_rec_bytes)]:
+                                (p.k_tx_nic, k_keep, 1, p.k_rec_bytes), (p.k_rx_nic, k_keep, 1, p.k_rec_bytes),
+                                (p.m_dst[cnp], cnp_keep, 1, cnp_bytes), (p.m_src[cnp], cnp_keep, 1, cnp_bytes)]:
         w = keep & p.sel.nic_mask[nic]
         pk += np.bincount(nic, weights=np.broadcast_to(count, w.shape) * w, minlength=n)
         nbytes += np.bincount(nic, weights=b * w, minlength=n)

@@ -13,39 +13,52 @@ from ..config import Nccl, Network, Output
 from ..tables import Flows
 from ..topology import Fabric
 from .. import progress
-from . import congestion, roce
+from . import congestion, hops, roce, routes
 from .capture_file import comment_option_bytes
-from .packets import CNP, CNP_CHECK_ROUNDS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
+from .ports import running_max, serialize
+from .packets import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
 from .roce import Opcode
 
 
 def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nccl: Nccl | None = None,
             network: Network | None = None) -> Plan | None:
-    """The plan, scheduled when `times` or when CNPs need it (their rate limit is in time).
-    network: the job's (DCQCN parameters for output.dcqcn)."""
-    dcqcn = congestion.Dcqcn.for_job(network, fabric.nic_gbps) if out.dcqcn else None
+    """The plan, scheduled (its CNPs chosen on the schedule) when `times`; else unscheduled, and
+    a count needs cnp_estimate for its CNPs. network: the job's (DCQCN parameters for
+    output.dcqcn)."""
+    dcqcn = congestion.Dcqcn.for_job(network, fabric.port_gbps) if out.dcqcn else None   # a QP's port rate
     p = build(flows, fabric, out, qps, nccl)
-    if p is None:
-        return None
+    if p is None or not times:
+        return p
     if len(p.ce_g):
         add_cnps(p, fabric, dcqcn)
-    elif times:
+    else:
         schedule(p)
     return p
 
 
+def cnp_estimate(p: Plan) -> np.ndarray:
+    """Messages answered by a CNP, without a schedule (the pcap estimate): the CE marks rate
+    limited per QP (congestion.rate_limit's rule, vectorized) at the times the marked packets
+    would arrive on an idle fabric (nominal start + paced offset + flight + the packet's wire
+    time). The written trace chooses them on its schedule (add_cnps): contention moves
+    arrivals, so the count can differ by a few CNPs; never more than the marks."""
+    g = p.ce_g
+    if not len(g):
+        return np.zeros(0, np.int64)
+    m = np.searchsorted(p.m_pkt0, g, "right") - 1
+    j = g - p.m_pkt0[m]
+    ready = (p.m_nominal_ns[m] + p.paced_offset(m, p.offset(m, j)) + p.m_flight_ns[m]
+             + p.wire.span(p.m_npk[m], m, j, j + 1))
+    return m[congestion.rate_limit_fast(p.m_conn[m], ready)]
+
+
 def pace(p: Plan, rate_factor: np.ndarray) -> None:
-    """Per message: pace its packets at line rate / rate_factor (>= 1): packet k starts k slots
-    of wire time x rate_factor after the first (the last packet keeps its own wire time).
-    The seam for per-message rates: DCQCN's reaction here, per-flow fabric rates later; 1
-    everywhere leaves the plan unpaced (bytes unchanged). Call schedule(p) after it."""
+    """Per message: send at most at line rate / rate_factor (>= 1; DCQCN's reaction): its
+    packets go in trains at line rate with gaps between (paced_trains), so the NIC port sends
+    other QPs' packets meanwhile, as a rate limiter per QP does; 1 everywhere leaves the plan
+    unpaced. Call schedule(p) after it."""
     f = np.asarray(rate_factor, dtype=np.float64)
-    if (f <= 1).all():
-        return
-    w = p.wire
-    first, mid = w.first_of(np.arange(p.n_msgs)), w.mid_of(np.arange(p.n_msgs))
-    p.wire = PerPacket(np.ceil(np.broadcast_to(first, f.shape) * np.maximum(f, 1)).astype(np.int64),
-                       np.ceil(np.broadcast_to(mid, f.shape) * np.maximum(f, 1)).astype(np.int64), w.last, w.only, w.each)
+    p.m_cap = np.maximum(f, 1) if (f > 1).any() else None
 
 
 def dcqcn_pacing(p: Plan, d: congestion.Dcqcn) -> np.ndarray:
@@ -77,11 +90,11 @@ def add_cnps(p: Plan, fabric: Fabric, dcqcn: congestion.Dcqcn | None = None) -> 
     the CNPs again on the paced schedule, a few rounds or until the pacing stays the same; the
     CNPs in the trace are those of the final (paced) schedule."""
     base = {k: getattr(p, k) for k in ("k_kind", "k_msg", "k_pkt", "k_tx_nic", "k_rx_nic", "k_wire_ns",
-                                       "k_rec_bytes", "k_nominal_ns")}
+                                       "k_rec_bytes", "k_nominal_ns", "k_route", "k_frame")}
     _insert_cnps(p, fabric, base)
     if dcqcn is None:
         return
-    unpaced, factor = p.wire, np.ones(p.n_msgs)
+    factor = np.ones(p.n_msgs)
     for _ in range(DCQCN_ROUNDS):
         new = dcqcn_pacing(p, dcqcn)
         if np.array_equal(new, factor):
@@ -89,7 +102,6 @@ def add_cnps(p: Plan, fabric: Fabric, dcqcn: congestion.Dcqcn | None = None) -> 
         factor = new
         for k, v in base.items():
             setattr(p, k, v)
-        p.wire = unpaced
         pace(p, factor)
         _insert_cnps(p, fabric, base)
 
@@ -100,122 +112,39 @@ def _insert_cnps(p: Plan, fabric: Fabric, base: dict) -> None:
     m = np.searchsorted(p.m_pkt0, g, "right") - 1
     j = g - p.m_pkt0[m]
     ready = arrival(p, p.rx, m, j) + p.wire.span(p.m_npk[m], m, j, j + 1)
-    keep = congestion.rate_limit(p.m_conn[m], ready)
+    keep = congestion.rate_limit_fast(p.m_conn[m], ready)
     m, j, ready = m[keep], j[keep], ready[keep]
-    frame = p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES
-    w_cnp = int(wire_ns(frame, fabric.nic_gbps))
-    rec_cnp = int(p.fmt.rec_bytes(min(frame, incl_cap(p.out, p.hdr_bytes)[Opcode.CNP])))
+    f_cnp = int(p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES)
+    w_cnp = int(wire_ns(f_cnp, p.line_gbps))
     at = len(base["k_kind"]) - len(p.cts_msg)
     for _ in range(CNP_CHECK_ROUNDS):
         n = len(m)
-        opt = (comment_option_bytes(len(COMMENT_PREFIX[CNP]) + np.array([len(p.row_comment[r]) for r in p.m_row[m]],
-                                                                        np.int64)) if p.row_comment else 0)
         new = dict(k_kind=np.full(n, CNP, np.int8), k_msg=m, k_pkt=j, k_tx_nic=p.m_dst[m],
-                   k_rx_nic=p.m_src[m], k_wire_ns=np.full(n, w_cnp), k_rec_bytes=rec_cnp + opt + 0 * m,
-                   k_nominal_ns=ready)
+                   k_rx_nic=p.m_src[m], k_wire_ns=np.full(n, w_cnp), k_rec_bytes=cnp_record_bytes(p, m),
+                   k_nominal_ns=ready, k_frame=np.full(n, f_cnp),
+                   # the NIC's CNP: receiver to the sender's QP, UDP source port 0, the QP's plane
+                   k_route=routes.link_dirs(fabric, p.m_dst[m], p.m_src[m], 0, p.c_plane[p.m_conn[m]],
+                                            p.c_qpn_src[p.m_conn[m]]))
         for k, v in base.items():
             setattr(p, k, np.concatenate([v[:at], new[k].astype(v.dtype), v[at:]]))
         schedule(p)
         t = p.k_tx_ns[at:at + n]
-        ok = congestion.rate_limit(p.m_conn[m], t)
+        ok = congestion.rate_limit_fast(p.m_conn[m], t)
         if ok.all():
             break
         m, j, ready = m[ok], j[ok], ready[ok]
 
 
+def cnp_record_bytes(p: Plan, m: np.ndarray) -> np.ndarray:
+    """Bytes of the pcap record of a CNP answering message m (with its pcapng comment)."""
+    frame = p.hdr_bytes[Opcode.CNP] + roce.ICRC_BYTES
+    rec = int(p.fmt.rec_bytes(min(frame, incl_cap(p.out, p.hdr_bytes)[Opcode.CNP])))
+    opt = (comment_option_bytes(len(COMMENT_PREFIX[CNP]) + np.array([len(p.row_comment[r]) for r in p.m_row[m]],
+                                                                    np.int64)) if p.row_comment else 0)
+    return (rec + opt + 0 * np.asarray(m)).astype(np.int64)
+
+
 # --- schedule -----------------------------------------------------------------------------------
-
-def running_max(order: np.ndarray, nic: np.ndarray, nominal: np.ndarray, wire: np.ndarray):
-    """Items in `order` (grouped by NIC): t_i = max(nominal_i, t_{i-1} + wire_{i-1}) per NIC.
-    With C_i = wire of earlier items, t_i - C_i is a running max of nominal - C: one accumulate."""
-    s = nic[order]
-    first = np.r_[True, s[1:] != s[:-1]]
-    del s                    # (temporaries go as soon as they are used: the peak is per item)
-    w = wire[order]
-    cw = np.cumsum(w) - w
-    del w
-    before = cw - cw[np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))]
-    del cw
-    v = nominal[order] - before
-    seg_id = np.cumsum(first) - 1
-    span = int(v.max() - v.min()) + 1
-    if span * (int(seg_id[-1]) + 1) < 2 ** 62:
-        lift = seg_id * span     # each NIC above the previous: one accumulate restarts per NIC
-        del seg_id
-        v += lift
-        u = np.maximum.accumulate(v)
-        u -= lift
-        del v, lift
-    else:
-        u = np.empty_like(v)
-        for a, b in zip(np.flatnonzero(first), np.r_[np.flatnonzero(first)[1:], len(first)]):
-            u[a:b] = np.maximum.accumulate(v[a:b])
-    t = np.empty_like(nominal)
-    t[order] = u + before
-    return t
-
-
-def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire):
-    """One direction of every NIC: trains (runs of a message's packets, nominally back to back
-    from trains.t) and single control frames. Trains keep their order by nominal start and are
-    never interleaved; a control frame goes in at the first packet boundary at or after its
-    nominal time. Returns the trains split at those boundaries (with times) and control times."""
-    T, C = len(train_nic), len(ctl_nic)
-    data_order = np.lexsort((trains.t, train_nic))      # lexsort is stable: ties keep index order
-    rank = np.empty(T, np.int64)
-    rank[data_order] = np.arange(T)
-    # The last train on the same NIC that starts at or before each control frame. (Temporaries
-    # are dropped as soon as they are used: this is the peak of the schedule's memory.)
-    is_ctl = np.r_[np.zeros(T, bool), np.ones(C, bool)]
-    o = np.lexsort((is_ctl, np.r_[trains.t, ctl_nominal], np.r_[train_nic, ctl_nic]))
-    last = np.maximum.accumulate(np.where(is_ctl[o], -1, np.r_[rank, np.zeros(C, np.int64)][o]))
-    del is_ctl
-    pos = np.empty(T + C, np.int64)
-    pos[o] = np.arange(T + C)
-    del o
-    r = last[pos[T:]]
-    del last, pos
-    tr = data_order[np.maximum(r, 0)]
-    r = np.where((r >= 0) & (train_nic[tr] == ctl_nic), r, -1)
-    m, ka, kb = trains.msg[tr], trains.ka[tr], trains.kb[tr]
-    x = ctl_nominal - trains.t[tr] + p.offset(m, ka)
-    k = np.where(r >= 0, p.packets_before(m, ka, kb, x), 0)
-    # Split trains where a control frame goes in between two of their packets.
-    inside = (r >= 0) & (k > ka) & (k < kb)
-    width = int(trains.kb.max()) + 1
-    cuts = np.r_[rank, r[inside]]
-    del rank
-    cuts *= width
-    cuts += np.r_[trains.ka, k[inside]]
-    cuts.sort()
-    cuts = cuts[np.r_[True, cuts[1:] != cuts[:-1]]]
-    seg_r, seg_ka = np.divmod(cuts, width)
-    del cuts
-    seg_tr = data_order[seg_r]
-    del data_order
-    same_next = np.r_[seg_r[1:] == seg_r[:-1], False]
-    seg_kb = np.where(same_next, np.r_[seg_ka[1:], 0], trains.kb[seg_tr])
-    del same_next
-    seg_m = trains.msg[seg_tr]
-    seg_nominal = trains.t[seg_tr] + p.offset(seg_m, seg_ka) - p.offset(seg_m, trains.ka[seg_tr])
-    seg_wire = p.wire.span(p.m_npk[seg_m], seg_m, seg_ka, seg_kb)
-    # One sequence per NIC: by train rank, packet index, control frames first, nominal time.
-    S = len(seg_r)
-    nic = np.r_[train_nic[seg_tr], ctl_nic]
-    del seg_tr
-    place = np.r_[seg_r, r] + 1
-    del seg_r
-    place *= width
-    place += np.r_[seg_ka, k]
-    place *= 2
-    place[:S] += 1
-    nominal = np.r_[seg_nominal, ctl_nominal]
-    del seg_nominal
-    order = np.lexsort((nominal, place, nic))
-    del place
-    t = running_max(order, nic, nominal, np.r_[seg_wire, ctl_wire])
-    return Segs(seg_m, seg_ka, seg_kb, t[:S]), t[S:]
-
 
 MIN_TRAIN_PACKETS, MAX_TRAIN_PACKETS = 8, 64
 COARSE_TRAIN_PACKETS, COARSE_ABOVE_PACKETS = 32, 1 << 22
@@ -231,14 +160,9 @@ def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
     not the packets'; plans of more than COARSE_ABOVE_PACKETS packets (a big job's NICs over a
     whole iteration) use trains of at least 32 (2.2x faster to write, coarser interleaving)."""
     M = p.n_msgs
-    f = p.m_pace
-    if f is None or (f <= 1).all():
+    B = train_packets(p)
+    if B is None:
         return Segs(np.arange(M), np.zeros(M, np.int64), p.m_npk, m_nominal)
-    slow = f > 1
-    least = COARSE_TRAIN_PACKETS if int(p.m_npk.sum()) > COARSE_ABOVE_PACKETS else MIN_TRAIN_PACKETS
-    B = np.where(slow, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), least, MAX_TRAIN_PACKETS),
-                 p.m_npk).astype(np.int64)
-    B = np.maximum(np.minimum(B, p.m_npk), 1)
     nb = -(-p.m_npk // B)
     msg = np.repeat(np.arange(M), nb)
     b = np.arange(len(msg)) - np.repeat(np.cumsum(nb) - nb, nb)
@@ -248,10 +172,64 @@ def paced_trains(p: Plan, m_nominal: np.ndarray) -> Segs:
     return Segs(msg, ka, kb, t)
 
 
+def train_packets(p: Plan) -> np.ndarray | None:
+    """Per message: packets per train (paced_trains), or None when no message is paced."""
+    f = p.pace_of(np.arange(p.n_msgs))
+    if (f <= 1).all():
+        return None
+    least = COARSE_TRAIN_PACKETS if int(p.m_npk.sum()) > COARSE_ABOVE_PACKETS else MIN_TRAIN_PACKETS
+    B = np.where(f > 1, np.clip(np.ceil(1 / np.maximum(f - 1, 1e-9)), least, MAX_TRAIN_PACKETS),
+                 p.m_npk).astype(np.int64)
+    return np.maximum(np.minimum(B, p.m_npk), 1)
+
+
+def qp_in_order(p: Plan, m_nominal: np.ndarray) -> np.ndarray:
+    """Message nominal times such that each QP sends its messages one after the other, packet
+    after packet. An RC send queue executes its work requests in order (IBA Vol 1 10.8.3; mlx5
+    processes a QP's WQEs in order), and NCCL posts a connection's messages in order:
+    ncclIbIsend sends only the request of CTS FIFO slot fifoHead + 1, and ncclIbMultiSend posts
+    its WRITEs with one ibv_post_send per QP (nccl src/transport/net_ib/p2p.cc). serialize()
+    keeps trains in nominal order per NIC port (ties in plan order), so it is enough that
+    message n+1 of a QP (plan order: the order NCCL posts them) starts no earlier than the
+    nominal start of message n's last train: the QP's packets then leave in PSN order whatever
+    the contention, pacing and rate changes included."""
+    M = p.n_msgs
+    m = np.arange(M)
+    B = train_packets(p)
+    last_train = np.zeros(M, np.int64) if B is None else p.paced_offset(m, p.offset(m, (p.m_npk - 1) // B * B))
+    return running_max(np.lexsort((m, p.m_conn)), p.m_conn, m_nominal, last_train)
+
+
+def control_in_order(p: Plan, k_nominal: np.ndarray) -> np.ndarray:
+    """Control frame nominal times in order per QP and kind: a responder acknowledges a QP's
+    packets in PSN order (ACKs of data, ACKs of CTS), a receiver posts a connection's CTS in
+    FIFO order; each no earlier than its predecessor (serialize keeps ties in plan order)."""
+    kind, m = p.k_kind, p.k_msg
+    qp0 = (kind == CTS) | (kind == ACK_CTS)
+    qp = np.where(qp0, p.m_conn[m] - p.m_q[m], p.m_conn[m])
+    ordered = np.flatnonzero(kind != CNP)
+    key = qp[ordered] * 3 + np.select([kind[ordered] == ACK_CTS, kind[ordered] == ACK_DATA], [0, 1], 2)
+    o = np.lexsort((np.arange(len(ordered)), key))
+    out = k_nominal.copy()
+    out[ordered] = running_max(o, key, k_nominal[ordered], np.zeros(len(ordered), np.int64))
+    return out
+
+
+def ports(p: Plan):
+    """The NIC port (nic x planes + plane of the QP) each message and control frame leaves and
+    enters by: every port is its own transmitter at nic_gbps / planes (NIC ids when one plane).
+    CTS and their ACKs use the connection's first QP, ACKs of data and CNPs the message's QP."""
+    P = p.planes
+    m_plane = p.c_plane[p.m_conn]
+    m = p.k_msg
+    qp0 = (p.k_kind == CTS) | (p.k_kind == ACK_CTS)
+    k_plane = p.c_plane[np.where(qp0, p.m_conn[m] - p.m_q[m], p.m_conn[m])]
+    return p.m_src * P + m_plane, p.m_dst * P + m_plane, p.k_tx_nic * P + k_plane, p.k_rx_nic * P + k_plane
+
+
 def schedule(p: Plan) -> None:
     M, C = p.n_msgs, len(p.cts_msg)
     n_ack = len(p.k_kind) - C
-    k_flight = p.m_flight_ns[p.k_msg]
     acked_m, acked_j = p.k_msg[C:n_ack], p.k_pkt[C:n_ack]
     acked_wire = np.r_[p.k_wire_ns[n_ack:], p.wire.span(p.m_npk[acked_m], acked_m, acked_j, acked_j + 1)]
     burst = p.wire.span(p.m_npk, np.arange(M), 0, p.m_npk)
@@ -260,9 +238,10 @@ def schedule(p: Plan) -> None:
     cts_conn = (p.m_conn - p.m_q)[p.cts_msg]
     last = p.m_npk - 1
     windowed = bool((cts_wait >= 0).any())
+    paced = np.ceil(burst * p.pace_of(np.arange(M))).astype(np.int64)     # first packet to last one done
     if windowed:                 # idle fabric: a message's parts back to back, a CTS one flight away
         nccl_burst = np.zeros(int(p.m_nccl.max()) + 1, np.int64)
-        np.add.at(nccl_burst, p.m_nccl, burst)
+        np.add.at(nccl_burst, p.m_nccl, paced)
         span = nccl_burst[p.m_nccl[p.cts_msg]]
         flight = p.m_flight_ns[p.cts_msg]
         m_nominal, k_nominal[n_ack:] = _window_bounds(p, m_nominal, k_nominal[n_ack:], span, span + flight,
@@ -271,13 +250,21 @@ def schedule(p: Plan) -> None:
     # a message before its CTS has, or a CTS before NCCL_STEPS let its receive be posted (the
     # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
     # flow's following messages with it) and reschedule. Nominal times only grow.
-    paced = burst if p.m_pace is None else np.ceil(burst * p.m_pace).astype(np.int64)
+    m_port_tx, m_port_rx, k_port_tx, k_port_rx = ports(p)
     for fix in range(FIX_ROUNDS):
         progress.report(fix, FIX_ROUNDS)         # the CLI's bar: rounds, at most FIX_ROUNDS
+        m_nominal = qp_in_order(p, m_nominal)
+        if p.m_cap is not None:      # ACKs of DCQCN-paced messages: no earlier than their packets on an idle fabric
+            capped = np.flatnonzero(p.m_cap[acked_m] > 1)
+            cm, cj = acked_m[capped], acked_j[capped]
+            k_nominal[C + capped] = np.maximum(k_nominal[C + capped], m_nominal[cm] + p.paced_offset(cm, p.offset(cm, cj))
+                                               + p.m_flight_ns[cm] + p.wire.span(p.m_npk[cm], cm, cj, cj + 1))
+        k_nominal = control_in_order(p, k_nominal)
         bursts = paced_trains(p, m_nominal)
-        tx, k_tx = serialize(p, bursts, p.m_src[bursts.msg], p.k_tx_nic, k_nominal, p.k_wire_ns)
-        arriving = Segs(tx.msg, tx.ka, tx.kb, tx.t + p.m_flight_ns[tx.msg])
-        rx, k_rx = serialize(p, arriving, p.m_dst[tx.msg], p.k_rx_nic, k_tx + k_flight, p.k_wire_ns)
+        tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
+        seg_arrive, k_arrive, hop_list = hops.through(p, tx, k_tx)       # the switch links on the way
+        rx, k_rx = serialize(p, Segs(tx.msg, tx.ka, tx.kb, seg_arrive), m_port_rx[tx.msg], k_port_rx, k_arrive,
+                             p.k_wire_ns)
         ack_ready = np.r_[k_rx[n_ack:], arrival(p, rx, acked_m, acked_j)] + acked_wire
         data_ready = np.zeros(M, np.int64)       # messages without a CTS (later parts) wait for none
         data_ready[p.cts_msg] = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
@@ -294,7 +281,7 @@ def schedule(p: Plan) -> None:
             break
         k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
         if windowed and (late_cts.any() or late_data.any()):     # the window, with measured spans
-            tx_end = m_start + burst
+            tx_end = arrival(p, tx, np.arange(M), last) + p.wire.span(p.m_npk, np.arange(M), last, p.m_npk)
             nccl_tx = np.zeros(len(nccl_end), np.int64)
             np.maximum.at(nccl_tx, p.m_nccl, tx_end)
             s0 = m_start[p.cts_msg]
@@ -310,7 +297,7 @@ def schedule(p: Plan) -> None:
                                         np.zeros(C, np.int64))
         m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), paced)
     p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
-    p.tx, p.rx, p.k_tx_ns, p.k_rx_ns = tx, rx, k_tx, k_rx
+    p.tx, p.rx, p.k_tx_ns, p.k_rx_ns, p.hops = tx, rx, k_tx, k_rx, hop_list
     _ip_ids(p)
 
     # PSNs and MSNs follow the order messages really left on their QP.
@@ -356,7 +343,9 @@ def _window_bounds(p: Plan, m_nominal, cts_nominal, tx_span, arr_span, cts_lat, 
         start[i], end[i] = st, st + arr_span[i]
     m_nominal = m_nominal.copy()
     m_nominal[cm] = np.maximum(m_nominal[cm], start)
-    return running_max(np.arange(p.n_msgs), p.m_row, m_nominal, p.wire.span(p.m_npk, np.arange(p.n_msgs), 0, p.m_npk)), cts
+    m = np.arange(p.n_msgs)
+    paced = np.ceil(p.wire.span(p.m_npk, m, 0, p.m_npk) * p.pace_of(m)).astype(np.int64)
+    return running_max(m, p.m_row, m_nominal, paced), cts
 
 
 def _ip_ids(p: Plan) -> None:
@@ -377,8 +366,9 @@ def _ip_ids(p: Plan) -> None:
     width = int(p.m_npk.max()) + 1
     key = tx.msg * width + tx.ka
     o = np.argsort(key, kind="stable")
-    seg = o[np.searchsorted(key[o], p.rx.msg * width + p.rx.ka, "right") - 1]
-    p.rx.ip_id = (tx.ip_id[seg] + p.rx.ka - tx.ka[seg]) & 0xFFFF
+    for segs in [p.rx] + [h.segs for h in p.hops or []]:       # at the receiver, and at each switch link
+        seg = o[np.searchsorted(key[o], segs.msg * width + segs.ka, "right") - 1]
+        segs.ip_id = (tx.ip_id[seg] + segs.ka - tx.ka[seg]) & 0xFFFF
 
 
 def arrival(p: Plan, rx: Segs, m, j):

@@ -12,13 +12,14 @@
 Switch views: a leaf's port to a NIC holds exactly that NIC's own capture (its sent and received
 copies, at the NIC's timestamps; on a multi-plane fabric the QPs of the leaf's plane). A port
 between two switches (leaf-spine, spine-core, any link of a file fabric) holds every packet whose
-route crosses that link, in either direction: a packet reaches route position k at its sent time
-+ the latencies of the links before k (cut-through forwarding, as data-centre switch ASICs do),
-then leaves through the port's egress FIFO for its direction at the link's rate (port_queue.py:
-two NICs bursting into one uplink queue there, as on a real port, so a capture never holds more
-than the link's rate), with the Ethernet addresses (the two routers the link joins, topology.py's
-MAC plan) and TTL (255 less the routers crossed) of that link. Routes are routing.Router's ECMP
-choices (routes.py), the schedule's and ns-3's.
+route crosses that link, in either direction, at the times the schedule gave it there (hops.py:
+it reaches route position k one link latency after it started on the link before - cut-through,
+as data-centre switch ASICs forward - and leaves the port's egress queue for its direction at
+the link's rate: two NICs bursting into one uplink queue there, as on a real port, so a capture
+never holds more than the link's rate, and the receiver gets the frames after they came
+through), with the Ethernet addresses (the two routers the link joins, topology.py's MAC plan)
+and TTL (255 less the routers crossed) of that link. Routes are routing.Router's ECMP choices
+(routes.py), the schedule's and ns-3's.
 """
 from __future__ import annotations
 
@@ -30,11 +31,10 @@ import numpy as np
 from ..config import Output
 from ..errors import ConfigError
 from ..topology import Fabric
-from . import lab, routes
+from . import lab
 from .capture_file import Interface
-from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, host_parts, index_by_nic, item_conn, item_dest_qpn,
-                     item_endpoints, kept,
-                     nic_interface, nic_ip_text)
+from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, hop_source, host_parts, index_by_nic, item_conn,
+                     item_endpoints, kept, nic_interface, nic_ip_text)
 from .addresses import Addressing
 from .packets import Plan
 
@@ -143,44 +143,24 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
             if fabric.planes > 1:
                 parts = [_on_plane(p, part, int(fabric.sw_plane[sw]), fabric.planes) for part in parts]
             specs.append(FileSpec(f"{name}-{nm}", [iface], parts))
-    up = _routes_of_selected(p, fabric) if (~nic_port).any() else None
     for link, other in zip(mine[~nic_port].tolist(), peer[~nic_port].tolist()):
         gbps = int(L["gbps"][link])
         parts = []
-        for src, (idx, route, cum_ns) in up.items():
-            hit_row, hit_k = np.nonzero((route >> 1) == link)        # route position on this link
-            if not len(hit_row):
-                continue
-            queue = (route[hit_row, hit_k] & 1).astype(np.int64)     # the link's two directions
-            dt = cum_ns[hit_row, hit_k]
-            key = np.stack([dt, hit_k, queue], axis=1)
-            groups, inv = np.unique(key, axis=0, return_inverse=True)
-            inv = inv.reshape(-1)
-            for g, (dt_g, k_g, q_g) in enumerate(groups.tolist()):
-                rows = hit_row[inv == g]
-                parts.append(Part(src, idx[rows], np.full(len(rows), k_g, np.int64), dt_g, 0, queue=q_g))
+        for lv, h in enumerate(p.hops or []):         # the frames leaving this link's two egress ports
+            for src, port, pos in ((hop_source(lv, True), h.seg_port, h.seg_pos),
+                                   (hop_source(lv, False), h.k_port, h.k_pos)):
+                idx = np.flatnonzero((port >= 0) & (port >> 1 == link))
+                idx = idx[kept(p, src)[idx]]
+                tx, rx, _, _ = item_endpoints(p, src, idx)
+                idx = idx[p.sel.nic_mask[tx] | p.sel.nic_mask[rx]]
+                for q in (0, 1):                      # the link's two directions
+                    sel = idx[(port[idx] & 1) == q]
+                    if len(sel):
+                        parts.append(Part(src, sel, pos[sel], 0, 0, queue=q))
         other_name = fabric.node_name(other)
         iface = Interface(f"{name}:{other_name}", f"{name} port to {other_name}", mac, gbps * 10**9)
-        specs.append(FileSpec(f"{name}-{other_name}", [iface], parts, port_gbps=gbps))
+        specs.append(FileSpec(f"{name}-{other_name}", [iface], parts))
     return specs
-
-
-def _routes_of_selected(p: Plan, fabric: Fabric) -> dict:
-    """Per sent source: (kept items a selected NIC sends or receives, their routes, ns from the
-    sender to the start of each route position: the latencies of the links before it)."""
-    out = {}
-    lat = fabric.links["latency_ns"].astype(np.int64)
-    for src in (DATA_SENT, CTL_SENT):
-        idx = np.flatnonzero(kept(p, src))
-        tx, rx, sport, _ = item_endpoints(p, src, idx)
-        chosen = p.sel.nic_mask[tx] | p.sel.nic_mask[rx]
-        idx, tx, rx, sport = idx[chosen], tx[chosen], rx[chosen], sport[chosen]
-        c = item_conn(p, src, idx)
-        route = routes.link_dirs(fabric, tx, rx, sport, routes.plane_of(fabric, p.c_qpn_src[c]),
-                                 item_dest_qpn(p, c, rx))
-        hop_ns = np.where(route >= 0, lat[np.maximum(route, 0) >> 1], 0)
-        out[src] = (idx, route, np.cumsum(hop_ns, axis=1) - hop_ns)
-    return out
 
 
 def _on_plane(p: Plan, part: Part, plane: int, planes: int) -> Part:
@@ -188,11 +168,3 @@ def _on_plane(p: Plan, part: Part, plane: int, planes: int) -> Part:
     keep = p.c_qpn_src[item_conn(p, part.src, part.idx)] % planes == plane
     link = np.asarray(part.link)[keep] if np.ndim(part.link) else part.link
     return Part(part.src, part.idx[keep], link, part.dt_ns, part.iface, part.queue)
-
-
-def _link_gbps(fabric: Fabric, leaf: int, spine: int) -> int:
-    """Rate of the leaf-spine link (the fabric's leaf-spine rate if a file fabric has none)."""
-    a, b = fabric.leaf_node_id(leaf), fabric.spine_node_id(spine)
-    L = fabric.links
-    hit = ((L["a"] == a) & (L["b"] == b)) | ((L["a"] == b) & (L["b"] == a))
-    return int(L["gbps"][hit][0]) if hit.any() else fabric.leaf_spine_gbps
