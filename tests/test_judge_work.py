@@ -30,4 +30,4 @@ def test_messages_and_units_follow_the_pipeline(sets):
     assert messages > 0
     assert messages <= w.messages <= 2 * messages      # an upper estimate (one more per transfer), not far off
     assert 0.8 * len(tr) <= w.transfers <= 1.25 * len(tr)
-    assert w.units == w.transfers + 4 * w.ops + w.messages * 430 // 330
+    assert w.units == w.transfers + 4 * w.ops + w.messages * 430 // 330 + w.cnp_units
