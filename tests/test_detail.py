@@ -7,6 +7,7 @@ within 1 %, every op's release and end within 2 % or 2 us.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from schedule_validator import assert_valid, fabric_routes
 from tracegen.config import job_from_dict
 from tracegen.pipeline import run_pipeline
+from tracegen.tables import LinkKind
 
 M = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 4096, "seq_len": 512}
 MOE = dict(M, experts=8, top_k=2)
@@ -156,6 +158,10 @@ def test_folded_workload_times_the_job_as_unfolded(name):
     assert all(np.array_equal(a.rank_sent[k], b.rank_sent[k]) for k in a.rank_sent)
     assert a.dims == b.dims and a.transfers == b.transfers
     assert len(build_commops(j, fold=True)) == len(folded.ops)
+    # the network edges of every replica, each once: the same (src, dst, channel) multiset
+    edges = lambda f: Counter(zip(*(f.rows[k][f.rows["link"] == LinkKind.NET].tolist()  # noqa: E731
+                                    for k in ("src_rank", "dst_rank", "channel"))))
+    assert edges(whole.flows) == edges(folded.flows)
     assert_valid(folded.flows, folded.fabric, folded.job.output, fabric_routes, exact=False)
 
 

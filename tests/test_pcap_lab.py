@@ -163,6 +163,8 @@ def test_lab_files_parse_in_tshark(tmp_path):
     ("l2: true\ngateway: 192.168.100.254\n", "routed DUT"),
     ("l2: true\nipv4: 192.168.100.254\n", "one /24"),
     ("dut_mac: [02:00:00:00:00:01]\n", "one per port"),
+    ("dut_mac: '01:00:5e:00:00:01'\n", "multicast"),          # IEEE 802: the I/G bit is octet 0's lowest
+    ("dut_mac: 'ff:ff:ff:ff:ff:ff'\n", "broadcast"),
     ("lead_us: -1\n", "lead_us"),
     ("arp: maybe\n", "arp"),
 ])

@@ -8,8 +8,8 @@ time, algbw, busbw) with nccl-tests' definitions (its doc/PERFORMANCE.md):
   algbw = size / time;  busbw = algbw x factor,  factor: all_reduce 2(n-1)/n; all_gather,
   reduce_scatter, alltoall (n-1)/n; broadcast, reduce, sendrecv 1.
 Sizes: all_reduce/broadcast/reduce the buffer; all_gather/reduce_scatter the gathered buffer
-(count = elements per rank); alltoall one rank's send buffer; sendrecv what each rank sends to the
-next (rank r -> r+1, all at once).
+(count = elements per rank); alltoall one rank's send buffer (count = elements to each peer, as
+nccl-tests prints it); sendrecv what each rank sends to the next (rank r -> r+1, all at once).
 `-o DIR` writes what `tracegen generate` writes (pcaps, ns-3 scenario, flows.csv, summary.md) for
 the sweep: the capture of one all_reduce_perf run (without its warm-up iterations), through the
 same output guard (outdir: a new folder or one tracegen wrote, replaced whole; --force).
@@ -206,7 +206,9 @@ def run_collective(name: str, cluster: str, nodes: int, min_bytes: int, max_byte
     for size, ids in zip(size_list, per_size):
         start = int(min(flows.op_start_ns[i] for i in ids))
         end = int(max(flows.op_end_ns[i] for i in ids))
-        per_rank = kind in (CollKind.ALLGATHER, CollKind.REDUCESCATTER)
+        # nccl-tests prints paramcount: AllGather / ReduceScatter per rank, AlltoAll per peer
+        # (src/alltoall.cu AlltoAllGetCollByteCount: count/nranks), the others the whole buffer
+        per_rank = kind in (CollKind.ALLGATHER, CollKind.REDUCESCATTER, CollKind.ALLTOALL)
         count = size // eb // (n if per_rank else 1)
         rows.append(Row(size, count, dtype, redop, root, end - start))
     report = replace(build_report(job, fabric, flows), memory=None)

@@ -1,0 +1,32 @@
+"""The connection-level schedule (tracegen/schedule_conn.py) of a collective alone, against the
+chunk-level one (schedule.py), by the module's documented promise: "alone an op takes exactly its
+chunk-level time" (its items' rate is capped by that time less the last arrival latency, the
+latency added back at the end). Both are the project's own engines, so this judges the relation
+between them, not either alone; the sizes pick cases where each term matters: small messages
+(hop latency is most of a ring's time) and halving-doubling (one channel's rounds move different
+bytes over the same NIC ports)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracegen.collectives import expand
+from tracegen.nccl_tests import build_ops, collective_job
+from tracegen.schedule import schedule
+from tracegen.schedule_conn import schedule_connections
+from tracegen.tables import CollKind
+from tracegen.topology import build_fabric
+
+
+@pytest.mark.parametrize("algorithm,size", [("ring", 64 << 10), ("ring", 4 << 20),
+                                            ("halving_doubling", 4 << 20)])
+def test_an_allreduce_alone_takes_its_chunk_level_time(algorithm, size):
+    job = collective_job("dgx-h100", 4, algorithm, 0, "simple", "alone")
+    fabric = build_fabric(job)
+    ops, _ = build_ops(CollKind.ALLREDUCE, fabric.world, [size], 4)
+    full = schedule(ops, expand(ops, fabric, job.nccl), fabric, job)
+    conn = schedule_connections(ops, fabric, job)
+    t_full = np.asarray(full.op_end_ns) - np.asarray(full.op_start_ns)
+    t_conn = np.asarray(conn.op_end_ns) - np.asarray(conn.op_start_ns)
+    assert (t_full > 0).all()
+    assert np.all(np.abs(t_conn - t_full) <= np.maximum(0.01 * t_full, 50)), (t_full, t_conn)

@@ -1,0 +1,103 @@
+"""Judges of the tables and traces a run writes (issue 25, mutation pass), read the way their
+consumers read them: ops.csv with the csv module, perfetto.json as trace events, Parquet with
+pyarrow - each held against another file's documented meaning, not against tracegen's arrays."""
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tracegen.cli import main
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("judge-tables") / "default"
+    res = CliRunner().invoke(main, ["generate", "-q", "--no-pcap", "--no-ns3", "--set",
+                                    "output.tables=csv,parquet", "-o", str(out)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def _union(intervals):
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [tuple(x) for x in out]
+
+
+def test_perfetto_compute_track_is_the_gaps_of_ops_csv(trace):
+    """perfetto.json's `compute` track of a rank is the union of [start_ns - gap_ns, start_ns) over
+    the ops of ops.csv the rank takes part in (gap_ns: compute before the op's release; a
+    SendRecv's on its sender only, group[0]), touching or overlapping spans merged."""
+    want = defaultdict(list)
+    with open(trace / "ops.csv", newline="") as f:
+        for op in csv.DictReader(f):
+            gap, start = int(op["gap_ns"]), int(op["start_ns"])
+            if gap <= 0 or start < 0:
+                continue
+            group = [int(x) for x in op["group"].split(";")]
+            for r in (group[:1] if op["collective"] == "SendRecv" else group):
+                want[r].append((start - gap, start))
+    doc = json.loads((trace / "perfetto.json").read_text())
+    ev = doc["traceEvents"]
+    pid_rank = {e["pid"]: int(e["args"]["name"].split()[1]) for e in ev
+                if e["ph"] == "M" and e["name"] == "process_name" and e["args"]["name"].startswith("rank ")}
+    got = defaultdict(list)
+    for e in ev:
+        if e["ph"] == "X" and e.get("cat") == "compute":
+            got[pid_rank[e["pid"]]].append((round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)))
+    assert any(len(v) > 1 for v in want.values())
+    assert {r: sorted(v) for r, v in got.items()} == {r: _union(v) for r, v in want.items()}
+
+
+def test_parquet_tables_name_themselves(trace):
+    """Each Parquet file's schema metadata says which table it is (README: tracegen.table)."""
+    for table in ("flows", "ops"):
+        meta = pq.read_schema(trace / f"{table}.parquet").metadata
+        assert meta[b"tracegen.table"] == table.encode(), table
+
+
+def test_parquet_lists_keep_64_bit_ids(tmp_path):
+    """A list column declared i8 (transfer ids in deps: a 16k-GPU job has more than 2^31
+    transfers' worth of ids in its long runs) is written as list<int64>: ids beyond 2^31 come back
+    exactly."""
+    from tracegen.emit.flows import Column
+    from tracegen.emit.tables_out import write_parquet
+    from tracegen.tables import Ragged
+    big = Ragged.from_lists([[2**40 + 1, 5], [], [2**33]])
+    col = Column("deps", "list", lambda lo, hi: Ragged(big.ptr[lo:hi + 1] - big.ptr[lo],
+                                                       big.values[big.ptr[lo]:big.ptr[hi]]), "i8")
+    write_parquet([col], 3, tmp_path / "t.parquet")
+    t = pq.read_table(tmp_path / "t.parquet")
+    assert t.column("deps").to_pylist() == [[2**40 + 1, 5], [], [2**33]]
+    assert t.schema.field("deps").type == pa.list_(pa.int64())
+
+
+def test_ops_csv_spans_hold_their_flows(trace):
+    """ops.csv: an op is released at start_ns and ends at end_ns; every flow of flows.csv that
+    belongs to it starts at or after the release and ends by the op's end."""
+    span = {}
+    with open(trace / "ops.csv", newline="") as f:
+        for op in csv.DictReader(f):
+            span[op["op_id"]] = (int(op["start_ns"]), int(op["end_ns"]))
+    with open(trace / "flows.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert rows
+    for r in rows:
+        s, e = span[r["op_id"]]
+        assert s <= int(r["start_ns"]) <= int(r["end_ns"]) <= e, r["transfer_id"]
+    ends = defaultdict(int)
+    for r in rows:
+        ends[r["op_id"]] = max(ends[r["op_id"]], int(r["end_ns"]))
+    assert all(span[o][1] == e for o, e in ends.items())
