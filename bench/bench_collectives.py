@@ -23,7 +23,7 @@ from tracegen.collectives import expand  # noqa: E402
 from tracegen.collectives import hierarchical, ring, tree  # noqa: E402
 from tracegen.config import Cluster, Job, Nccl, Parallelism  # noqa: E402
 from tracegen.tables import COMMOP_DTYPE, CollKind, CommOps, Ragged  # noqa: E402
-from tracegen.topology import build_fabric  # noqa: E402
+from tracegen.fabric.topology import build_fabric  # noqa: E402
 
 
 def ops_of(specs) -> CommOps:

@@ -1,4 +1,4 @@
-"""Two fluid engines on the same inputs: this checkout's tracegen/fluid.py against the one of a git
+"""Two fluid engines on the same inputs: this checkout's tracegen/timing/fluid.py against the one of a git
 revision (default 006d49d, the engine that re-solved every active item at every event). Every
 fluid.run call of each job's pipeline (detail full and conn) runs both; per job it prints the max
 |delta| ns of start/finish/end/op_start/op_end (entries that differ / all), the relative
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracegen import fluid
+from tracegen.timing import fluid
 from tracegen.config import job_from_dict, load_job
 from tracegen.pipeline import run_pipeline
 
@@ -27,12 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_old(rev: str):
-    """tracegen/fluid.py of `rev` as a module of its own (its relative imports made absolute)."""
-    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tracegen/fluid.py"], check=True,
+    """tracegen/timing/fluid.py of `rev` as a module of its own (its relative imports made absolute)."""
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tracegen/timing/fluid.py"], check=True,
                           capture_output=True, text=True).stdout
     text = text.replace("from . import progress", "from tracegen import progress")
     text = text.replace("from .tables import", "from tracegen.tables import")
-    text = text.replace("from .fluid_records import", "from tracegen.fluid_records import")
+    text = text.replace("from .fluid_records import", "from tracegen.timing.fluid_records import")
     d = Path(tempfile.mkdtemp(prefix="fluid_old_"))
     (d / "fluid_old.py").write_text(text)
     spec = importlib.util.spec_from_file_location("fluid_old", d / "fluid_old.py")

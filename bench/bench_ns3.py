@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tracegen.config import job_from_dict  # noqa: E402
-from tracegen.emit.flows import write_flows_csv  # noqa: E402
-from tracegen.emit.ns3 import write_ns3  # noqa: E402
+from tracegen.emit.tables.flows import write_flows_csv  # noqa: E402
+from tracegen.emit.sims.ns3 import write_ns3  # noqa: E402
 from tracegen.pipeline import run_pipeline  # noqa: E402
 
 

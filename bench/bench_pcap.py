@@ -24,9 +24,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tracegen.config import Cluster, Job, Output, Parallelism  # noqa: E402
-from tracegen.emit.pcap import estimate_pcap, write_pcaps  # noqa: E402
+from tracegen.emit.views.pcap import estimate_pcap, write_pcaps  # noqa: E402
 from tracegen.tables import COMMOP_DTYPE, FLOW_DTYPE, CommOps, Flows, LinkKind, Ragged  # noqa: E402
-from tracegen.topology import build_fabric  # noqa: E402
+from tracegen.fabric.topology import build_fabric  # noqa: E402
 
 MiB = 1 << 20
 
@@ -111,7 +111,7 @@ def scapy_rebuild(recs, dest: Path) -> float:
 
 def _build_only(flows, fabric, out) -> int:
     """write_pcaps() minus the files: the bytes built, not written."""
-    from tracegen.emit.pcap import build_without_writing
+    from tracegen.emit.views.pcap import build_without_writing
     return build_without_writing(flows, fabric, out)
 
 
@@ -124,8 +124,8 @@ import json, sys, tempfile
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 import bench_pcap as b
 from tracegen.config import Cluster, Job, Output, Parallelism
-from tracegen.topology import build_fabric
-from tracegen.emit.pcap import write_pcaps, estimate_pcap
+from tracegen.fabric.topology import build_fabric
+from tracegen.emit.views.pcap import write_pcaps, estimate_pcap
 job = Job(parallelism=Parallelism(dp={nodes}, tp=2, pp=1, global_batch={nodes}), cluster=Cluster(gpus_per_node=2))
 fabric = build_fabric(job)
 flows = b.ring_flows(fabric, {nodes}, {steps}, shared={shared})

@@ -24,7 +24,7 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from tracegen.config import load_job
 from tracegen.pipeline import run_pipeline
-from tracegen.work import estimate
+from tracegen.timing.work import estimate
 t0 = time.perf_counter()
 job = load_job(preset={preset!r})
 w = estimate(job, 0, pcap=True, emit=False)          # as `tracegen plan` does, then the pipeline

@@ -26,11 +26,11 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {root!r})
 from tracegen.config import load_job
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 from tracegen.workload import build_commops
 from tracegen.collectives import expand
-from tracegen.schedule import schedule
-from tracegen.schedule_conn import schedule_connections
+from tracegen.timing.schedule import schedule
+from tracegen.timing.schedule_conn import schedule_connections
 job = load_job(preset={preset!r}, sets={sets!r})
 fabric = build_fabric(job)
 ops = build_commops(job)

@@ -1,4 +1,4 @@
-"""Read a scenario dir written by tracegen.emit.ns3 into flat arrays for the ns-3 program.
+"""Read a scenario dir written by tracegen.emit.sims.ns3 into flat arrays for the ns-3 program.
 
 The program reads the same files the HPCC simulators read (topology.txt, flow.txt, config.txt)
 plus manifest.json for what they cannot express: each flow line's op and transfer

@@ -1,5 +1,5 @@
 """`tracegen ns3 run`: simulate a scenario dir and write DIR/ns3/sim/ (or -o) in one rename,
-guarded as every output folder of tracegen (tracegen/outdir.py).
+guarded as every output folder of tracegen (tracegen/output/folder.py).
 
 sim/fct.txt       HPCC's format: `sip dip sport dport size start_ns fct_ns standalone_fct_ns`,
                   hex IPs, sport = the manifest's hpcc_sport (HPCC's and SimAI's per-pair flow
@@ -14,7 +14,7 @@ sim/ops.csv       per CommOp: simulated release/completion beside the analytic o
 sim/ports.csv     per device port: bytes sent, CE marks, deepest data queue, drops, PFC PAUSE
                   frames sent out of it and the time it was paused.
 sim/summary.json  simulated vs analytic iteration, per-flow ratios, the benchmark KPIs
-                  (tracegen.kpi) per iteration and per collective, PFC, wall times.
+                  (tracegen.report.kpi) per iteration and per collective, PFC, wall times.
 sim/pcap/         with pcap=True: one ns-resolution Ethernet pcap per host NIC (capture.h),
                   within `max_bytes`.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracegen import kpi
+from tracegen.report import kpi
 from tracegen.errors import ConfigError
 from .inputs import Scenario, load_scenario, replay_plan
 
@@ -49,10 +49,10 @@ def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool | None = No
     dcqcn_state: qp (rate state lives as long as the QP) or message (every message starts at
     line rate, as HPCC and SimAI run it); None: the manifest's sim.dcqcn.per_message_reset.
     out: the folder to write (default ns3/sim/), written as every tracegen output is
-    (tracegen/outdir.py): refused before any work unless new or tracegen's own (force: beside a
+    (tracegen/output/folder.py): refused before any work unless new or tracegen's own (force: beside a
     user's files, never over one), filled in a temp folder and swapped in by one rename, so an
     error or a signal leaves the earlier folder as it was."""
-    from tracegen import outdir
+    from tracegen.output import folder as outdir
     t_wall = time.perf_counter()
     sc = load_scenario(path)
     if len(sc) == 0:
@@ -219,14 +219,14 @@ def _summary(sc: Scenario, res, **opts) -> dict:
 
 
 def _kpis(sc: Scenario, res) -> dict:
-    """tracegen.kpi per collective, per iteration and overall; ECMP imbalance; PFC."""
+    """tracegen.report.kpi per collective, per iteration and overall; ECMP imbalance; PFC."""
     done = res.end_ps >= 0
     # a flow's simulated start: its first packet on the wire (as the schedule's start_ns is
     # when it gets the NIC), not when it was posted (NIC queueing is not part of a flow's time)
     sim = kpi.FlowSide(np.where(done, _ns(res.tx_start_ps) - sc.t0_ns, 0),
                        np.where(done, _ns(res.end_ps) - sc.t0_ns, 0))
     ana = kpi.FlowSide(sc.sched_start_ns, sc.sched_end_ns)
-    from tracegen.ns3_compare import kpis_for   # (tracegen.ns3_compare imports this package)
+    from tracegen.emit.sims.ns3_compare import kpis_for   # (tracegen.emit.sims.ns3_compare imports this package)
     return kpis_for(sc, ana, sim, sc.op_id, res.ce_pkts, res.rx_pkts, done,
                     link_bytes=_link_bytes_sim(res), link_bytes_ana=_link_bytes_ana(sc, res),
                     ports=res.ports)

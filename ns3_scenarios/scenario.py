@@ -8,7 +8,7 @@ run. Helpers below do the repeated wiring. Model, and why:
   fragmented). ns-3's point-to-point frame is PPP(2) + IP + UDP + RoCE; the Ethernet bytes a real
   wire also carries (MAC 14, 802.1Q 4, FCS 4, preamble 8, inter-frame gap 12 = 42, minus the 2
   PPP bytes) become the device's InterframeGap, so a packet occupies a link exactly as long as
-  tracegen.schedule counts it. Time resolution is 1 ps so that those gaps are exact.
+  tracegen.timing.schedule counts it. Time resolution is 1 ps so that those gaps are exact.
 - Switches (roce_switch.h): per egress port a strict-priority CNP lane and a RoCE data lane with
   DCQCN's ECN marking (config.txt's KMIN_MAP/KMAX_MAP/PMAX_MAP per port rate); a shared buffer
   (network.buffer_bytes) with PFC on the data priority (manifest `sim.pfc`: Xoff static or

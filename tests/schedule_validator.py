@@ -1,5 +1,5 @@
 """An independent judge of a schedule (the Flow table), written from ../shared/WIRE.md, FORMULAS.md
-and the documented timing rules; it never imports `tracegen.schedule` and restates none of its code.
+and the documented timing rules; it never imports `tracegen.timing.schedule` and restates none of its code.
 
     from schedule_validator import validate, assert_valid   # in tests/ (or tests.schedule_validator)
     bad = validate(flows, fabric, job.output)                     # today's paths: NIC tx/rx, NVLink

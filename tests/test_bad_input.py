@@ -228,7 +228,7 @@ def _numeric_keys():
 
 def test_every_numeric_key_has_a_documented_range():
     missing = [k for k in _numeric_keys() if k not in _RANGES and k not in _CHOICES]
-    assert not missing, f"declare a range (lo, hi) in tracegen/config_schema.py for: {missing}"
+    assert not missing, f"declare a range (lo, hi) in tracegen/config/schema.py for: {missing}"
     for k, row in _RANGES.items():
         lo, hi = row[:2]
         assert lo <= hi and abs(hi) < 2**62, k
@@ -292,8 +292,8 @@ def test_yaml_depth_and_aliases_are_capped_before_construction(tmp_path):
 ])
 def test_work_estimate_matches_the_pipeline(preset, sets):
     from tracegen.collectives import expand
-    from tracegen.topology import build_fabric
-    from tracegen.work import _closed_forms, estimate
+    from tracegen.fabric.topology import build_fabric
+    from tracegen.timing.work import _closed_forms, estimate
     from tracegen.workload import build_commops
     job = load_job(preset=preset, sets=sets)
     w = estimate(job)
@@ -308,6 +308,6 @@ def test_work_estimate_matches_the_pipeline(preset, sets):
 @pytest.mark.parametrize("preset", ["default", "gpt2-small", "llama3-8b", "gpt3-175b", "llama3-70b",
                                     "mixtral-8x7b", "deepseek-v3"])
 def test_every_shipped_preset_fits_the_default_work_budget(preset):
-    from tracegen.work import DEFAULT_MAX_WORK, estimate
+    from tracegen.timing.work import DEFAULT_MAX_WORK, estimate
     w = estimate(load_job(preset=preset), DEFAULT_MAX_WORK)      # raises beyond the budget
     assert w.memory_bytes < 16 << 30

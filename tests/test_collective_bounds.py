@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tracegen.errors import ConfigError
-from tracegen.nccl_tests import (COLLECTIVES, MAX_SIZES, build_ops, check_sweep, collective_job, count_sizes,
-                                 parse_size, sizes, sweep_transfers)
+from tracegen.cli.collective import (COLLECTIVES, MAX_SIZES, build_ops, check_sweep, collective_job, count_sizes,
+                                     parse_size, sizes, sweep_transfers)
 
 
 @pytest.mark.parametrize("lo,hi,f,step", [(8, 8, 2, 0), (1, 1 << 40, 2, 0), (3, 1000, 3, 0), (8 << 20, 1 << 30, 2, 0),
@@ -30,7 +30,7 @@ def test_a_huge_sweep_is_refused_before_it_is_listed():
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "halving_doubling", "hierarchical"])
 def test_the_transfer_estimate_follows_the_collectives_stage(name, algorithm):
     from tracegen.collectives import expand
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     job = collective_job("dgx-h100", 2, algorithm, 0, "simple", "x")
     fabric = build_fabric(job)
     size_list = sizes(8, 64 << 20, 8, 0)

@@ -19,7 +19,7 @@ from tracegen.collectives.protocol import LL128_STEP_DATA_BYTES, LL_STEP_DATA_BY
 from tracegen.collectives.ring import ring_allreduce_template
 from tracegen.config import Cluster, Job, Nccl, Parallelism
 from tracegen.tables import COMMOP_DTYPE, Algo, CollKind, CommOps, LinkKind, Proto, Ragged
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 
 def simulate_ring(t, n):

@@ -159,7 +159,7 @@ def test_oversubscription_has_a_floor_above_zero():
     assert "fabric.core_oversubscription: must be 0 or in 0.01..1000" in error_of(
         {"fabric": {"kind": "fat-tree", "core_oversubscription": 0.001}})
     assert "network.dcqcn_rate_ai_mbps: must be 0 or in 0.001.." in error_of({"network": {"dcqcn_rate_ai_mbps": 1e-6}})
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     job = job_from_dict({"fabric": {"kind": "leaf-spine", "nodes_per_leaf": 1, "oversubscription": 0.01}})
     up = build_fabric(job).links
     up = up[up["a"] >= 8]["gbps"]                    # 2 NICs x 400G down, 2 spines: 800 / (0.01 x 2)
@@ -231,7 +231,7 @@ def test_a_relative_topology_file_is_read_next_to_the_job(tmp_path, monkeypatch)
     (tmp_path / "sub" / "fab.yaml").write_text("switches: {a: 1}\nlinks: []\nnics: [a, a, a, a, a, a, a, a]\n")
     (tmp_path / "sub" / "job.yaml").write_text("fabric: {kind: file, file: fab.yaml}\n")
     monkeypatch.chdir(tmp_path)
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     assert build_fabric(load_job("sub/job.yaml")).sw_name == ["a"]
     (tmp_path / "sub" / "fab.yaml").rename(tmp_path / "fab.yaml")      # beside the cwd only: not ours
     with pytest.raises(ConfigError, match="fab.yaml"):

@@ -66,7 +66,7 @@ def test_intra_node_traffic_never_on_the_wire(default_run):
     assert nvlink, "the default job has TP traffic inside nodes"
     assert all(r["src_nic"] == r["dst_nic"] == "-1" for r in nvlink)
     from tracegen.config import Job
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     fabric = build_fabric(Job())
     for _, _, pkts in files.values():
         assert all(fabric.nic_node[p.src] != fabric.nic_node[p.dst] for p in pkts)

@@ -77,7 +77,7 @@ def test_connection_schedule_respects_every_link(pair):
 
 
 def test_auto_picks_full_for_small_jobs_and_conn_beyond(monkeypatch):
-    from tracegen import detail
+    from tracegen.timing import detail
     j = job_from_dict(MATRIX["cp2 tp2 dp2 pp2"], name="eq")
     assert run_pipeline(j).flows.detail == "full"
     monkeypatch.setattr(detail, "FULL_DETAIL_MAX_TRANSFERS", 10)
@@ -87,7 +87,7 @@ def test_auto_picks_full_for_small_jobs_and_conn_beyond(monkeypatch):
 def test_pcap_estimate_per_connection_matches_the_chunks(pair):
     """Unfiltered, the connection-level estimate counts the same records as the chunk-level plan
     (data packets, and per message a CTS, its ACK and the data's ACK, in two files each)."""
-    from tracegen.emit.pcap import estimate_pcap
+    from tracegen.emit.views.pcap import estimate_pcap
     full, conn = pair
     a = estimate_pcap(full.flows, full.fabric, full.job.output, nccl=full.job.nccl)
     b = estimate_pcap(conn.flows, conn.fabric, conn.job.output, nccl=conn.job.nccl)
@@ -111,7 +111,7 @@ def test_the_work_estimate_follows_the_detail_the_pipeline_picks():
     """Timed per connection a job makes no chunk transfer: the estimate counts its ops (and the
     memory they take), not the transfers a chunk-level expansion would make, and the pipeline
     reuses the CommOp table the estimate built instead of building it again."""
-    from tracegen import work
+    from tracegen.timing import work
     from tracegen.errors import ConfigError
     j = job_from_dict(MATRIX["dense dp8 tp2 pp2 2:1"], name="eq")
     full, conn = dataclasses.replace(j, detail="full"), dataclasses.replace(j, detail="conn")

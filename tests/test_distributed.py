@@ -1,4 +1,4 @@
-"""pcap files written by a Dask cluster (`--workers`, emit/distributed.py) are byte-identical to
+"""pcap files written by a Dask cluster (`--workers`, emit/views/distributed.py) are byte-identical to
 the single-process run's, for the host view and a switch view; an unreachable scheduler is one
 line, exit 2, no output."""
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_a_worker_dying_as_the_cluster_starts_is_one_line(tmp_path):
 @pytest.mark.parametrize("address", ["foo", "tcp://", "http://x:1", "tcp://[::1", "tcp://127.0.0.1:abc",
                                      "tcp://127.0.0.1:65536"])
 def test_a_malformed_scheduler_address_is_refused_before_any_work(tmp_path, address):
-    from tracegen.emit.distributed import check_scheduler
+    from tracegen.emit.views.distributed import check_scheduler
     from tracegen.errors import ConfigError
     with pytest.raises(ConfigError, match="give tcp://HOST:PORT"):
         check_scheduler(address)
@@ -110,7 +110,7 @@ def test_a_malformed_scheduler_address_is_refused_before_any_work(tmp_path, addr
 
 
 def test_well_formed_scheduler_addresses_pass():
-    from tracegen.emit.distributed import check_scheduler
+    from tracegen.emit.views.distributed import check_scheduler
     for address in ("tcp://127.0.0.1:8786", "127.0.0.1:8786", "tls://sched-1.example.org:8786",
                     "tcp://[::1]:8786", "ws://host:1"):
         assert check_scheduler(address) == address

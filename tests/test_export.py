@@ -151,7 +151,7 @@ def read_simai(text: str) -> tuple[dict, list[dict]]:
 @pytest.mark.parametrize("name", sorted(JOBS))
 def test_simai_workload_parses_by_its_layout(tmp_path, name):
     job, ops, d = export(tmp_path, "simai", JOBS[name])
-    from tracegen.emit.simai import busiest, simai_stages
+    from tracegen.emit.sims.simai import busiest, simai_stages
     files, notes = simai_stages(job, ops)
     p, r = job.parallelism, ops.rows
     assert (d / "job.txt").read_text() == busiest(files).text

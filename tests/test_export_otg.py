@@ -18,7 +18,7 @@ from click.testing import CliRunner
 snappi = pytest.importorskip("snappi")
 
 from tracegen.cli import main  # noqa: E402
-from tracegen.emit.otg import message_sizes  # noqa: E402
+from tracegen.emit.sims.otg import message_sizes  # noqa: E402
 
 LAB = """hosts: leaf0
 ports: [eth1, eth2, eth3, eth4]

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from tracegen.config import job_from_dict, load_job
-from tracegen.connections import udp_sport
+from tracegen.timing.connections import udp_sport
 from tracegen.errors import ConfigError
 from tracegen.pipeline import run_pipeline
 from tracegen.tables import LinkKind
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 TINY = {"layers": 2, "hidden": 256, "heads": 8, "vocab": 512, "seq_len": 64}
 
@@ -249,7 +249,7 @@ def _p2p_job(fabric, pairs, nbytes=8 << 20):
 
 def _schedule(j, ops):
     from tracegen.collectives import expand
-    from tracegen.schedule import schedule
+    from tracegen.timing.schedule import schedule
     f = build_fabric(j)
     return f, schedule(ops, expand(ops, f, j.nccl), f, j)
 
@@ -303,8 +303,8 @@ def test_non_blocking_fabric_reproduces_the_nic_only_schedule(detail):
     picks (every uplink as fast as its leaf's NIC ports together): sharing every switch port
     changes nothing against NICs and NVLink alone (within 1 %)."""
     from tracegen.collectives import expand
-    from tracegen.schedule import schedule
-    from tracegen.schedule_conn import schedule_connections
+    from tracegen.timing.schedule import schedule
+    from tracegen.timing.schedule_conn import schedule_connections
     from tracegen.workload import build_commops
     j = job_from_dict({"model": {"layers": 4, "hidden": 512, "heads": 8, "vocab": 4096, "seq_len": 512},
                        "parallelism": {"dp": 8, "tp": 8, "pp": 2, "global_batch": 32},

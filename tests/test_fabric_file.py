@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tracegen.cli import main
 from tracegen.config import job_from_dict
 from tracegen.errors import ConfigError
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 TINY = {"layers": 2, "hidden": 256, "heads": 8, "vocab": 512, "seq_len": 64}
 NICS8 = "nics: [leafA, leafA, leafA, leafA, leafB, leafB, leafB, leafB]\n"      # 4 nodes x 2 NICs

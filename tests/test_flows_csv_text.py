@@ -1,12 +1,12 @@
-"""flows.csv and ops.csv from the compiled formatter (long tables, emit/csv_text.py) are byte for
+"""flows.csv and ops.csv from the compiled formatter (long tables, emit/tables/csv_text.py) are byte for
 byte what the Python formatter writes: integers (negative too), labels, ';'-joined lists (empty too)."""
 from __future__ import annotations
 
 import numpy as np
 
 from tracegen.config import load_job
-from tracegen.emit import flows as flows_out
-from tracegen.emit.flows import Column, write_csv
+from tracegen.emit.tables import flows as flows_out
+from tracegen.emit.tables.flows import Column, write_csv
 from tracegen.pipeline import run_pipeline
 from tracegen.tables import Ragged
 

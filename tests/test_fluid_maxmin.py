@@ -1,4 +1,4 @@
-"""The fluid engine (tracegen/fluid.py) against an independent judge: the same fluid model written
+"""The fluid engine (tracegen/timing/fluid.py) against an independent judge: the same fluid model written
 the plain way - exact rational arithmetic, every event re-solving the max-min fair rates of all
 active items by progressive filling from scratch (no components, no heaps, no cached
 predictions). On random small instances (links of integer capacities, items over 1-3 of them with
@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tracegen import fluid
+from tracegen.timing import fluid
 from tracegen.tables import Ragged
 
 INF = None          # an item without a rate cap

@@ -114,7 +114,7 @@ lab_docs = st.fixed_dictionaries({"hosts": st.sampled_from(["leaf0", "leaf1", "l
 @budget(200)
 @given(lab_docs)
 def test_any_lab_plan_is_accepted_or_a_config_error(tmp_path_factory, doc):
-    from tracegen.emit.lab import check_plan, load
+    from tracegen.emit.views.lab import check_plan, load
     p = tmp_path_factory.mktemp("lab") / "lab.yaml"
     p.write_text(yaml.safe_dump(doc))
     out = Output(lab=str(p))
@@ -127,7 +127,7 @@ def test_any_lab_plan_is_accepted_or_a_config_error(tmp_path_factory, doc):
 
 
 def _fabric():
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     return build_fabric(Job())                               # the default job: 8 NICs, 2 leaves
 
 
@@ -172,9 +172,9 @@ def small_jobs(draw):
 @given(small_jobs())
 def test_random_small_jobs_keep_the_schedule_invariants(doc):
     from tracegen.pipeline import run_pipeline
-    from tracegen.schedule import duration_ns, net_wire_bytes
+    from tracegen.timing.schedule import duration_ns, net_wire_bytes
     from tracegen.tables import LinkKind
-    from tracegen.work import estimate
+    from tracegen.timing.work import estimate
     job = ok_or_config_error(job_from_dict, doc)
     assume(job is not None)
     w = estimate(job)

@@ -17,7 +17,7 @@ import yaml
 
 from tracegen import config
 from tracegen.config import job_to_dict, load_job
-from tracegen.config_schema import KEYS, TIME_KEYS, TIME_MAX_NS
+from tracegen.config.schema import KEYS, TIME_KEYS, TIME_MAX_NS
 from tracegen.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

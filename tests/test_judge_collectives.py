@@ -10,7 +10,7 @@ from tracegen.collectives import ALGORITHMS, expand, tuning
 from tracegen.collectives.tree import tree_depth_estimate
 from tracegen.config import Cluster, Job, Nccl, Parallelism
 from tracegen.tables import COMMOP_DTYPE, CollKind, CommOps, Proto, Ragged
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 K = CollKind
 

@@ -1,4 +1,4 @@
-"""The connection-level schedule (tracegen/schedule_conn.py) of a collective alone, against the
+"""The connection-level schedule (tracegen/timing/schedule_conn.py) of a collective alone, against the
 chunk-level one (schedule.py), by the module's documented promise: "alone an op takes exactly its
 chunk-level time" (its items' rate is capped by that time less the last arrival latency, the
 latency added back at the end). Both are the project's own engines, so this judges the relation
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from tracegen.collectives import expand
-from tracegen.nccl_tests import build_ops, collective_job
-from tracegen.schedule import schedule
-from tracegen.schedule_conn import schedule_connections
+from tracegen.cli.collective import build_ops, collective_job
+from tracegen.timing.schedule import schedule
+from tracegen.timing.schedule_conn import schedule_connections
 from tracegen.tables import CollKind
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 
 @pytest.mark.parametrize("algorithm,size", [("ring", 64 << 10), ("ring", 4 << 20),

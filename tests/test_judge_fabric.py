@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tracegen.config import job_from_dict
-from tracegen.fabric_kinds import fat_tree_k
+from tracegen.fabric.kinds import fat_tree_k
 from tracegen.pipeline import run_pipeline
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 TINY = {"layers": 2, "hidden": 256, "heads": 8, "vocab": 512, "seq_len": 64}
 

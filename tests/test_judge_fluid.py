@@ -1,4 +1,4 @@
-"""Judge of the timing engine (tracegen/fluid.py) by an independent solver written here from the
+"""Judge of the timing engine (tracegen/timing/fluid.py) by an independent solver written here from the
 module's documented rules, sharing no code with it:
 
 - rates: max-min fair with link weights (progressive filling: every unfrozen item's rate rises
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracegen import fluid
+from tracegen.timing import fluid
 from tracegen.tables import Ragged
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from tg_helpers import read_pcap
 from tracegen.config import Job, Output
-from tracegen.emit.pcap import write_pcaps
+from tracegen.emit.views.pcap import write_pcaps
 from tracegen.tables import COMMOP_DTYPE, FLOW_DTYPE, CommOps, Flows, LinkKind, Ragged
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 PMTU, MSG, N_MSGS = 256, 256 << 10, 70
 

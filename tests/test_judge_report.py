@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tracegen import kpi
+from tracegen.report import kpi
 from tracegen.config import load_job
-from tracegen.emit.summary_out import write_summaries
-from tracegen.nccl_tests import Row, format_table, run_collective
+from tracegen.emit.tables.summary import write_summaries
+from tracegen.cli.collective import Row, format_table, run_collective
 from tracegen.pipeline import run_pipeline
-from tracegen.report import link_table
+from tracegen.report.build import link_table
 
 # nccl-tests' bus factors (src/*.cu GetBw: AllReduceGetBw 2(n-1)/n; ReduceScatter, AllGather,
 # AlltoAll (n-1)/n; Broadcast, Reduce, SendRecv 1), for n = 8
@@ -116,7 +116,7 @@ def run2(tmp_path_factory):
     """The default job with tp = 4 over 2-GPU nodes (TP rings and the batch broadcast chain cross
     the fabric: a NIC sends what it does not receive) and 2 QPs per connection; its flows.csv
     and summary.json written."""
-    from tracegen.emit.flows import fabric_columns, write_flows_csv
+    from tracegen.emit.tables.flows import fabric_columns, write_flows_csv
     job = load_job(sets=["nccl.qps_per_connection=2", "parallelism.tp=4", "parallelism.dp=1"])
     run = run_pipeline(job, emit=False)
     out = tmp_path_factory.mktemp("judge-report")
@@ -165,7 +165,7 @@ def test_summary_link_tiers_name_the_direction_of_each_link(run2):
     """summary.json `links` and the report's tier of each link direction: a direction named
     'node..->leafK' is NIC -> leaf, 'leafK->node..' leaf -> NIC, 'leafK->spineJ' leaf -> spine, ..."""
     run, _, summary = run2
-    from tracegen.report import LINK_TIERS
+    from tracegen.report.build import LINK_TIERS
     kind = lambda s: "NIC" if s.startswith("node") else s.rstrip("0123456789")
     names = summary["links"]["name"]
     for d, (name, tier) in enumerate(zip(names, summary["links"]["tier"])):

@@ -72,8 +72,8 @@ def test_parquet_lists_keep_64_bit_ids(tmp_path):
     """A list column declared i8 (transfer ids in deps: a 16k-GPU job has more than 2^31
     transfers' worth of ids in its long runs) is written as list<int64>: ids beyond 2^31 come back
     exactly."""
-    from tracegen.emit.flows import Column
-    from tracegen.emit.tables_out import write_parquet
+    from tracegen.emit.tables.flows import Column
+    from tracegen.emit.tables.parquet import write_parquet
     from tracegen.tables import Ragged
     big = Ragged.from_lists([[2**40 + 1, 5], [], [2**33]])
     col = Column("deps", "list", lambda lo, hi: Ragged(big.ptr[lo:hi + 1] - big.ptr[lo],

@@ -1,4 +1,4 @@
-"""The work estimate (tracegen/work.py) against what the pipeline really builds, counted here:
+"""The work estimate (tracegen/timing/work.py) against what the pipeline really builds, counted here:
 network messages (an upper estimate) are NCCL's cut of each network transfer into messages of at most max_msg_bytes
 (ceil(wire bytes / max_msg_bytes), net_ib), and the units are the module doc's documented sum
 (transfers + 4 x ops + 1.3 x messages: 430 B per message over 330 B per unit)."""
@@ -10,8 +10,8 @@ import pytest
 from tracegen.collectives import expand
 from tracegen.config import load_job
 from tracegen.tables import LinkKind
-from tracegen.topology import build_fabric
-from tracegen.work import estimate
+from tracegen.fabric.topology import build_fabric
+from tracegen.timing.work import estimate
 from tracegen.workload import build_commops
 
 

@@ -49,8 +49,8 @@ def test_wireshark_names_no_vendor_for_the_router_prefixes(tmp_path):
 
 def test_the_fabric_uses_the_router_prefixes():
     from tracegen.config import Job
-    from tracegen.emit.pcap import spine_mac
-    from tracegen.topology import build_fabric
+    from tracegen.emit.views.pcap import spine_mac
+    from tracegen.fabric.topology import build_fabric
     fab = build_fabric(Job())
     assert (fab.leaf_mac[:, :2] == LEAF_PREFIX).all()
     assert tuple(np.asarray(spine_mac(np.arange(2)))[0, :2]) == SPINE_PREFIX

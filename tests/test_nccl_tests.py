@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from tracegen.cli import main
-from tracegen.nccl_tests import busbw_factor, parse_size, run_collective, sizes
+from tracegen.cli.collective import busbw_factor, parse_size, run_collective, sizes
 from tracegen.tables import CollKind
 
 GiB = 1 << 30

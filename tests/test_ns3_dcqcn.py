@@ -21,9 +21,9 @@ import pytest
 from test_ns3_export import make_flows, make_ops, read_hpcc_config
 from test_ns3_run import OVERSUBSCRIBED, load_ns3_or_skip, make_trace, read_csv
 from tracegen.config import job_from_dict
-from tracegen.emit.ns3 import write_ns3
+from tracegen.emit.sims.ns3 import write_ns3
 from tracegen.tables import CollKind, Dim, LinkKind
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 LINE = 400e9
 G = 1 - 1019 / 1024               # dce_tcp_g = 1019: alpha = (1019/1024) alpha (+ 5/1024)

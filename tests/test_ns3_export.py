@@ -1,6 +1,6 @@
 """ns-3 scenario export, checked by readers written here from the simulators' C++ logic.
 
-The readers below are independent of tracegen.emit.ns3: they follow HPCC's scratch/third.cc
+The readers below are independent of tracegen.emit.sims.ns3: they follow HPCC's scratch/third.cc
 (config.txt as a stream of `KEY value` tokens; topology/flow/trace as `>>` token streams) and
 ns-3-alibabacloud dev/qp's scratch/common.h + config.h (line-based `KEY rest-of-line` config,
 7-field topology header). Anything they cannot read the C++ could not read either.
@@ -18,11 +18,11 @@ import pytest
 
 from tracegen.collectives.protocol import wire_bytes
 from tracegen.config import Cluster, Job, Network, Parallelism, FabricConfig
-from tracegen.emit.ns3 import write_ns3
+from tracegen.emit.sims.ns3 import write_ns3
 from tracegen.errors import ConfigError
 from tracegen.tables import (COMMOP_DTYPE, FLOW_DTYPE, Algo, CollKind, CommOps, Dim, Flows,
                              LinkKind, Phase, Proto, Ragged)
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 UINT32_MAX = 2**32 - 1
 
@@ -697,7 +697,7 @@ def test_qps_are_the_pcap_writers_connections(tmp_path):
     """manifest `qps`: one RC QP per NCCL connection with the QPNs and UDP source port the pcap
     writer gives that connection, so the ns-3 packets hash like the captured ones; every line
     names its connection's QP."""
-    from tracegen.emit.packets import build
+    from tracegen.emit.packets.plan import build
     from tracegen.pipeline import run_pipeline
     from tracegen.config import job_from_dict
     job = job_from_dict({"parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 16},

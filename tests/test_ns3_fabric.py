@@ -22,10 +22,10 @@ import pytest
 from test_ns3_export import make_flows, make_ops
 from test_ns3_run import load_ns3_or_skip, make_trace, read_csv
 from tracegen.config import job_from_dict
-from tracegen.emit.ns3 import write_ns3
+from tracegen.emit.sims.ns3 import write_ns3
 from tracegen.errors import ConfigError
 from tracegen.tables import CollKind, Dim, LinkKind
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 TSHARK = shutil.which("tshark")
 ROOT = Path(__file__).resolve().parents[1]

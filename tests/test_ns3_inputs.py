@@ -24,8 +24,8 @@ from test_ns3_export import BASE_SPECS, make_flows
 from test_ns3_run import OVERSUBSCRIBED, load_ns3_or_skip, make_trace
 from tracegen.cli import main
 from tracegen.config import Job
-from tracegen.emit.ns3 import write_ns3
-from tracegen.topology import build_fabric
+from tracegen.emit.sims.ns3 import write_ns3
+from tracegen.fabric.topology import build_fabric
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -243,7 +243,7 @@ def test_ns3_run_stops_on_sigterm_and_sighup_in_one_line():
     exit 128 + signal, no temp folder left, and sim/ as it was - absent (SIGTERM), or the earlier
     run's folder byte for byte (SIGHUP). The 4:1 job with DCQCN state per QP runs its event loop
     for ~20 s or more: the signal lands inside it."""
-    from tracegen import outdir
+    from tracegen.output import folder as outdir
     load_ns3_or_skip()
     root = Path(tempfile.mkdtemp(prefix="tg-signal-"))
     try:
@@ -282,7 +282,7 @@ def folder_bytes(d: Path) -> dict[str, bytes]:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-# ---------------------------------------------------------------- output folders (tracegen/outdir.py)
+# ---------------------------------------------------------------- output folders (tracegen/output/folder.py)
 
 def test_ns3_run_never_writes_over_a_users_folder(scenario, tmp_path):
     """sim/ holding a file tracegen did not write (or -o naming a user's folder): refused in one

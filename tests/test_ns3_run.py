@@ -27,10 +27,10 @@ from click.testing import CliRunner
 
 from tracegen.cli import main
 from tracegen.config import job_from_dict
-from tracegen.emit.flows import write_flows_csv
-from tracegen.emit.ns3 import write_ns3
+from tracegen.emit.tables.flows import write_flows_csv
+from tracegen.emit.sims.ns3 import write_ns3
 from tracegen.errors import ConfigError
-from tracegen.ns3_compare import join, plot, report_rows
+from tracegen.emit.sims.ns3_compare import join, plot, report_rows
 from ns3_scenarios.inputs import load_scenario, replay_plan
 from tracegen.pipeline import run_pipeline
 from tracegen.tables import LinkKind
@@ -392,7 +392,7 @@ def test_compare_refuses_an_ambiguous_join(tmp_path):
     10001 is the first flow to host 2 — both numberings fit every row, so auto refuses."""
     from test_ns3_export import make_flows
     from tracegen.config import Job
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     job = Job()
     fabric = build_fabric(job)
     specs = [(0, NET_LINK, 0, dst, 1 << 16, 100 * k, []) for k, dst in enumerate((4, 2, 2))]
@@ -427,7 +427,7 @@ def test_cli_compare_prints_the_table(sim):
     assert res.exit_code == 0, res.output
     assert "DP AllReduce" in res.output and "compare.png" in res.output
     assert (sim.root / "ns3/sim/compare.png").is_file()
-    # sim/ is a tracegen output folder (tracegen/outdir.py): its manifest lists every file with
+    # sim/ is a tracegen output folder (tracegen/output/folder.py): its manifest lists every file with
     # its size - the run's and the picture compare put into it - and nothing else is there
     d = sim.root / "ns3/sim"
     man = json.loads((d / ".tracegen-manifest.json").read_text())

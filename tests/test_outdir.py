@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tracegen.outdir import MANIFEST, MARKER
+from tracegen.output.folder import MANIFEST, MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -283,7 +283,7 @@ def test_a_signal_inside_a_commit_waits_for_its_end():
     """In-process, real signals: outside a critical section a signal raises at once; inside
     (a commit, taking the lock) it raises when the section ends, never half-way."""
     from tracegen.errors import Interrupted
-    from tracegen.guard import signals_as_interrupts, signals_deferred
+    from tracegen.output.guard import signals_as_interrupts, signals_deferred
     steps = []
     with pytest.raises(Interrupted) as e:
         with signals_as_interrupts():

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tracegen.cli import main
 from tracegen.config import load_job
-from tracegen.emit import flows as flowmod
+from tracegen.emit.tables import flows as flowmod
 from tracegen.errors import ConfigError
 from tracegen.pipeline import run_pipeline
 from tracegen.tables import Algo, CollKind, Dim, LinkKind, Phase, Proto
@@ -104,7 +104,7 @@ def test_parquet_and_csv_hold_the_same_rows(trace):
 
 
 def test_parquet_streams_in_row_groups(run, tmp_path, monkeypatch):
-    from tracegen.emit import tables_out
+    from tracegen.emit.tables import parquet as tables_out
     monkeypatch.setattr(tables_out, "BATCH_ROWS", 100)
     monkeypatch.setattr(flowmod, "BATCH_ROWS", 100)
     path = tables_out.write_flows_parquet(run.flows, tmp_path / "f.parquet")
@@ -115,7 +115,7 @@ def test_parquet_streams_in_row_groups(run, tmp_path, monkeypatch):
 
 def test_extra_columns_go_after_the_built_in_ones(run, tmp_path):
     """The place the fabric work's `route` column plugs in, for both formats."""
-    from tracegen.emit.tables_out import write_flows_parquet
+    from tracegen.emit.tables.parquet import write_flows_parquet
     from tracegen.tables import Ragged
     routes = Ragged.from_lists([[7, int(i) % 3] for i in range(len(run.flows))])
     route = flowmod.Column("route", "list", lambda lo, hi: flowmod._ragged_rows(routes, lo, hi), "i4",
@@ -228,7 +228,7 @@ def test_perfetto_trace_validates_and_has_the_tracks(run, trace):
 
 
 def test_perfetto_caps_nic_tracks(run, tmp_path):
-    from tracegen.emit.perfetto import write_perfetto
+    from tracegen.emit.tables.perfetto import write_perfetto
     counts = write_perfetto(run.flows, run.fabric, tmp_path / "p.json", max_nic_slices=70, max_arrows=10)
     assert counts["nics_shown"] < run.fabric.n_nics and counts["arrows"] == 10 and counts["arrows_dropped"] > 0
     doc = json.loads((tmp_path / "p.json").read_text())

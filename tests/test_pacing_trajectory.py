@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 
 from tg_helpers import DATA_OPCODES, P2P, op_table, read_pcap, roce_fields
-from tracegen import fluid
+from tracegen.timing import fluid
 from tracegen.collectives import expand
 from tracegen.config import load_job
-from tracegen.emit.pcap import write_pcaps
-from tracegen.emit.placed import placed_flows
-from tracegen.schedule import schedule
-from tracegen.schedule_conn import schedule_connections
+from tracegen.emit.views.pcap import write_pcaps
+from tracegen.emit.views.placed import placed_flows
+from tracegen.timing.schedule import schedule
+from tracegen.timing.schedule_conn import schedule_connections
 from tracegen.tables import Ragged
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 # 400G NICs, two per leaf, 400G leaf-spine links: A and B meet on leaf1's port to NIC 2 only
 SETS = ["fabric=leaf-spine-2to1", "fabric.nodes_per_leaf=2", "fabric.spines=2", "fabric.oversubscription=1",

@@ -1,7 +1,7 @@
 """pcap writer: every packet parsed by scapy (ICRC recomputed), tshark, and the flow table as oracle.
 
 The expectations here are rebuilt from the rules in plain Python (QPN plan, message split,
-PSN/MSN sequences, wire times); nothing is taken from tracegen.emit.pcap's internals.
+PSN/MSN sequences, wire times); nothing is taken from tracegen.emit.views.pcap's internals.
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from tracegen.config import Job, Output
-from tracegen.emit import pcap as pcap_mod
-from tracegen.emit.pcap import estimate_pcap, write_pcaps
+from tracegen.emit.views import pcap as pcap_mod
+from tracegen.emit.views.pcap import estimate_pcap, write_pcaps
 from tracegen.tables import COMMOP_DTYPE, FLOW_DTYPE, CommOps, Flows, LinkKind, Ragged
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 scapy_all = pytest.importorskip("scapy.all")
 from scapy.contrib.roce import AETH, BTH  # noqa: E402
@@ -518,7 +518,7 @@ def _mkdir(p: Path) -> Path:
 def test_slices_are_written_page_aligned_to_their_file_offset(tmp_path, monkeypatch):
     """Each slice lies in memory at its file offset modulo the page size, so the kernel copies
     whole pages into the page cache (misaligned slices wrote at half the speed; bench_pcap)."""
-    from tracegen.emit import pcap
+    from tracegen.emit.views import pcap
     seen, real = [], pcap._write_all
 
     def spy(f, buf):

@@ -25,9 +25,9 @@ from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.layers.l2 import Dot1Q, Ether  # noqa: E402
 
 from tracegen.config import Output  # noqa: E402
-from tracegen.emit import congestion  # noqa: E402
-from tracegen.emit.timing import MAX_TRAIN_PACKETS  # noqa: E402
-from tracegen.emit.pcap import estimate_pcap, write_pcaps  # noqa: E402
+from tracegen.emit.packets import congestion  # noqa: E402
+from tracegen.emit.packets.pacing import MAX_TRAIN_PACKETS  # noqa: E402
+from tracegen.emit.views.pcap import estimate_pcap, write_pcaps  # noqa: E402
 
 GAP_NS = 4000
 CONFIGS = {
@@ -190,7 +190,7 @@ def test_wire_md_cnp_layout():
     want = bytes.fromhex(test_roce.CNP_HEX)
     p = Ether(want)
     assert CNPPadding in p
-    from tracegen.emit import roce
+    from tracegen.emit.packets import roce
     h = np.frombuffer(want[:-4], roce.frame_dtype(roce.Opcode.CNP, False)).copy()
     assert h["bth"]["fecn_becn"] == roce.BTH_BECN and h["bth"]["flags"] == 0
     assert roce.frame_dtype(roce.Opcode.CNP, False).itemsize + 4 == 74
@@ -248,7 +248,7 @@ def test_dcqcn_rates_follow_the_reaction_point():
 def test_dcqcn_parameters_are_those_the_ns3_export_writes(tmp_path):
     """The pcap's reaction and `tracegen ns3 run` react alike: every DCQCN key of config.txt."""
     from tracegen.config import Job
-    from tracegen.emit.ns3 import write_ns3
+    from tracegen.emit.sims.ns3 import write_ns3
     from tracegen.pipeline import run_pipeline
     run = run_pipeline(Job())
     job = run.job

@@ -20,8 +20,8 @@ from scapy.layers.inet6 import ICMPv6ND_NA, ICMPv6ND_NS, ICMPv6NDOptDstLLAddr, I
 from scapy.layers.l2 import ARP, Dot1Q, Ether  # noqa: E402
 
 from tracegen.config import Job, Output  # noqa: E402
-from tracegen.emit.lab import retime  # noqa: E402
-from tracegen.emit.pcap import estimate_pcap, write_pcaps  # noqa: E402
+from tracegen.emit.views.lab import retime  # noqa: E402
+from tracegen.emit.views.pcap import estimate_pcap, write_pcaps  # noqa: E402
 from tracegen.errors import ConfigError  # noqa: E402
 
 FLOWS = tv.CROSS

@@ -40,7 +40,7 @@ from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.layers.l2 import Dot1Q, Ether  # noqa: E402
 
 from tracegen.config import Nccl, Output  # noqa: E402
-from tracegen.emit.pcap import estimate_pcap, write_pcaps  # noqa: E402
+from tracegen.emit.views.pcap import estimate_pcap, write_pcaps  # noqa: E402
 from tracegen.tables import Algo  # noqa: E402
 
 FABRIC = tp.FABRIC

@@ -15,7 +15,7 @@ pytest.importorskip("scapy.all")
 import test_pcap as tp  # noqa: E402
 
 from tracegen.config import Output  # noqa: E402
-from tracegen.emit.pcap import estimate_pcap, write_pcaps  # noqa: E402
+from tracegen.emit.views.pcap import estimate_pcap, write_pcaps  # noqa: E402
 from tracegen.errors import ConfigError, OutputError  # noqa: E402
 from tracegen.tables import COMMOP_DTYPE, CollKind, CommOps, Dim, Ragged  # noqa: E402
 

@@ -19,7 +19,7 @@ import test_pcap as tp  # noqa: E402
 import test_pcap_wire as tw  # noqa: E402
 
 from tracegen.config import Output  # noqa: E402
-from tracegen.emit.pcap import estimate_pcap, spine_mac, write_pcaps  # noqa: E402
+from tracegen.emit.views.pcap import estimate_pcap, spine_mac, write_pcaps  # noqa: E402
 
 FABRIC = tp.FABRIC
 FLOWS = tp.FLOWS

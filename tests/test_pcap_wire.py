@@ -22,7 +22,7 @@ from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.layers.l2 import Dot1Q, Ether  # noqa: E402
 
 from tracegen.config import Output  # noqa: E402
-from tracegen.emit.pcap import estimate_pcap, write_pcaps  # noqa: E402
+from tracegen.emit.views.pcap import estimate_pcap, write_pcaps  # noqa: E402
 
 FABRIC = tp.FABRIC
 # IPv6 plan (documented in roce.ipv6_from_ipv4): fd00::/96 + the IPv4 address in the low 32 bits.

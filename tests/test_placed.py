@@ -1,4 +1,4 @@
-"""pcaps of a job timed per connection (emit/placed.py): only the selected NICs' chunks are made,
+"""pcaps of a job timed per connection (emit/views/placed.py): only the selected NICs' chunks are made,
 placed inside the connection-level schedule.
 
 Oracle: the chunk-level run of the same job writes the same NICs' files; frame for frame they
@@ -20,7 +20,7 @@ import pytest
 from tg_helpers import read_pcap
 from tracegen.config import job_from_dict
 from tracegen.emit.bundle import pcap_flows
-from tracegen.emit.pcap import write_pcaps
+from tracegen.emit.views.pcap import write_pcaps
 from tracegen.pipeline import run_pipeline
 
 M = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 4096, "seq_len": 512}
@@ -110,7 +110,7 @@ def test_a_connection_level_job_without_a_nic_selection_writes_no_pcap(tmp_path)
 def test_leaf_and_lab_views_expand_only_their_nics(tmp_path):
     """A leaf's switch view and a lab plan of a connection-level job: the chunks of the leaf's (the
     lab hosts') NICs only, and the files those views write from them; a spine view is refused."""
-    from tracegen.emit.placed import shown_nics
+    from tracegen.emit.views.placed import shown_nics
     from tracegen.errors import ConfigError
     spec, _ = JOBS["dense dp4 tp2 pp2 2:1"]
     j = job_from_dict(spec, name="placed")

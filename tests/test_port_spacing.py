@@ -44,7 +44,7 @@ def test_no_port_file_exceeds_its_link_rate(tmp_path, fabric, switch):
     uplinks = [f for f in files if "spine" in f.name]
     assert uplinks, [f.name for f in files]
     from tracegen.config import load_job
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     fab = build_fabric(load_job(sets=[f"fabric={fabric}", "fabric.nodes_per_leaf=2", "parallelism.dp=8",
                                       "parallelism.global_batch=32"]))
     total = 0

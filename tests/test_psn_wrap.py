@@ -13,9 +13,9 @@ import numpy as np
 
 from tg_helpers import read_pcap
 from tracegen.config import Job, Output
-from tracegen.emit.pcap import write_pcaps
+from tracegen.emit.views.pcap import write_pcaps
 from tracegen.tables import COMMOP_DTYPE, FLOW_DTYPE, CommOps, Flows, LinkKind, Ragged
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 PMTU, MSG = 256, 256 << 10
 PKTS_PER_MSG = MSG // PMTU

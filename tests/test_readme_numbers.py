@@ -187,8 +187,8 @@ def test_ecmp_spread_from_an_independent_hash_model():
     hash (not routing.py): the busiest or idlest spine's distance from its share, seeds 0-5."""
     import numpy as np
     from test_fabric import _choice, fabric_job
-    from tracegen.connections import udp_sport
-    from tracegen.topology import build_fabric
+    from tracegen.timing.connections import udp_sport
+    from tracegen.fabric.topology import build_fabric
     parts = []
     for spines in (4, 8):
         devs = []
@@ -230,7 +230,7 @@ def test_a_table_into_a_pipe_keeps_every_value_whole():
     import io
     from rich.console import Console
     from rich.table import Table
-    from tracegen.cli_common import print_whole
+    from tracegen.cli.common import print_whole
     out = io.StringIO()
     console = Console(file=out, width=60, force_terminal=False)
     t = Table(title="t")

@@ -14,7 +14,7 @@ import pytest
 
 import test_pcap as tp
 from tracegen.config import Output
-from tracegen.emit.pcap import write_pcaps
+from tracegen.emit.views.pcap import write_pcaps
 
 TOOLS = ("tcpreplay", "tcpdump", "ip")
 pytestmark = pytest.mark.root

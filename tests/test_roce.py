@@ -5,8 +5,8 @@ import zlib
 import numpy as np
 import pytest
 
-from tracegen.emit import roce
-from tracegen.emit.roce import Opcode
+from tracegen.emit.packets import roce
+from tracegen.emit.packets.roce import Opcode
 
 # WIRE.md: a CNP captured on a ConnectX-4 Lx (scapy's RoCE regression test).
 CNP_HEX = ("e41d2dab2bc2 7cfe90643b32 0800"

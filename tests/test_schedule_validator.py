@@ -1,5 +1,5 @@
 """The schedule judged from outside (tests/schedule_validator.py, which never imports
-tracegen.schedule): over a matrix of small jobs, on every scheduler path, and - so that the judge
+tracegen.timing.schedule): over a matrix of small jobs, on every scheduler path, and - so that the judge
 is worth something - each rule shown catching a schedule broken on purpose."""
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_schedule_passes_every_rule(name):
 
 def test_compiled_scheduler_passes(monkeypatch):
     """The numba-compiled path (jobs of >= JIT_MIN_TRANSFERS transfers) judged the same way."""
-    from tracegen import schedule
+    from tracegen.timing import schedule
     monkeypatch.setattr(schedule, "JIT_MIN_TRANSFERS", 0)
     run = run_pipeline(matrix_job("moe-ep4-dp4-tp2-pp2-sp"))
     assert_valid(run.flows, run.fabric, run.job.output, fabric_routes, exact=False)

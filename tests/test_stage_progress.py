@@ -17,7 +17,7 @@ M = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 4096, "seq_len": 512}
 
 
 def test_workload_and_schedule_report_progress(monkeypatch):
-    from tracegen import fluid
+    from tracegen.timing import fluid
     monkeypatch.setattr(fluid, "PROGRESS_EVERY", 64)
     seen = []
     progress.hook = lambda done, total: seen.append((done, total))
@@ -64,7 +64,7 @@ def _phases_of(job, dest, monkeypatch):
     from tracegen.emit.bundle import with_pcap_estimate, write_bundle
     monkeypatch.setattr(progress, "BLOCK_ROWS", 16)
     monkeypatch.setattr(progress, "BLOCK_OPS", 2)
-    from tracegen import fluid
+    from tracegen.timing import fluid
     monkeypatch.setattr(fluid, "PROGRESS_EVERY", 64)        # the engine runs as Python below 2,000 items
     seen = []
     progress.stage_hook = lambda text, unit="": seen.append((text, []))
@@ -106,7 +106,7 @@ def _monotone_to_total(reports):
 
 def test_counting_chunk_transfers_for_detail_auto_reports_per_block_of_ops(monkeypatch):
     from tracegen.pipeline import chunk_transfer_count
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     from tracegen.workload import build_commops
     job = job_from_dict(CONN, name="p")
     fabric, ops = build_fabric(job), build_commops(job)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tracegen.cli import main
 from tracegen.config import load_job
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 from tg_helpers import read_pcap
 
 SETS = ["parallelism.dp=8", "parallelism.global_batch=32"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracegen.emit import timeline
+from tracegen.emit.pictures import timeline
 
 
 def test_occupancy_marks_exactly_the_busy_columns():

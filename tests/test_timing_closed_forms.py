@@ -1,4 +1,4 @@
-"""Timing closed forms, computed here from FORMULAS.md and WIRE.md (never from tracegen.schedule):
+"""Timing closed forms, computed here from FORMULAS.md and WIRE.md (never from tracegen.timing.schedule):
 
 - ring AllReduce, alpha-beta (FORMULAS.md): T = 2(n−1)·α + 2·(n−1)/n·S/β, with β the NIC rate over
   WIRE.md's wire bytes and α the per-step latency: hops × link latency + (hops − 1) store-and-
@@ -15,7 +15,7 @@ import pytest
 
 from schedule_validator import net_wire_bytes, ns_for_bits, packet_overhead
 from tg_helpers import DATA_OPCODES, P2P, cluster_job, read_pcap, roce_fields, run_ops
-from tracegen.emit.pcap import write_pcaps
+from tracegen.emit.views.pcap import write_pcaps
 from tracegen.tables import CollKind, LinkKind
 
 L = 1000                     # Cluster.link_latency_ns default

@@ -9,7 +9,7 @@ from tracegen.errors import ConfigError
 from schedule_validator import assert_valid, fabric_routes
 from tracegen.pipeline import run_pipeline
 from tracegen.tables import LinkKind
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 
 def job(nics=0, gmap="", pxn=False, dp=4, tp=1, gpn=8, algorithm="ring"):
@@ -77,7 +77,7 @@ def test_gpus_sharing_a_nic_keep_their_own_qps(tmp_path):
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP
     from scapy.utils import rdpcap
-    from tracegen.emit.pcap import write_pcaps
+    from tracegen.emit.views.pcap import write_pcaps
     j = job_from_dict({
         "model": {"layers": 2, "hidden": 256, "heads": 8, "vocab": 512, "seq_len": 64},
         "parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 4},

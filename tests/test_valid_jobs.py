@@ -389,7 +389,7 @@ SPINELESS = {
 
 
 @pytest.mark.xfail(not NS3_WITHOUT_SPINES, strict=True, reason=(
-    "emit/ns3.py (helper ns3): _readme calls fabric.spine_node_id(0), IndexError on a fabric "
+    "emit/sims/ns3.py (helper ns3): _readme calls fabric.spine_node_id(0), IndexError on a fabric "
     "without spines; reproducer: `tracegen generate --set fabric.kind=leaf-spine` (default job, "
     "4 nodes on one leaf), or --set fabric.kind=fat-tree --set fabric.k=16"))
 @pytest.mark.parametrize("case", sorted(SPINELESS))

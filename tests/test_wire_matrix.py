@@ -7,7 +7,7 @@ tester rate, switch, merged and host views, pcap and pcapng, several QPs and IPv
 
 The first LONG case is issue 25's: with pacing, 5 of 416 QPs sent a message's packets before the
 previous message's last (PSN 81-88, then 80). Switch views hold the times the schedule gave each
-frame at each link (emit/hops.py), so a spine's port, the leaf's and the receiving NIC's agree."""
+frame at each link (emit/packets/hops.py), so a spine's port, the leaf's and the receiving NIC's agree."""
 from __future__ import annotations
 
 import os

@@ -74,9 +74,9 @@ def test_dp_allreduce_bytes_match_gradient_size():
 @pytest.mark.parametrize("compiled", [False, True])
 def test_schedule_honours_dependencies_and_ports(compiled, monkeypatch):
     """Judged from outside (tests/schedule_validator.py: wire times from WIRE.md, not from
-    tracegen.schedule): dependencies, op releases + compute gaps, durations, one transfer at a
+    tracegen.timing.schedule): dependencies, op releases + compute gaps, durations, one transfer at a
     time per NIC and NVLink port."""
-    from tracegen import schedule
+    from tracegen.timing import schedule
     monkeypatch.setattr(schedule, "JIT_MIN_TRANSFERS", 0 if compiled else 1 << 62)
     job = make_job(dp=2, tp=2, pp=2, gpn=2, layers=4, mb=4)
     run = run_pipeline(job)
@@ -91,7 +91,7 @@ def test_schedule_honours_dependencies_and_ports(compiled, monkeypatch):
 def test_compiled_scheduler_equals_its_python_source(monkeypatch):
     """The numba-compiled list scheduler (big jobs) and the same function run as Python (small
     jobs) give the same flows, op times included."""
-    from tracegen import schedule
+    from tracegen.timing import schedule
     job = make_job(dp=4, tp=2, pp=2, gpn=4, layers=4, mb=8)
     runs = []
     for threshold in (0, 1 << 62):
@@ -114,7 +114,7 @@ def test_schedule_refuses_a_dependency_cycle(compiled, monkeypatch):
     """Two ops waiting for each other never run: the scheduler says so instead of returning
     half a schedule. (Through the public stages: op tables by hand, collectives, schedule.)"""
     from tg_helpers import P2P, cluster_job, run_ops
-    from tracegen import schedule
+    from tracegen.timing import schedule
     monkeypatch.setattr(schedule, "JIT_MIN_TRANSFERS", 0 if compiled else 1 << 62)
     job = cluster_job(2)
     chain = [(P2P, [0, 1], 4096, 100, []), (P2P, [0, 1], 4096, 100, [0]), (P2P, [0, 1], 4096, 100, [1])]

@@ -10,9 +10,9 @@ import numpy as np
 
 from tracegen.collectives import expand
 from tracegen.config import job_from_dict
-from tracegen.schedule import schedule
+from tracegen.timing.schedule import schedule
 from tracegen.tables import COMMOP_DTYPE, CollKind, CommOps, Dim, Flows, Phase, Ragged
-from tracegen.topology import build_fabric
+from tracegen.fabric.topology import build_fabric
 
 TINY = {"layers": 2, "hidden": 256, "heads": 8, "vocab": 512, "seq_len": 64}
 

@@ -83,7 +83,7 @@ def chunk_transfers(preset: str) -> int:
     from tracegen.collectives import expand
     from tracegen.config import load_job
     from tracegen.pipeline import chunk_transfer_count, pick_detail
-    from tracegen.topology import build_fabric
+    from tracegen.fabric.topology import build_fabric
     from tracegen.workload import build_commops
     job = load_job(None, preset=preset, sets=[])
     fabric, ops = build_fabric(job), build_commops(job)
@@ -98,7 +98,7 @@ def fmt_count(n: int) -> str:
 
 def fmt_bytes(n: int) -> str:
     """As `tracegen plan` prints the pcap estimate (report._short_bytes)."""
-    from tracegen.report import _short_bytes
+    from tracegen.report.build import _short_bytes
     return _short_bytes(n)
 
 
@@ -179,8 +179,8 @@ def ecmp_spread(old: str, quick: bool) -> str:
     spine count, over fabric.ecmp_seed 0-5: the routes every schedule, pcap and ns-3 scenario use."""
     import numpy as np
     from tracegen.config import job_from_dict
-    from tracegen.connections import udp_sport
-    from tracegen.topology import build_fabric
+    from tracegen.timing.connections import udp_sport
+    from tracegen.fabric.topology import build_fabric
     parts = []
     for spines in (4, 8):
         devs = []

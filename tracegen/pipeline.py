@@ -8,12 +8,12 @@ from . import progress
 from .collectives import expand, op_templates
 from .config import Job
 from .errors import ConfigError
-from .report import Report, build_report
-from .schedule import schedule
-from .schedule_conn import schedule_connections
+from .report.build import Report, build_report
+from .timing.schedule import schedule
+from .timing.schedule_conn import schedule_connections
 from .tables import CommOps, Flows, Transfers
-from .topology import Fabric, build_fabric
-from .detail import FULL_DETAIL_MAX_TRANSFERS, far_beyond, needs_chunks, pick_detail, want_fold  # noqa: F401
+from .fabric.topology import Fabric, build_fabric
+from .timing.detail import FULL_DETAIL_MAX_TRANSFERS, far_beyond, needs_chunks, pick_detail, want_fold  # noqa: F401
 from .workload import build_commops
 
 
@@ -46,7 +46,7 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: boo
                  fold: bool = True) -> Run:
     """`stage(text)` is told what runs next (the CLI shows it; big jobs take minutes). emit: the
     job's outputs will be written: an ns-3 scenario needs every chunk (detail full); pcaps of a
-    connection-level schedule expand only the NICs they show (emit/placed.py); the schedule keeps
+    connection-level schedule expand only the NICs they show (emit/views/placed.py); the schedule keeps
     the NET flows' rate changes for the pcap writer unless emit is False (a plan) or the job
     writes no pcaps.
     fold: timed per connection, build and time DP replica 0's ops once for all replicas where the
@@ -55,7 +55,7 @@ def run_pipeline(job: Job, stage: Callable[[str], None] | None = None, emit: boo
     say("topology")
     fabric = build_fabric(job)
     say("workload: collectives of one iteration")
-    from .work import built_commops, built_transfers
+    from .timing.work import built_commops, built_transfers
     known_transfers = built_transfers(job)
     ops = built_commops(job)
     if ops is None or (ops.replicas > 1 and not fold):

@@ -20,6 +20,9 @@ rotation per channel, tree chain per node, rails); otherwise the group is flat (
 PXN (`nccl.pxn`): a NET transfer whose source and destination NICs are on different rails
 becomes two: an NVLink hop to the GPU of the sender's node on the destination's rail, then a NET
 hop on that rail, which depends on the first. Afterwards no NET transfer crosses rails.
+
+May import: config, workload, fabric and the shared modules. Must not import timing, report,
+pipeline, output, emit, corpus or cli.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import numpy as np
 
 from ..config import Nccl
 from ..tables import TRANSFER_DTYPE, CollKind, CommOps, LinkKind, Proto, Ragged, Transfers
-from ..topology import Fabric
+from ..fabric.topology import Fabric
 from . import alltoall, halving_doubling, hierarchical, p2p, ring, tree, tuning
 from .protocol import wire_bytes
 from .template import Template

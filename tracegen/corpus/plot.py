@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import OutputError
-from ..ownership import PNG_SOFTWARE
+from ..output.ownership import PNG_SOFTWARE
 from .stats import TokenRow
 
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ..config import Job
-from ..report import Report
+from ..report.build import Report
 from ..workload.compute import ComputeModel
 
 

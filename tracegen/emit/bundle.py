@@ -11,7 +11,7 @@ from ..config import parse_start_time, table_formats
 from ..errors import OutputError
 from ..pipeline import Run
 from ..tables import LinkKind
-from .flows import fabric_columns, write_flows_csv, write_ops_csv
+from .tables.flows import fabric_columns, write_flows_csv, write_ops_csv
 
 
 def on_the_wire(run: Run) -> bool:
@@ -33,7 +33,7 @@ def wire_note(run: Run) -> str | None:
 
 def pcap_flows(run: Run):
     """The flows the pcaps are written from: the schedule's chunks, or - timed per connection -
-    the chunks of the selected NICs placed in it (emit/placed.py; built once per run). Without a
+    the chunks of the selected NICs placed in it (emit/views/placed.py; built once per run). Without a
     NIC selection (nics, ranks, a switch or lab view) a connection-level run has none: None."""
     if run.flows.detail != "conn":
         return run.flows
@@ -42,7 +42,7 @@ def pcap_flows(run: Run):
         return None
     key = id(run.flows)
     if key not in _PLACED:
-        from .placed import placed_flows
+        from .views.placed import placed_flows
         _progress.stage("pcap estimate: chunks of the selected NICs, placed in their connections", "ops")
         _PLACED.clear()
         _PLACED[key] = (run.flows, placed_flows(run))
@@ -53,7 +53,7 @@ _PLACED: dict = {}
 
 
 def with_pcap_estimate(run: Run) -> Run:
-    from .pcap import estimate_pcap
+    from .views.pcap import estimate_pcap
     flows = pcap_flows(run)
     pkts, nbytes = estimate_pcap(flows if flows is not None else run.flows, run.fabric, run.job.output,
                                  nccl=run.job.nccl, network=run.job.network)
@@ -77,7 +77,7 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
         stage(f"ops.csv: {len(run.flows.ops):,} rows", "rows")
         write_ops_csv(run.flows, dest / "ops.csv")
     if "parquet" in formats:
-        from .tables_out import write_flows_parquet, write_ops_parquet
+        from .tables.parquet import write_flows_parquet, write_ops_parquet
         stage(f"flows.parquet: {len(run.flows):,} rows", "rows")
         write_flows_parquet(run.flows, dest / "flows.parquet", run.job.name, extra=fab_cols)
         stage(f"ops.parquet: {len(run.flows.ops):,} rows", "rows")
@@ -85,8 +85,8 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
     counts["flows"] = len(run.flows)
     extra = {}
     if out.perfetto:
-        from .perfetto import write_perfetto
-        from .select import parse
+        from .tables.perfetto import write_perfetto
+        from .views.select import parse
         stage("perfetto.json", "slices")
         sel = parse(out, run.fabric)
         extra["perfetto"] = write_perfetto(run.flows, run.fabric, dest / "perfetto.json", title=run.job.name,
@@ -94,7 +94,7 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
                                            start_ns=parse_start_time(out.start_time))
     wire = on_the_wire(run)          # else: nothing to capture or simulate (wire_note says so)
     if out.pcap and wire:
-        from .pcap import write_pcaps
+        from .views.pcap import write_pcaps
         flows = pcap_flows(run)
         if flows is None:
             raise OutputError("pcaps of a job timed per connection are written for the NICs they show: "
@@ -107,16 +107,16 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
                                           nccl=run.job.nccl, network=run.job.network, workers=workers,
                                           scheduler=scheduler))
     if out.ns3 and wire:
-        from .ns3 import NO_FLOWS_NOTE, write_ns3
+        from .sims.ns3 import NO_FLOWS_NOTE, write_ns3
         stage("ns-3 scenario")
         if not write_ns3(run.flows, run.fabric, run.job, dest / "ns3") and \
                 NO_FLOWS_NOTE not in run.report.notes:            # no NIC traffic: no scenario
             run.report.notes.append(NO_FLOWS_NOTE)
     if out.pictures:
-        from .plots import TraceView, draw_all
+        from .pictures.plots import TraceView, draw_all
         stage("pictures", "pictures")
         draw_all(TraceView.from_run(run), dest)
-    from .summary_out import write_summaries
+    from .tables.summary import write_summaries
     stage("summary.md, summary.json")
     write_summaries(run, dest, files=sorted(p.name for p in dest.iterdir()), extra=extra)
     return counts

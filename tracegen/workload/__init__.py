@@ -1,4 +1,8 @@
-"""workload stage: Job -> CommOps (what must be communicated in one iteration, in what order)."""
+"""workload stage: Job -> CommOps (what must be communicated in one iteration, in what order).
+
+May import: config and the shared modules (errors, progress, tables). Must not import fabric,
+collectives, timing, report, pipeline, output, emit, corpus or cli.
+"""
 from __future__ import annotations
 
 from ..config import Job

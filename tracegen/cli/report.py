@@ -1,0 +1,56 @@
+"""`tracegen report DIR`: redraw a written trace's pictures from its tables (flows.parquet or
+flows.csv, ops.*) and summary.json — after editing a picture's code, or for a trace written with
+`output.pictures: false`.
+
+The pictures go into the trace folder itself (default) or `-o DIR`, through the output guard
+(outdir.put_files): into a folder tracegen wrote, each picture replaces the old one by a rename and
+the folder's manifest is updated; a new folder is written whole; any other folder (the current one,
+one holding a user's timeline.png, ...) is refused before anything is read, unless --force, which
+writes beside the user's files and never over one. A damaged trace is one line (trace_read.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import ConfigError, OutputError
+
+
+@click.command("report")
+@click.argument("trace_dir", type=click.Path(file_okay=False))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
+              help="Folder for the PNGs (default: TRACE_DIR itself).")
+@click.option("--only", metavar="NAMES", help="Comma list of pictures to draw (default: all), e.g. gantt,timeline.")
+@click.option("--force", is_flag=True,
+              help="Write into a folder tracegen would refuse (not its own, the current folder, ...), "
+                   "beside what is there; never over a file tracegen did not write.")
+def report(trace_dir, out_dir, only, force):
+    """Redraw the pictures of a trace folder (timeline, Gantt, traffic matrix) from its tables."""
+    from ..output import folder as outdir
+    from .common import command_errors
+    from ..config import show_path
+    from ..emit.pictures.plots import PICTURES, TraceView
+    from ..emit.tables.read import read_summary
+    with command_errors():
+        src = Path(trace_dir)
+        if not src.is_dir():
+            raise OutputError(f"{trace_dir}: no such folder — give a folder written by `tracegen generate`")
+        names = list(PICTURES)
+        if only:
+            wanted = list(dict.fromkeys(x.strip().removesuffix(".png") + ".png" for x in only.split(",")
+                                        if x.strip()))
+            bad = [w for w in wanted if w not in PICTURES]
+            if bad or not wanted:
+                what = f"{bad[0][:-4]!r} is no picture" if bad else "name a picture"
+                raise ConfigError(f"--only: {what} — use " + ", ".join(n[:-4] for n in PICTURES))
+            names = wanted
+        read_summary(src)                   # is it a trace at all (small: summary.json)
+        dest = Path(out_dir) if out_dir else src
+        shown = show_path(out_dir) if out_dir else show_path(trace_dir)
+        outdir.check_put(dest, shown, names, force=force)      # refused before the tables are read
+        view = TraceView.from_dir(src)
+        # each picture is drawn into a temp folder and renamed into place: never a half-written PNG
+        files = {name: (lambda path, n=name: PICTURES[n](view, path)) for name in names}
+        for path in outdir.put_files(dest, shown, files, force=force):
+            click.echo(f"wrote {Path(shown) / path.name}")

@@ -1,0 +1,223 @@
+"""The capture writer: the wire plan -> pcap / pcapng files, written window by window from one
+reused buffer (bounded memory).
+
+One direction through emit/: packets.py + timing.py (the wire plan and its schedule) ->
+views.py (which files, which copies: host, merged, switch port, lab) -> items.py (per file: its
+packets and their times, window by window) -> frames.py (record bytes) -> this module (files).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ... import progress as _progress
+from ...config import Nccl, Network, Output
+from ...tables import Flows
+from ...fabric.topology import Fabric
+from ..packets import frames, port_queue, pacing as timing
+from . import items, select, files as views
+from .copies import nic_interface
+from ..packets.addresses import spine_mac  # noqa: F401  (the spine MAC plan, for users of this module)
+from ..packets.plan import FIX_ROUNDS, Plan
+
+# Slice budget per write: bounds memory whatever the trace size.
+WINDOW_PACKETS = 1 << 16
+WINDOW_BYTES = 64 << 20
+
+
+def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                  network: Network | None = None) -> tuple[int, int]:
+    """(packet records, bytes on disk) over all files write_pcaps would write; exact, but for the
+    CNPs of CE marks in the host view (timing.cnp_estimate: chosen without a schedule).
+    Host view unfiltered: every packet is recorded twice, in its sender's file and its receiver's.
+    Only a time window or a view of ports needs the schedule; the other filters count from the plan.
+    A schedule per connection (detail conn) has no chunks: an estimate from its counts instead."""
+    if flows.detail == "conn":
+        return _conn_estimate(flows, out)
+    times = views.needs_schedule(out)
+    _progress.stage("pcap estimate: every packet of the selected chunks scheduled" if times else
+                   "pcap estimate: packets of the selected chunks", "fix rounds" if times else "")
+    p = _prepared(flows, fabric, out, qps, times, nccl, network)
+    if times:
+        _progress.report(FIX_ROUNDS, FIX_ROUNDS)          # converged (timing.schedule counts the rounds)
+    if p is None:
+        return 0, 0
+    if p.tx is None:
+        return _host_counts_unscheduled(p, fabric)
+    counts = [items.count(p, spec) for spec in views.files(p, fabric).specs]
+    return sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0)
+
+
+def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
+    """Host view without a time window: every selected packet is in its sender's and its
+    receiver's file, whatever the schedule; counted per NIC from the plan alone. CNPs (CE marks):
+    timing.cnp_estimate's, chosen on the idle-fabric timing (the one count that is not exact)."""
+    n = fabric.n_nics
+    pk, nbytes = np.zeros(n), np.zeros(n)     # float sums: exact below 2^53
+    m_bytes = p.rec.span(p.m_npk, np.arange(p.n_msgs), 0, p.m_npk)
+    k_keep = p.m_keep[p.k_msg]
+    cnp = timing.cnp_estimate(p)
+    cnp_bytes, cnp_keep = timing.cnp_record_bytes(p, cnp), p.m_keep[cnp]
+    for nic, keep, count, b in [(p.m_src, p.m_keep, p.m_npk, m_bytes), (p.m_dst, p.m_keep, p.m_npk, m_bytes),
+                                (p.k_tx_nic, k_keep, 1, p.k_rec_bytes), (p.k_rx_nic, k_keep, 1, p.k_rec_bytes),
+                                (p.m_dst[cnp], cnp_keep, 1, cnp_bytes), (p.m_src[cnp], cnp_keep, 1, cnp_bytes)]:
+        w = keep & p.sel.nic_mask[nic]
+        pk += np.bincount(nic, weights=np.broadcast_to(count, w.shape) * w, minlength=n)
+        nbytes += np.bincount(nic, weights=b * w, minlength=n)
+    files = np.flatnonzero(pk > 0)
+    headers = sum(len(p.fmt.file_header([nic_interface(fabric, int(k), p.out.ip_version)])) for k in files)
+    return int(pk.sum()), int(nbytes.sum()) + headers
+
+
+_LAST_PLAN: list = []
+
+
+def _prepared(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nccl, network):
+    """timing.prepare, kept for the next call on the same flows and settings: generate estimates
+    the pcaps (scheduling every packet when a time window needs it) and then writes them."""
+    key = (id(flows), id(fabric), out, qps, nccl, network)
+    if _LAST_PLAN and _LAST_PLAN[0][0] == key and _LAST_PLAN[0][1] is flows and (_LAST_PLAN[0][2] or not times):
+        return _LAST_PLAN[0][3]
+    p = timing.prepare(flows, fabric, out, qps, times=times, nccl=nccl, network=network)
+    _LAST_PLAN[:] = [(key, flows, times or (p is not None and p.tx is not None), p)]
+    return p
+
+
+def _conn_estimate(flows: Flows, out: Output) -> tuple[int, int]:
+    """Unfiltered host view from a connection-level flow table: every data packet and, per
+    message, its CTS, the ACK of the CTS and the ACK of the data, each in two files; bytes from the
+    wire bytes less each frame's FCS, preamble and gap, plus a 16 B record header (24 B with
+    pcapng's EPB). Filters are not applied: an upper estimate."""
+    net = flows.rows["link"] == 1
+    pkts = int(flows.row_packets[net].sum())
+    msgs = int(flows.row_messages[net].sum())
+    ctl = 3 * msgs
+    frame_bytes = int(flows.row_net_wire[net].sum()) - pkts * 24 + ctl * 90
+    if out.snaplen:
+        frame_bytes = min(frame_bytes, (pkts + ctl) * out.snaplen)
+    rec = 28 if out.format == "pcapng" else 16
+    return 2 * (pkts + ctl), 2 * (frame_bytes + (pkts + ctl) * rec)
+
+
+def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
+                progress: Callable[[int, int], None] | None = None, qps: int = 1,
+                nccl: Nccl | None = None, network: Network | None = None, workers: int = 0,
+                scheduler: str = "") -> list[Path]:
+    """Write the capture files of out's view into dest_dir; returns their paths. Host view
+    (default): <nic name>.pcap[ng] per NIC with a selected packet. Refuses (OutputError, nothing
+    written) when they would exceed output.max_bytes. nccl: the job's NCCL settings (default:
+    NCCL's, with qps QPs per connection); network: the job's (output.dcqcn's parameters).
+    workers > 0: the files are written by a local Dask cluster of that many worker processes;
+    scheduler 'tcp://host:port': by an existing Dask cluster (dest_dir must be a path every worker
+    sees). The plan is built once here and sent to the workers; each file is written whole by one
+    of them, so the bytes are the same whatever the worker count."""
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
+    if p is None:
+        return []
+    fset = views.files(p, fabric)
+    counts = [items.count(p, spec) for spec in fset.specs]
+    specs = [spec for spec, c in zip(fset.specs, counts) if c[0] > 0]
+    select.check_budget(sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0), out)
+    total_bytes = sum(c[1] for c in counts if c[0] > 0)
+    if workers or scheduler:
+        from .distributed import write_files
+        return write_files(write_file, p, fset, specs, Path(dest_dir), total_bytes, progress, workers, scheduler)
+    paths, done_bytes = [], 0
+    scratch = _Scratch()
+    for spec in specs:
+        step = (lambda n, base=done_bytes: progress(base + n, total_bytes)) if progress is not None else None
+        path, nbytes = write_file(p, fset, spec, Path(dest_dir), scratch, step)
+        done_bytes += nbytes
+        paths.append(path)
+    return paths
+
+
+def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
+               progress: Callable[[int], None] | None = None) -> tuple[Path, int]:
+    """One capture file of the view, written whole (to .part, then renamed): (path, bytes)."""
+    scratch = scratch or _Scratch()
+    path = Path(dest_dir) / (spec.name + p.fmt.suffix)
+    tmp = path.with_name(path.name + ".part")
+    # Plain sequential writes: a writer thread overlapping build and write measured slower here
+    # (2 shared cores; bench/bench_pcap.py), and unbuffered I/O avoids a copy of each slice.
+    with open(tmp, "wb", buffering=0) as f:
+        header = p.fmt.file_header(spec.interfaces)
+        f.write(header)
+        lead = b"".join(p.fmt.record(t, frame, iface) for t, frame, iface in spec.lead)
+        f.write(lead)
+        file_bytes = len(header) + len(lead)
+        scratch.align_to(file_bytes)
+        for buf in _slices(p, fset, spec, scratch):
+            _write_all(f, buf)
+            file_bytes += len(buf)
+            scratch.align_to(file_bytes)          # where the next slice goes
+            if progress is not None:
+                progress(file_bytes)
+    os.replace(tmp, path)
+    return path, file_bytes
+
+
+def build_without_writing(flows: Flows, fabric: Fabric, out: Output, qps: int = 1,
+                          nccl: Nccl | None = None, network: Network | None = None) -> int:
+    """Bytes write_pcaps would write, built in full but not written (the writer's own cost;
+    bench/bench_pcap.py)."""
+    p = timing.prepare(flows, fabric, out, qps, times=True, nccl=nccl, network=network)
+    if p is None:
+        return 0
+    fset, scratch, total = views.files(p, fabric), _Scratch(), 0
+    for spec in fset.specs:
+        total += len(p.fmt.file_header(spec.interfaces))
+        total += sum(len(p.fmt.record(t, frame, iface)) for t, frame, iface in spec.lead)
+        total += sum(len(buf) for buf in _slices(p, fset, spec, scratch))
+    return total
+
+
+def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
+    """The file's records in time order, one buffer per window."""
+    it = items.Items.gather(p, spec.parts)
+    packets = items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES, spec.t0_ns)
+    if spec.port_gbps:
+        packets = port_queue.queued(p, it, packets, p.line_gbps, spec.port_gbps)
+    for pos, li, j, t in packets:
+        yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+
+
+def _write_all(f, buf: np.ndarray) -> None:
+    view = memoryview(buf).cast("B")
+    while len(view):
+        view = view[f.write(view):]
+
+
+class _Scratch:
+    """One byte buffer reused by every slice: rewriting it is far cheaper than faulting in fresh
+    pages for each slice (frames.records writes every byte of its slice, zeros included). A slice starts at the same offset within a page as its place
+    in the file: the kernel then copies whole pages into the page cache (a slice misaligned
+    to the file wrote at half the speed in bench/bench_pcap.py)."""
+
+    PAGE = 4096
+
+    def __init__(self):
+        self.buf = np.zeros(0, dtype=np.uint8)
+        self.lead = 0
+
+    def align_to(self, file_offset: int) -> None:
+        self.lead = file_offset % self.PAGE
+
+    def space(self, n: int) -> np.ndarray:
+        """n bytes at the current lead, as they were left (the caller writes all it uses)."""
+        need = self.lead + n
+        if need > len(self.buf):
+            size = max(need, 2 * len(self.buf))
+            raw = np.zeros(size + self.PAGE, dtype=np.uint8)
+            base = -raw.ctypes.data % self.PAGE          # the buffer starts on a page boundary
+            self.buf = raw[base:base + size]
+        return self.buf[self.lead:need]
+
+    def zeros(self, n: int) -> np.ndarray:
+        view = self.space(n)
+        view.fill(0)
+        return view
+

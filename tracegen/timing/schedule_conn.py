@@ -1,0 +1,310 @@
+"""Connection-level schedule: the whole job timed per NCCL connection per op, not per chunk.
+
+A collective's time is set by its connections - a ring channel's neighbour streams, a tree's
+edges, a p2p pair - sharing the fabric, and by its pipeline. So every op becomes fluid items over
+its edges (collectives/edges.py: the bytes one connection carries for the op), crossing the links
+its chunks would cross (the connection's route, or the GPUs' NVLink ports) and sharing them
+max-min with everything in flight (fluid.py). The edges of one channel of a collective move in
+lockstep (each ring step, tree level or halving-doubling round needs the previous one), so they
+are one item; send/recv and AllToAll pairs are an item each.
+
+The pipeline: for each distinct op signature (shape, where its ranks sit up to renaming, the
+latency of its routes) the op is scheduled once alone at chunk level on an ideal fabric (NIC and
+NVLink ports only). That time, less its last arrival latency, caps its items' rate: alone an op
+takes exactly its chunk-level time; sharing can only slow it further, and then - as chunks do -
+other traffic uses the gaps its steps and hop latencies leave. Node-local ops (TP, most EP) are
+timed the same way on NVLink, so their closed form is their steps at NVLink rate.
+
+The result is a Flows table with one row per (op, edge): bytes summed, step and chunk -1, start
+and end of the edge's item. Per-rank, per-NIC and per-link byte totals are the chunk level's.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import fluid
+from .. import progress
+from ..collectives import expand, op_templates
+from ..collectives.edges import pxn_split, template_edges
+from ..collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
+from ..config import Job
+from .connections import build_connections, communicator
+from .schedule import nic_only_links
+from ..tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged
+from ..fabric.topology import Fabric
+
+
+# A ring AllReduce listing more chunks than this (a whole 16k-GPU job's grad-norm AllReduce: half a
+# billion) has its edges and its time alone in closed form (collectives/ring_edges.py).
+CLOSED_FORM_ROWS = 16_000_000
+
+
+def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
+    """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns."""
+    nccl, pmtu = job.nccl, job.output.pmtu
+    groups: dict[tuple, list] = {}
+    for i, group, t, plan in op_templates(ops, fabric, nccl, which, max_rows=CLOSED_FORM_ROWS):
+        tkey = t if isinstance(t, RingShape) else id(t)
+        groups.setdefault((tkey, plan), [t, plan, [], []])
+        g = groups[(tkey, plan)]
+        g[2].append(i)
+        g[3].append(group)
+    cols: dict[str, list] = {k: [] for k in ("op_id", "src_rank", "dst_rank", "channel", "transfers",
+                                             "messages", "packets", "payload", "nvl_wire", "net_wire",
+                                             "algo", "proto", "max_msg_bytes")}
+    # the CLI's bar, in % of the work (about a quarter each at 2k-16k GPUs): the op shapes' edges,
+    # PXN, the replicas' network edges, sorting by op
+    shapes = list(groups.values())
+    for k, (t, plan, op_ids, grps) in enumerate(shapes):
+        progress.report(40 * k // len(shapes), 100)
+        e = (ring_allreduce_edges if isinstance(t, RingShape) else template_edges)(
+            t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
+        G = np.asarray(grps, dtype=np.int64)                      # [k, n] ranks by position
+        k, m = len(op_ids), len(e)
+        cols["op_id"].append(np.repeat(np.asarray(op_ids, np.int64), m))
+        cols["src_rank"].append(G[:, e.src].reshape(-1))
+        cols["dst_rank"].append(G[:, e.dst].reshape(-1))
+        for name, v in (("channel", e.channel), ("transfers", e.transfers), ("messages", e.messages),
+                        ("packets", e.packets), ("payload", e.payload),
+                        ("nvl_wire", e.nvl_wire), ("net_wire", e.net_wire)):
+            cols[name].append(np.tile(v, k))
+        for name, v in (("algo", int(plan.algo_id)), ("proto", int(plan.proto)),
+                        ("max_msg_bytes", plan.max_msg_bytes)):
+            cols[name].append(np.full(k * m, v, np.int64))
+    out = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
+    link = np.where(fabric.same_node(out["src_rank"], out["dst_rank"]), LinkKind.NVLINK,
+                    LinkKind.NET).astype(np.uint8)
+    names = [c for c in out if c not in ("src_rank", "dst_rank")]
+    progress.report(40, 100)
+    if nccl.pxn and len(link):
+        s, d, link, _, *rest = pxn_split(out["src_rank"], out["dst_rank"], link, fabric,
+                                         *(out[c] for c in names))
+        out = dict(zip(names, rest), src_rank=s, dst_rank=d)
+    progress.report(60, 100)
+    out["link"] = link
+    out["copies"] = np.ones(len(link), np.int64)
+    sel, rep_of = np.arange(len(link)), None
+    if ops.replicas > 1 and len(link):
+        sel, rep_of = _unfold_net_edges(out, ops)
+    progress.report(80, 100)
+    # one gather per column, unfolded and sorted by op at once (a folded 32k-GPU job's table is
+    # ~10 M rows: gathering the replicas' rows, concatenating, then sorting cost three copies)
+    order = np.argsort(out["op_id"][sel], kind="stable")
+    sel = sel[order]
+    out = {k: v[sel] for k, v in out.items()}
+    if rep_of is not None:
+        shift = rep_of[order] * ops.replica_stride
+        out["src_rank"] = out["src_rank"] + shift
+        out["dst_rank"] = out["dst_rank"] + shift
+    progress.report(100, 100)
+    return out
+
+
+def _unfold_net_edges(out: dict, ops: CommOps) -> tuple[np.ndarray, np.ndarray]:
+    """A folded job's edges (CommOps.replicas): an op of replica 0 gets its NET edges once per
+    replica, ranks shifted by d x stride - they share the fabric with every other replica's and
+    their routes differ (ECMP) - while its NVLink edges stay once, standing for all replicas
+    (`copies`, set here). Returns the rows of the unfolded table (replica 0's rows, then each
+    further replica's NET rows) as rows of `out`, and the replica d of each."""
+    tiled = ops.tiled()[out["op_id"]]
+    net = out["link"] == LinkKind.NET
+    out["copies"] = np.where(tiled & ~net, ops.replicas, 1)
+    idx = np.flatnonzero(tiled & net)
+    n = len(net)
+    if not len(idx):
+        return np.arange(n), None
+    sel = np.concatenate([np.arange(n), np.tile(idx, ops.replicas - 1)])
+    rep_of = np.concatenate([np.zeros(n, np.int64), np.repeat(np.arange(1, ops.replicas, dtype=np.int64), len(idx))])
+    return sel, rep_of
+
+
+GROUP_STEPS = 5     # the links and items bar: item links, send queues, item keys, item links merged, done
+
+
+def group_items(op_id, channel, kind, queue, nbytes, ptr, lk, w):
+    """Rows -> fluid items. The edges of one channel of a collective move in lockstep (a ring step,
+    a tree level or a halving-doubling round needs the one before it), so they form one item that
+    crosses all their links, each edge's weight scaled by its share of the largest edge's bytes:
+    the channel runs at the rate of its most loaded link. Send/recv and AllToAll pairs have no
+    such coupling: an item per send queue (the pairs an op sends on one QP go one after the
+    other). Returns (item of each row, op, bytes, ptr, links, weights)."""
+    coupled = (kind != CollKind.SENDRECV) & (kind != CollKind.ALLTOALL)
+    key = np.where(coupled, op_id * 65536 + channel, -1 - (op_id * (int(queue.max(initial=0)) + 1) + queue))
+    uk, item = np.unique(key, return_inverse=True)
+    progress.report(3, GROUP_STEPS)
+    m = len(uk)
+    big = np.zeros(m)
+    np.maximum.at(big, item, nbytes)
+    scale = np.where(big[item] > 0, nbytes / np.maximum(big[item], 1e-300), 1.0)
+    lens = np.diff(ptr)
+    r_item = np.repeat(item, lens)
+    width = int(lk.max()) + 1 if len(lk) else 1
+    k2, inv = np.unique(r_item.astype(np.int64) * width + lk, return_inverse=True)
+    progress.report(4, GROUP_STEPS)
+    ww = np.bincount(inv, weights=w * np.repeat(scale, lens), minlength=len(k2))
+    it_ptr = np.zeros(m + 1, np.int64)
+    np.cumsum(np.bincount(k2 // width, minlength=m), out=it_ptr[1:])
+    it_op = np.zeros(m, np.int64)
+    it_op[item] = op_id
+    progress.report(GROUP_STEPS, GROUP_STEPS)
+    return item, it_op, big, it_ptr, (k2 % width).astype(np.int64), ww
+
+
+def _alone(item_deps, nbytes, extra, links, queue=None):
+    """One op alone from t = 0: (its end, its items' last byte)."""
+    ptr, lk, w, cap = links
+    n = len(nbytes)
+    with progress.muted():          # the fill's bar counts ops, not this op's items
+        _, finish, end, _, op_end = fluid.run(np.zeros(1, np.int64), Ragged.empty(1), np.zeros(n, np.int64),
+                                              item_deps, nbytes, extra, ptr, lk, w, cap, jit=n >= 2000,
+                                              queue=queue)
+    return int(op_end[0]), int(finish.max()) if n else 0
+
+
+class _Fill:
+    """Per op signature: the op's chunk-level time alone on an ideal fabric; cached."""
+
+    def __init__(self, ops, fabric, job, conns, pmtu):
+        self.ops, self.fabric, self.job, self.conns, self.pmtu = ops, fabric, job, conns, pmtu
+        self.cache: dict[bytes, tuple] = {}
+        self.groups: dict[bytes, bytes] = {}
+
+    def pattern(self, op: int) -> bytes:
+        """Where the op's ranks sit, up to renaming of nodes, NICs and rails (alone on an ideal
+        fabric only which ranks share a node, a NIC or a rail matters: NVLink, NIC ports, PXN
+        proxies; a DP group of each of the 8 TP ranks is one shape, not 8)."""
+        g = self.ops.groups[op]
+        key = g.tobytes()
+        if key not in self.groups:
+            f = self.fabric
+            parts = []
+            for v in (f.rank_node[g], f.rank_nic[g], f.nic_rail[f.rank_nic[g]]):
+                _, first, inv = np.unique(v, return_index=True, return_inverse=True)
+                parts.append(np.argsort(np.argsort(first))[inv].astype(np.int32).tobytes())
+            self.groups[key] = b"|".join(parts)
+        return self.groups[key]
+
+    def alone_ns(self, op: int, sig: bytes, latency_ns: int = 0) -> int:
+        hit = self.cache.get(sig)
+        if hit is not None:
+            return hit
+        f, job = self.fabric, self.job
+        big = op_templates(self.ops, f, job.nccl, [op], max_rows=CLOSED_FORM_ROWS)
+        if big and isinstance(big[0][2], RingShape):
+            _, group, shape, plan = big[0]
+            net = not f.same_node(group, np.roll(group, -1)).all()
+            e = ring_allreduce_edges(shape, int(plan.proto), plan.max_msg_bytes, self.pmtu, job.output.vlan,
+                                     job.output.ip_version)
+            rate = f.port_gbps if net else f.nvlink_gbps
+            self.cache[sig] = ring_allreduce_alone_ns(shape, e, rate, latency_ns)
+            return self.cache[sig]
+        # chunk level, this op alone
+        tr = expand(self.ops, f, job.nccl, which=[op])
+        r = tr.rows
+        net = r["link"] == LinkKind.NET
+        from .schedule import net_latency_ns, net_wire_bytes, send_queues
+        out = job.output
+        wire = np.where(net, net_wire_bytes(r["wire_bytes"], np.maximum(r["max_msg_bytes"], 1), self.pmtu,
+                                            out.vlan, out.ip_version), r["wire_bytes"]).astype(np.float64)
+        lat = np.zeros(len(r), np.int64)
+        row_conn = np.full(len(r), -1, np.int64)
+        if net.any():
+            comm = communicator(np.full(int(net.sum()), self.ops.rows["dim"][op]))
+            rc = row_conn[net] = self.conns.lookup(r["src_rank"][net], r["dst_rank"][net], comm, r["channel"][net])
+            lat[net] = net_latency_ns(self.conns, rc, wire[net].astype(np.int64), self.pmtu, out.vlan,
+                                      out.ip_version)
+        links = nic_only_links(f, r["src_rank"], r["dst_rank"], net)
+        t_chunk, _ = _alone(tr.deps, wire, lat, links, send_queues(self.ops, r, row_conn))
+        self.cache[sig] = t_chunk
+        return self.cache[sig]
+
+
+def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: bool = True,
+                         rates: bool | None = None) -> Flows:
+    """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison.
+    rates: keep the rate changes of the items with NET rows (Flows.item_rates, Flows.row_item):
+    placed pcaps (emit/views/placed.py) put their chunks on those curves; None: when the job writes pcaps."""
+    from .schedule import item_links, link_capacity, net_latency_ns
+    pmtu = job.output.pmtu
+    progress.stage(f"connections: edges of {len(ops):,} ops", "%")
+    rows = edge_table(ops, fabric, job)
+    n = len(rows["op_id"])
+    net = rows["link"] == LinkKind.NET
+    comm = communicator(ops.rows["dim"][rows["op_id"]])
+    progress.stage(f"connections: QPs, source ports and routes of {int(net.sum()):,} network edges", "steps")
+    conns = build_connections(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net],
+                              fabric, job.nccl.qps_per_connection)
+    progress.report(1, 3)
+    row_conn = np.full(n, -1, np.int64)
+    row_conn[net] = conns.lookup(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net])
+    progress.report(2, 3)
+    lat = np.zeros(n, np.int64)
+    lat[net] = net_latency_ns(conns, row_conn[net], rows["net_wire"][net], pmtu, job.output.vlan,
+                              job.output.ip_version)
+    progress.report(3, 3)
+    # per op: its rows [lo, hi) and its signature
+    n_ops = len(ops)
+    cnt = np.bincount(rows["op_id"], minlength=n_ops)
+    op_lo = np.r_[0, np.cumsum(cnt)[:-1]]
+    fill = _Fill(ops, fabric, job, conns, pmtu)
+    op_fill = np.zeros(n_ops, np.int64)
+    op_alone = np.zeros(n_ops, np.int64)
+    live = np.flatnonzero(cnt).tolist()
+    progress.stage(f"fill: {len(live):,} ops, each shape timed alone at chunk level", "ops")
+    for op in progress.counted(live):
+        lo, hi = int(op_lo[op]), int(op_lo[op] + cnt[op])
+        sig = b"%d|%d|%d|%d|" % (ops.rows["kind"][op], ops.rows["bytes"][op], ops.rows["elem_bytes"][op],
+                                 ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
+        op_alone[op] = fill.alone_ns(op, sig, int(lat[lo:hi].max()))
+        op_fill[op] = int(lat[lo:hi].max())     # the last arrival (0 on NVLink)
+    # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,
+    # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
+    progress.stage(f"connections: links of {n:,} edges, grouped into items", "steps")
+    ebytes = np.where(net, rows["net_wire"], rows["nvl_wire"]).astype(np.float64)
+    if shared_fabric:
+        ptr, lk, w = item_links(fabric, conns, row_conn, rows["src_rank"], rows["dst_rank"])
+        cap = link_capacity(fabric)
+    else:
+        ptr, lk, w, cap = nic_only_links(fabric, rows["src_rank"], rows["dst_rank"], net)
+    progress.report(1, GROUP_STEPS)
+    from .schedule import send_queues
+    row_q = send_queues(ops, rows, row_conn)
+    progress.report(2, GROUP_STEPS)
+    item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
+                                                    ops.rows["kind"][rows["op_id"]], row_q, ebytes, ptr, lk, w)
+    # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
+    # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it
+    # (and then other traffic fills the gaps its pipeline leaves, as chunks would).
+    busy = np.maximum(op_alone[it_op] - op_fill[it_op], 1)
+    # Ops on the same connections (a communicator's stream) run one after the other: an item
+    # waits in the send queue of its first edge's connection.
+    it_queue = np.full(len(it_op), -1, np.int64)
+    it_queue[item[::-1]] = row_q[::-1]
+    from .schedule import stream_ordered
+    folded = f" (DP replica 0 of {ops.replicas}, network edges of all)" if ops.replicas > 1 else ""
+    progress.stage(f"schedule: {len(ops):,} ops{folded}, per connection: {len(it_op):,} items sharing the fabric",
+                   "items")
+    start, finish, end, op_start, op_end, *load = fluid.run(
+        ops.rows["gap_ns"], stream_ordered(ops).deps, it_op, Ragged.empty(len(it_op)), it_bytes, op_fill[it_op], ptr, lk, w,
+        cap, jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue,
+        record_links=fabric.n_link_dirs if shared_fabric else 0,
+        record_items=np.bincount(item[net], minlength=len(it_op)) > 0
+        if (job.output.pcap if rates is None else rates) else None)
+    load, item_rates = (load + [None, None])[:2]
+    progress.report(len(it_op), len(it_op))          # the engine tells every PROGRESS_EVERY items
+    r_start, r_end, r_fin = start[item], end[item], finish[item]
+    flows = np.zeros(n, dtype=FLOW_DTYPE)
+    flows["transfer_id"] = np.arange(n)
+    for name in ("op_id", "src_rank", "dst_rank", "channel", "algo", "proto", "max_msg_bytes", "link"):
+        flows[name] = rows[name]
+    flows["step"], flows["chunk"] = -1, -1
+    flows["bytes"], flows["wire_bytes"] = rows["payload"], rows["nvl_wire"]
+    flows["src_nic"] = np.where(net, fabric.rank_nic[rows["src_rank"]], -1)
+    flows["dst_nic"] = np.where(net, fabric.rank_nic[rows["dst_rank"]], -1)
+    flows["start_ns"], flows["end_ns"] = r_start, r_end
+    return Flows(flows, Ragged.empty(n), ops, op_start, op_end, conns=conns, row_conn=row_conn,
+                 finish_ns=r_fin, detail="conn", fill_ns=op_fill, row_transfers=rows["transfers"],
+                 row_messages=rows["messages"], row_packets=rows["packets"],
+                 row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load,
+                 item_rates=item_rates, row_item=item if item_rates is not None else None,
+                 row_copies=rows["copies"] if ops.replicas > 1 else None)

@@ -1,0 +1,384 @@
+"""How much work a job is, estimated before the pipeline runs, and the refusal beyond --max-work.
+
+Three cheap steps, each refusing before the next costs anything:
+  1. closed forms from the job alone: int64-safe sizes (bytes of one collective, ns of one
+     iteration's compute), the fabric's links, and an upper estimate of the CommOps the workload
+     stage builds (per stream, micro-batch and layer: TP/SP collectives, CP ring sends, EP
+     AllToAlls, PP sends, ZeRO-3 gathers, DP buckets);
+  2. the CommOp table itself (the workload stage: ~10 us per op, vectorised stages follow);
+  3. transfers per op from NCCL's plan (tuning.plan: the same algorithm, channels and chunk the
+     collectives stage will use) and closed-form template sizes (ring: loops x channels x steps
+     x ranks, ...), grouped by distinct op shape; NCCL network messages from the bytes.
+Work units = transfers + 4 x ops + 1.3 x messages: a transfer costs ~330 B of peak memory (and
+~3 us) through schedule and report, a network message ~430 B (and ~2 us) in the pcap estimate,
+measured on the 2-core development VM; with CE marks, + 60 (900 with DCQCN) x messages for the
+schedules that choose the CNPs (ECN_UNITS_PER_MESSAGE). Timed per connection (the detail the pipeline picks,
+pipeline.pick_detail), no transfer is made: the cost is per row of the connection-level schedule
+(op x NCCL connection: a ring's n edges per channel, a pair's channels; a folded job's network
+rows once per DP replica), ~CONN_EDGE_BYTES each, plus 4 units per op timed. The default budget, DEFAULT_MAX_WORK, fits a 2-core
+24 GB machine shared with others: ~13 GB and a few minutes; every shipped preset fits.
+
+The estimate follows the workload and collectives stages; tests/test_bad_input.py compares it
+with the real counts on every preset and on random small jobs, so a change there shows up.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from ..config import DTYPE_BYTES, Job
+from ..errors import ConfigError
+
+DEFAULT_MAX_WORK = 40_000_000        # ~13 GB peak, a few minutes on the 2-core development VM (every preset fits)
+BYTES_PER_UNIT = 330                 # peak memory per transfer (llama3-8b plan: 390 MB, 0.95 M transfers)
+BYTES_PER_MESSAGE = 430              # per network message (deepseek-v3 plan: 11.5 GB, 26.4 M messages)
+BASE_BYTES = 150 << 20               # interpreter, numpy, numba
+OP_UNITS = 4
+CONN_EDGE_BYTES = 500                # per connection-level row (op x connection): edge columns, its
+                                     # fluid item's share, flow row (llama3-405b plan: 2.5 GB at 2,048
+                                     # GPUs, 5.8 M rows; 1.8 GB at 16,384, 3.1 M rows)
+# CE marks (output.ecn_mark_fraction): the pcap writer schedules every packet, picks the CNPs on
+# that schedule and schedules again with them (timing.add_cnps), where a host view without marks
+# counts from the plan alone: ~0.2 ms per network message more, 2-core VM (tiny job, 20 iterations:
+# 1.2 s vs 0.25 s, 4,960 messages); with output.dcqcn the senders are paced and all of it runs
+# again up to DCQCN_ROUNDS times: ~3 ms per message (13 s). In work units of ~3 us:
+ECN_UNITS_PER_MESSAGE = 60
+DCQCN_UNITS_PER_MESSAGE = 900
+MAX_OP_BYTES = 1 << 44               # one collective's buffer (16 TiB): byte x 8 x ranks stays in int64
+MAX_ITERATION_NS = 1 << 56           # ~2.3 years of compute: time sums stay far inside int64
+MAX_LINKS = 10_000_000
+
+
+@dataclass(frozen=True)
+class Work:
+    ops: int
+    transfers: int
+    messages: int
+    memory_bytes: int
+    detail: str = "full"          # how the pipeline will time it (full: per chunk, conn: per connection)
+    timed_ops: int = -1           # ops the schedule times (folded job: replica 0's and the shared; -1: ops)
+    conn_edges: int = 0           # connection-level rows (op x NCCL connection) the schedule times
+    cnp_units: int = 0            # scheduling the pcaps' CNPs (and DCQCN's pacing): CE marks only
+
+    @property
+    def units(self) -> int:
+        if self.detail == "conn":
+            return (OP_UNITS * (self.ops if self.timed_ops < 0 else self.timed_ops)
+                    + self.conn_edges * CONN_EDGE_BYTES // BYTES_PER_UNIT + self.cnp_units)
+        return (self.transfers + OP_UNITS * self.ops + self.messages * BYTES_PER_MESSAGE // BYTES_PER_UNIT
+                + self.cnp_units)
+
+
+def parse_work(text: str) -> int:
+    """'40M', '2e7', '500k', '0' (no limit) -> work units (--max-work)."""
+    s = str(text).strip().lower().replace("_", "")
+    mult = {"k": 10**3, "m": 10**6, "g": 10**9}.get(s[-1:], 1)
+    num = s[:-1] if s[-1:] in ("k", "m", "g") else s
+    try:
+        value = float(num) * mult
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0 or value > 1e15 or (value and value < 1):
+        raise ConfigError(f"--max-work {text!r}: give a count of work units like 40M or 2e7 "
+                          "(0: no limit)")
+    return int(value)
+
+
+def _human_ns(ns: float) -> str:
+    for unit, size in (("years", 365 * 86400e9), ("days", 86400e9), ("h", 3600e9), ("s", 1e9)):
+        if ns >= size:
+            return f"{ns / size:,.1f} {unit}"
+    return f"{ns:,.0f} ns"
+
+
+def _closed_forms(job: Job) -> tuple[int, int]:
+    """(estimated ops, rank entries of their groups); refuses int64-unsafe sizes and fabrics."""
+    from ..workload.compute import ComputeModel, moe_rows
+    from ..workload.params import param_count
+    m, par, c = job.model, job.parallelism, job.cluster
+    B = m.bytes_per_elem
+    gB = DTYPE_BYTES[par.grad_dtype] if par.grad_dtype else B
+    world, mbs = par.world, par.microbatches
+    tokens = par.micro_batch * m.seq_len // par.cp
+    sizes = {
+        "an activation (micro_batch x seq_len x hidden)": tokens * m.hidden * B,
+        "the model's gradients": param_count(m) * max(gB, B),
+        "the embedding (vocab x hidden)": m.vocab * m.hidden * max(gB, B),
+        "a context-parallel K/V block": tokens * m.kv_elems_per_token * B,
+        "an expert AllToAll": (moe_rows(job) * m.hidden * B) if m.experts else 0,
+    }
+    what, biggest = max(sizes.items(), key=lambda kv: kv[1])
+    if biggest > MAX_OP_BYTES:
+        raise ConfigError(f"{what} would be {biggest / (1 << 40):,.0f} TiB; tracegen handles collectives "
+                          f"up to {MAX_OP_BYTES >> 40} TiB — check model sizes and micro_batch")
+    cm = ComputeModel.of(job)
+    stage_ns = 3 * (m.layers / par.pp) * max(cm.layer_fwd_ns(True), cm.layer_fwd_ns(False)) + 3 * cm.logits_ns
+    it_ns = stage_ns * (mbs + par.pp) * job.iterations
+    if it_ns > MAX_ITERATION_NS:
+        raise ConfigError(f"the job's compute would take {_human_ns(it_ns)} at cluster.mfu={c.mfu}; "
+                          "that is no training run - check model sizes, micro_batch and mfu")
+    nics = c.nics_per_node or c.gpus_per_node
+    nodes = job.nodes
+    from ..fabric.kinds import link_count
+    links, why = link_count(job.fabric, nodes, nics)
+    if links > MAX_LINKS:
+        raise ConfigError(f"the fabric would have {links:,} links ({why}); at most {MAX_LINKS:,} — "
+                          "fewer spines or planes, more fabric.nodes_per_leaf, or a smaller fabric.k")
+    # --- CommOps per iteration (an upper estimate of what workload/iteration.py builds)
+    tp, cp, ep, pp, vpp, dp = par.tp, par.cp, par.ep, par.pp, par.vpp, par.dp
+    streams = dp * cp * pp
+    ls = m.layers / pp
+    split = m.experts > 0 and ep > 1
+    moe_frac = (m.moe_layers / m.layers) if split else 0.0
+    n_dir = 3 if par.recompute == "full" else 2
+    # a column -> row-parallel block: SP AllGather + ReduceScatter forward, and backward one more
+    # AllGather (the weight gradient's re-gather, workload/iteration.py); TP: one AllReduce each way
+    fwd_block = 2 if par.sp else (1 if tp > 1 else 0)
+    bwd_block = 3 if par.sp else (1 if tp > 1 else 0)
+    blocks = (n_dir - 1) * fwd_block + bwd_block
+    etp = (par.expert_tp or tp) > 1
+    per_layer = (blocks * (1 + (1 - moe_frac)) + n_dir * moe_frac * (2 * tp / ep + 2 * etp)
+                 + n_dir * (cp - 1) * tp)
+    # + the micro-batch's batch broadcasts over TP, embedding / head / cross-entropy collectives
+    per_mb = ls * per_layer + 12 + (2 * tp * vpp + 2 * vpp if pp > 1 else 0)
+    ops = streams * mbs * per_mb
+    entries = streams * mbs * (ls * (2 * blocks * tp + n_dir * moe_frac * 2 * tp + n_dir * (cp - 1) * tp * 2)
+                               + 2 * tp * vpp * 2)
+    if par.zero == 3:
+        ops += pp * mbs * (ls + 2) * (3 * tp + 3)
+        entries += pp * mbs * (ls + 2) * (3 * tp * dp * cp + 3 * tp * cp * dp)
+    rounds = 2 if par.zero in (1, 2) else 1
+    ops += pp * tp * (ls + 2) * rounds + (pp * ep * (ls + 2) * rounds if split else 0)
+    entries += pp * tp * (ls + 2) * rounds * dp * cp * 2
+    ops += streams * 12 + tp * cp * dp      # per iteration: LayerNorm-grad, grad-norm, flag, loss
+    return int(ops * job.iterations), int(entries * job.iterations)
+
+
+def _transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes: int) -> int:
+    """Rows the collectives stage's template for one op has (see collectives/*.py)."""
+    from ..tables import CollKind as K
+    elems = nbytes // elem_bytes
+    if n < 2 or elems < 1:
+        return 0
+    ch = plan.channels
+    chunk = max(1, plan.chunk_bytes // elem_bytes)
+    algo = plan.algo
+    if algo == "p2p":
+        rows = min(ch, elems)
+    elif algo == "direct":
+        rows = n * (n - 1) * min(ch, -(-elems // n))
+    elif algo == "tree":
+        rows = -(-elems // (ch * chunk)) * ch * 2 * (n - 1)
+    elif algo == "halving_doubling":
+        p2 = 1 << (n.bit_length() - 1)
+        logp = p2.bit_length() - 1
+        steps = {K.ALLREDUCE: 2 * logp * p2, K.REDUCESCATTER: logp * p2, K.ALLGATHER: logp * p2}
+        rows = steps.get(kind, n - 1) + 2 * (n - p2)
+    elif algo == "hierarchical":
+        if kind == K.ALLTOALL:
+            rows = n * ((L - 1) + (N - 1)) * ch
+        else:
+            unit = chunk * (n if kind == K.ALLREDUCE else 1)
+            span = -(-elems // n) if kind in (K.REDUCESCATTER, K.ALLGATHER) else elems
+            units = -(-span // (ch * unit)) * ch
+            per = {K.ALLREDUCE: 2 * n * ((L - 1) + (N - 1)), K.REDUCESCATTER: n * ((L - 1) + (N - 1)),
+                   K.ALLGATHER: n * ((L - 1) + (N - 1))}.get(kind, (N - 1) + N * (L - 1))
+            rows = units * per
+    else:                                                   # ring
+        if kind == K.ALLREDUCE:
+            rows = _pieces(elems, ch * n, chunk) * 2 * (n - 1)
+        elif kind in (K.REDUCESCATTER, K.ALLGATHER):
+            rows = _pieces(-(-elems // n), ch, chunk) * (n - 1) * n
+        else:
+            rows = _pieces(elems, ch, chunk) * (n - 1)
+    return int(rows)
+
+
+def _pieces(total: int, parts: int, chunk: int) -> int:
+    """Non-empty pieces of NCCL's loop over `total` elements in `parts` pieces of at most `chunk`
+    (collectives/template.chunk_loops): every full loop gives `parts`, the last shrinks its
+    pieces evenly and may leave some empty."""
+    full, rem = divmod(total, parts * chunk)
+    if not rem:
+        return full * parts
+    real = min(chunk, -(-rem // parts))
+    return full * parts + min(parts, -(-rem // real))
+
+
+def _cross_rail(algo: str, group, node, rail, N: int, L: int) -> float:
+    """With nccl.pxn, the share of an op's transfers that cross nodes *and* rails (each becomes
+    an NVLink hop + a NET hop on the destination's rail)."""
+    import numpy as np
+    g = np.asarray(group)
+    nd, rl = node[g], rail[g]
+    if N <= 1 or (algo in ("hierarchical", "tree") and L > 1):   # node-major: NET hops stay on rail
+        return 0.0
+    if algo == "ring" and L > 1:
+        return N / len(g)                          # every channel leaves a node from another rail
+    if algo in ("ring", "tree", "p2p", "hierarchical"):   # flat: member order; p2p: 0 -> 1
+        nxt = np.roll(np.arange(len(g)), -1)
+        hop = (nd != nd[nxt]) & (rl != rl[nxt])
+        return float(hop[:1].mean() if algo == "p2p" else hop.mean())
+    if algo == "halving_doubling":                 # partners at distances 1, 2, 4, ...
+        p2 = 1 << (len(g).bit_length() - 1)
+        i = np.arange(p2)
+        hops = [(nd[i] != nd[i ^ d]) & (rl[i] != rl[i ^ d]) for d in (1 << k for k in range(p2.bit_length() - 1))]
+        return float(np.mean(hops)) if hops else 0.0
+    # every ordered pair (AllToAll): not same node, not same rail
+    n = len(g)
+    same = lambda k: int((np.bincount(k) ** 2).sum())                     # noqa: E731
+    both = int((np.unique(nd * (int(rl.max()) + 1) + rl, return_counts=True)[1] ** 2).sum())
+    pairs = n * n - same(nd) - same(rl) + both
+    return pairs / max(n * (n - 1), 1)
+
+
+def _net_share(algo: str, n: int, N: int, L: int) -> float:
+    """The fraction of an op's transfers (and bytes) that cross the network (not NVLink)."""
+    if N <= 1:
+        return 0.0
+    if algo == "p2p":
+        return 1.0
+    if algo == "ring":
+        return N / n
+    if algo == "tree":
+        return (N - 1) / (n - 1)
+    if algo == "direct":
+        return (n - L) / (n - 1)
+    if algo == "hierarchical":
+        return (N - 1) / ((L - 1) + (N - 1))
+    return 1.0
+
+
+def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None = None) -> Work:
+    """The work of `job`; with max_work > 0, refuses (ConfigError) as soon as it is exceeded.
+    pcap: count the NCCL network messages the pcap estimate and writer expand (plan always does).
+    emit: pcaps or an ns-3 scenario will be written (None: as the job's output says), which
+    decides the detail the pipeline times the job at (pipeline.pick_detail)."""
+    from .detail import needs_chunks, pick_detail
+    if emit is None:
+        emit = job.output.pcap or job.output.ns3
+    import numpy as np
+    from ..collectives import DATA_KINDS, node_layout, tuning
+    from ..tables import CollKind
+    from ..workload import build_commops
+    from .detail import want_fold
+    ops_est, entries = _closed_forms(job)
+    if want_fold(job, emit):                  # replica 0's streams: about 1/dp of the ops
+        ops_est, entries = -(-ops_est // job.parallelism.dp), -(-entries // job.parallelism.dp)
+    if max_work and (OP_UNITS * ops_est > max_work or entries > 4 * max_work):
+        _refuse(job, Work(ops_est, 0, 0, _memory(ops_est, 0, 0, entries)), max_work, "collective calls")
+    ops = build_commops(job, fold=want_fold(job, emit))
+    _keep_for_pipeline(job, ops)
+    copies = ops.copies()
+    rows = ops.rows
+    world, gpn = job.world, job.cluster.gpus_per_node
+    light = SimpleNamespace(rank_node=np.arange(world, dtype=np.int64) // gpn)
+    rank_rail = np.asarray(job.cluster.nic_of_gpu(), dtype=np.int64)[np.arange(world) % gpn]
+    groups: dict[tuple, object] = {}
+    layouts: dict[bytes, tuple[int, int]] = {}
+    shapes: dict[tuple, int] = {}
+    timed: dict[tuple, int] = {}          # ops the schedule times (folded: replica 0's once)
+    for i in range(len(rows)):
+        kind = int(rows["kind"][i])
+        group = np.asarray(ops.groups[i])
+        if CollKind(kind) not in DATA_KINDS or len(group) < 2:
+            continue
+        key = group.tobytes()
+        if key not in layouts:
+            layouts[key] = node_layout(group, light)
+        shape = (kind, len(group), *layouts[key], int(rows["bytes"][i]), int(rows["elem_bytes"][i]),
+                 key if job.nccl.pxn else b"")
+        groups.setdefault(key, group)
+        shapes[shape] = shapes.get(shape, 0) + int(copies[i])
+        timed[shape] = timed.get(shape, 0) + 1
+    transfers = messages = edges = 0
+    c = job.cluster
+    pxn_share: dict[tuple, float] = {}
+    for (kind, n, N, L, nbytes, eb, gkey), count in shapes.items():
+        if nbytes < eb:
+            continue
+        plan = tuning.plan(CollKind(kind), job.nccl, n, N, L, nbytes, c.nic_gbps, c.nvlink_gbps)
+        t = _transfers(kind, plan, n, N, L, nbytes, eb)
+        # connection-level rows: a ring's or tree's n edges per channel, a pair's channels; a
+        # folded op's network edges once per replica, its NVLink ones once
+        per_op = plan.channels * (1 if kind == CollKind.SENDRECV else n)
+        edges += per_op * (count if N > 1 else timed[(kind, n, N, L, nbytes, eb, gkey)])
+        if gkey:
+            if (gkey, plan.algo) not in pxn_share:
+                pxn_share[gkey, plan.algo] = _cross_rail(plan.algo, groups[gkey], light.rank_node,
+                                                         rank_rail, N, L)
+            t += int(t * pxn_share[gkey, plan.algo])
+        moved = nbytes * (2 * (n - 1) if kind in (CollKind.ALLREDUCE,) else
+                          1 if kind == CollKind.SENDRECV else (n - 1))
+        transfers += t * count
+        if pcap:
+            net = _net_share(plan.algo, n, N, L)
+            messages += int(net * (t + moved // max(plan.max_msg_bytes, 1))) * count
+        if max_work and transfers > max_work and pick_detail(job.detail, needs_chunks(job, emit), transfers) == "full":
+            break
+    detail = pick_detail(job.detail, needs_chunks(job, emit), transfers)
+    if id(job) in _built and not (max_work and transfers > max_work and detail == "full"):
+        _built[id(job)][2] = transfers
+    entries = int(ops.groups.values.size) if hasattr(ops.groups, "values") else 0
+    # A folded job times one replica's NVLink edges and every replica's network edges: its cost
+    # per op counted once, the unfolded op count shown.
+    w = Work(int(copies.sum()), transfers, messages, _memory(len(rows), transfers, messages, entries, detail, edges),
+             detail, timed_ops=len(rows), conn_edges=edges, cnp_units=_cnp_units(job, messages) if pcap else 0)
+    if max_work and w.units > max_work:
+        _refuse(job, w, max_work, "transfers" if detail == "full" else "ops timed per connection")
+    return w
+
+
+def _cnp_units(job: Job, messages: int) -> int:
+    """Work of the CNPs CE marks bring into the pcaps (0 without marks): see ECN_UNITS_PER_MESSAGE."""
+    out = job.output
+    if out.ecn_mark_fraction <= 0:
+        return 0
+    return messages * (DCQCN_UNITS_PER_MESSAGE if out.dcqcn else ECN_UNITS_PER_MESSAGE)
+
+
+def _memory(ops: int, transfers: int, messages: int, entries: int, detail: str = "full", edges: int = 0) -> int:
+    if detail == "conn":
+        return BASE_BYTES + 300 * ops + CONN_EDGE_BYTES * edges + 16 * entries
+    return BASE_BYTES + BYTES_PER_UNIT * transfers + BYTES_PER_MESSAGE * messages + 300 * ops + 16 * entries
+
+
+# The CommOp table the estimate built, handed to the pipeline that runs next on the same job
+# (building it is most of the estimate's time: ~10 us per op).
+_built: dict = {}
+
+
+def _keep_for_pipeline(job: Job, ops) -> None:
+    _built.clear()
+    _built[id(job)] = [job, ops, None]
+
+
+def built_transfers(job: Job) -> int | None:
+    """The chunk transfers estimate() counted for this job (closed forms: no template built)."""
+    hit = _built.get(id(job))
+    return hit[2] if hit is not None and hit[0] is job else None
+
+
+def built_commops(job: Job):
+    """The CommOps estimate() built for this very job object, once (None if it built none)."""
+    hit = _built.pop(id(job), None)
+    return hit[1] if hit is not None and hit[0] is job else None
+
+
+def _refuse(job: Job, w: Work, max_work: int, what: str) -> None:
+    p = job.parallelism
+    size = (f"{w.ops:,} collective calls timed per connection" if w.detail == "conn" else
+            f"~{w.transfers:,} transfers, {w.messages:,} network messages, {w.ops:,} collective calls"
+            if w.transfers else f"~{w.ops:,} collective calls before any transfer")
+    raise ConfigError(
+        f"job too big for --max-work {max_work:,}: {size}, ~{w.memory_bytes / (1 << 30):,.1f} GiB of "
+        f"memory; shrink it (fewer layers, iterations or micro-batches: model.layers={job.model.layers}, "
+        f"iterations={job.iterations}, global_batch={p.global_batch}; larger chunks and buckets) "
+        "or raise --max-work (0: no limit)")
+
+
+def op_transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes: int) -> int:
+    """Rows the collectives stage's template makes for one op of `n` ranks on N nodes x L GPUs
+    (the estimate's per-op count; `tracegen collective` sums it over its sizes)."""
+    return _transfers(kind, plan, n, N, L, nbytes, elem_bytes)
