@@ -32,6 +32,7 @@ from ...config import Output
 from ...errors import ConfigError
 from ...fabric.topology import Fabric
 from . import lab
+from .select import switch_names
 from ..packets.capture_file import Interface
 from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, hop_source, host_parts, index_by_nic, item_conn,
                      item_endpoints, kept, nic_interface, nic_ip_text)
@@ -93,7 +94,7 @@ def _sent_once(p: Plan) -> list[Part]:
     return parts
 
 
-def _switch(fabric: Fabric, name: str) -> int:
+def switch_index(fabric: Fabric, name: str) -> int:
     """The switch index of a switch name (leaf3, spine0, core1, p1-leaf0), or a ConfigError
     listing this fabric's switches."""
     sw = fabric.switch_id(name.strip())
@@ -102,27 +103,11 @@ def _switch(fabric: Fabric, name: str) -> int:
     return sw
 
 
-def switch_names(fabric: Fabric, most: int = 12) -> str:
-    """'leaf0..leaf7, spine0..spine3, p1-leaf0..p1-leaf7': the fabric's switches, runs of one
-    stem numbered 0, 1, 2... shortened (a file fabric's other names listed, at most `most`)."""
-    runs: list[list[str]] = []
-    for name in fabric.sw_name:
-        stem = name.rstrip("0123456789")
-        last = runs[-1] if runs else None
-        if last and stem != name and last[0].rstrip("0123456789") == stem and \
-                last[-1][len(stem):].isdigit() and int(name[len(stem):]) == int(last[-1][len(stem):]) + 1:
-            last.append(name)
-        else:
-            runs.append([name])
-    shown = [f"{r[0]}..{r[-1]}" if len(r) > 1 else ", ".join(r) for r in runs]
-    return ", ".join(shown[:most]) + (f", ... ({fabric.n_switches} switches)" if len(shown) > most else "")
-
-
 def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
     """One file per port of switch `name`: NIC ports hold their NIC's own capture (on a
     multi-plane fabric, the QPs of that plane), switch-to-switch ports what routes.py sends over
     that link in either direction (see the module doc)."""
-    sw = _switch(fabric, name)
+    sw = switch_index(fabric, name)
     name, node, mac = fabric.sw_name[sw], fabric.node_id(sw), bytes(fabric.sw_mac[sw])
     L = fabric.links
     mine = np.flatnonzero((L["a"] == node) | (L["b"] == node))

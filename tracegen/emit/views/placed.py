@@ -97,8 +97,8 @@ def shown_nics(out, fabric) -> np.ndarray:
     lab plan's hosts. Switches above the leaves carry any NIC's traffic: refused (ConfigError)."""
     mask = parse(out, fabric).nic_mask.copy()
     if out.switch:
-        from .files import _switch
-        sw = _switch(fabric, out.switch)
+        from .files import switch_index
+        sw = switch_index(fabric, out.switch)
         if fabric.sw_tier[sw] != LEAF:
             raise ConfigError(f"output.switch={out.switch.strip()!r}: a job timed per connection expands chunks "
                               "only for the NICs shown, and a switch above the leaves carries any NIC's traffic; "

@@ -181,7 +181,6 @@ def check_not_empty(packets: int, flows: Flows, fabric: Fabric, out: Output) -> 
         have.append("iteration 0" if n_it == 1 else f"iterations 0..{n_it - 1}")
     if len(net):
         have.append(f"packets in {int(net['start_ns'].min()):,}..{int(net['end_ns'].max()):,} ns")
-    from .files import switch_names
     have.append(f"switches {switch_names(fabric)}")
     on_wire = []
     if ops is not None and len(net):
@@ -212,3 +211,19 @@ def check_not_empty(packets: int, flows: Flows, fabric: Fabric, out: Output) -> 
     if culprit is None:
         culprit = "the filters " + " ".join(filters) + " together select no packet"
     raise ConfigError(f"nothing to write: {culprit}; this trace has " + "; ".join(have))
+
+
+def switch_names(fabric: Fabric, most: int = 12) -> str:
+    """'leaf0..leaf7, spine0..spine3, p1-leaf0..p1-leaf7': the fabric's switches, runs of one
+    stem numbered 0, 1, 2... shortened (a file fabric's other names listed, at most `most`)."""
+    runs: list[list[str]] = []
+    for name in fabric.sw_name:
+        stem = name.rstrip("0123456789")
+        last = runs[-1] if runs else None
+        if last and stem != name and last[0].rstrip("0123456789") == stem and \
+                last[-1][len(stem):].isdigit() and int(name[len(stem):]) == int(last[-1][len(stem):]) + 1:
+            last.append(name)
+        else:
+            runs.append([name])
+    shown = [f"{r[0]}..{r[-1]}" if len(r) > 1 else ", ".join(r) for r in runs]
+    return ", ".join(shown[:most]) + (f", ... ({fabric.n_switches} switches)" if len(shown) > most else "")
