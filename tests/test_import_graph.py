@@ -220,3 +220,44 @@ def test_the_judge_sees_what_it_judges(tmp_path):
 if __name__ == "__main__":
     for k, v in sorted(findings().items()):
         print(f"{'known ' if k in KNOWN else 'NEW   '}{k}  ({v})")
+
+
+# emit's rooms (their package docstrings): what each may import of emit. The bundle (emit's own
+# modules) writes them all and may import any.
+EMIT_ROOMS_MAY_IMPORT = {
+    "packets": {"packets"},
+    "views": {"packets", "views"},
+    "tables": {"tables"},
+    "pictures": {"tables", "pictures"},
+    "sims": {"packets", "views", "tables", "sims"},
+}
+
+
+def emit_room(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["tracegen", "emit"] else None
+
+
+def emit_room_findings(root: Path = ROOT) -> list[str]:
+    out = []
+    for a, b, _, line in imports(root):
+        ra, rb = emit_room(a), emit_room(b)
+        if ra in EMIT_ROOMS_MAY_IMPORT and rb is not None and rb not in EMIT_ROOMS_MAY_IMPORT[ra]:
+            out.append(f"{a} -> {b} (line {line}): emit.{ra} may import only {sorted(EMIT_ROOMS_MAY_IMPORT[ra])}")
+    return sorted(set(out))
+
+
+def test_emit_rooms_import_only_the_rooms_below():
+    bad = emit_room_findings()
+    assert not bad, "emit's rooms (their __init__ docstrings):\n" + "\n".join(f"  {x}" for x in bad)
+
+
+def test_the_emit_room_judge_sees_an_upward_import(tmp_path):
+    pkg = tmp_path / PACKAGE
+    for d in ("", "emit", "emit/packets", "emit/views"):
+        (pkg / d).mkdir(parents=True, exist_ok=True)
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "emit" / "packets" / "plan.py").write_text("from ..views import files\n")
+    (pkg / "emit" / "views" / "files.py").write_text("X = 1\n")
+    assert [x.split(" (")[0] for x in emit_room_findings(tmp_path)] == [
+        "tracegen.emit.packets.plan -> tracegen.emit.views.files"]

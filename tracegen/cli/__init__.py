@@ -158,7 +158,7 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
 def _run(job, quiet: bool, pcap: bool = True, budget: bool = True):
     """The pipeline, the pcap estimate and the checks on it (nothing selected, budget)."""
     from ..emit.bundle import wire_note, with_pcap_estimate
-    from ..emit.views.select import check_budget, check_not_empty
+    from ..emit.packets.select import check_budget, check_not_empty
     from ..pipeline import run_pipeline
     with _stages(quiet) as stage:
         run = run_pipeline(job, stage, emit=budget and (job.output.pcap or job.output.ns3))
@@ -391,7 +391,7 @@ def ns3_run(trace_dir, pcap, max_bytes, gap, dcqcn, dcqcn_state, pfc, nic, out_d
     """Run TRACE_DIR (a `tracegen generate` folder or its ns3/) in ns-3; writes ns3/sim/."""
     from ns3_scenarios import run_scenario
     from ns3_scenarios.run import DEFAULT_MAX_PCAP_BYTES
-    from ..emit.views.select import parse_bytes
+    from ..emit.packets.select import parse_bytes
     with command_errors():   # signals stop the simulation (ns3_scenarios/stop.h); no partial sim/
         budget = DEFAULT_MAX_PCAP_BYTES if max_bytes is None else parse_bytes(max_bytes)
         say = None if quiet else (lambda msg: click.echo(msg, err=True))

@@ -268,7 +268,7 @@ def collective(name, minbytes, maxbytes, stepfactor, stepbytes, datatype, nodes,
         check_sweep(lo, hi, stepfactor, step)
         work = parse_work(max_work) if max_work is not None else None
         if max_bytes is not None:
-            from ..emit.views.select import parse_bytes
+            from ..emit.packets.select import parse_bytes
             parse_bytes(max_bytes)
         target = None
         if out_dir:
@@ -291,7 +291,7 @@ def collective(name, minbytes, maxbytes, stepfactor, stepbytes, datatype, nodes,
 def _output(name, cluster, nodes, algorithm, channels, protocol, max_bytes, nics):
     """The sweep job's output section with -o's options, validated (before the sweep runs)."""
     from ..config import validate
-    from ..emit.views.select import parse_bytes
+    from ..emit.packets.select import parse_bytes
     job = collective_job(cluster, nodes, algorithm, channels, protocol, f"{name}-{nodes}x{cluster}")
     out = job.output
     if max_bytes is not None:
@@ -299,7 +299,7 @@ def _output(name, cluster, nodes, algorithm, channels, protocol, max_bytes, nics
     if nics is not None:
         out = replace(out, nics=nics)
     job = validate(replace(job, output=out))
-    from ..emit.views.select import parse
+    from ..emit.packets.select import parse
     from ..fabric.topology import build_fabric
     parse(job.output, build_fabric(job))           # NIC names and indices against the fabric
     return job.output
@@ -308,7 +308,7 @@ def _output(name, cluster, nodes, algorithm, channels, protocol, max_bytes, nics
 def _write(run, target, force: bool) -> None:
     from ..output import folder as outdir
     from ..emit.bundle import with_pcap_estimate, write_bundle
-    from ..emit.views.select import check_budget
+    from ..emit.packets.select import check_budget
     run = with_pcap_estimate(run)
     check_budget(run.report.pcap_packets, run.report.pcap_bytes, run.job.output)
     counts: dict = {}

@@ -57,7 +57,7 @@ def load(job_file, preset, sets, detail=None) -> Job:
 def pcap_options(job, max_bytes=None, **options):
     """generate's options over the job's output section, validated with the job like YAML keys;
     a lab plan is read and checked here too (before any work)."""
-    from ..emit.views.select import parse_bytes
+    from ..emit.packets.select import parse_bytes
     changes = {k: v for k, v in options.items() if v is not None}
     if max_bytes is not None:
         changes["max_bytes"] = parse_bytes(max_bytes)

@@ -1,7 +1,7 @@
 """Job description: YAML / preset / dict -> frozen dataclasses, validated with one-line errors.
 
 Sections: model, parallelism, cluster, fabric, nccl, network, output. Every key is declared once
-in config_schema.py (type, default, range, doc), so a YAML file names only what differs; here the
+in config/schema.py (type, default, range, doc), so a YAML file names only what differs; here the
 sections gain their derived sizes, and jobs are loaded (YAML, presets, --set), checked key by key
 and between keys, and described (docs/limits.md, the JSON Schema). Megatron argument names are
 accepted as aliases.

@@ -223,7 +223,7 @@ class OutputKeys:
     payload: str = key("zero", "payload bytes: zeros, a pattern, or none (records end at the headers, "
                                "orig_len real)", choices=("zero", "pattern", "none"))
     ack_every: int = key(0, "packets per coalesced ACK; 0: one per message", 0, 16 * _M)
-    # pcap budget and filters (emit/views/select.py)
+    # pcap budget and filters (emit/packets/select.py)
     max_bytes: int = key(2 << 30, "pcap budget; 0: no limit", 0, 1 << 50)
     time_window: str = key("", "START_NS:END_NS: only packets starting in [START, END)")
     nics: str = key("", "'0,3' or 'node0001-rail0,...': only these NICs' files")

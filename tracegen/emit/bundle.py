@@ -86,7 +86,7 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
     extra = {}
     if out.perfetto:
         from .tables.perfetto import write_perfetto
-        from .views.select import parse
+        from .packets.select import parse
         stage("perfetto.json", "slices")
         sel = parse(out, run.fabric)
         extra["perfetto"] = write_perfetto(run.flows, run.fabric, dest / "perfetto.json", title=run.job.name,

@@ -1,7 +1,7 @@
 """The wire plan and its packets: QPs, messages and control frames (plan), their packet-exact
 times per NIC and switch port (pacing, ports, hops, port_queue), ECN marks and CNPs, NCCL's
 net_ib buffers, routes and MAC addresses, RoCEv2 headers as dtypes, frames, capture file
-formats. May import: timing and everything below it. Must not import emit.views, emit.tables,
-emit.sims, emit.pictures, output, corpus or cli (today plan imports views.select: the last
-circle of issue 26).
-"""
+formats; what the user selected to write (select: NICs, switches, windows, the byte budget), the
+copies of the plan a file can record (copies: sent, received, leaving each switch link) and a
+file's packet items (items). May import: timing and everything below it. Must not import
+emit.views, emit.tables, emit.sims, emit.pictures, output, corpus or cli."""

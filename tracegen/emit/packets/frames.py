@@ -21,8 +21,8 @@ from ...config import Output
 from . import congestion, roce, routes
 from .addresses import Addressing, link_macs, mac_table
 from .capture_file import comment_option_bytes, comment_options, put_records
-from ..views.copies import item_dest_qpn
-from ..views.items import Items
+from .copies import item_dest_qpn
+from .items import Items
 from .plan import (ACK_CTS, ACK_DATA, CNP, COMMENT_PREFIX, CTS, CTS_BYTES, DATA, IP_TTL, PATTERN, Plan,
                    data_packet, incl_cap, pad4)
 from .roce import Opcode

@@ -52,7 +52,7 @@ from ...errors import ConfigError
 from ...tables import CollKind, Dim, Flows
 from ...fabric.topology import Fabric
 from . import congestion, nccl_net, roce, routes
-from ..views import select
+from . import select
 from .capture_file import Format, comment_option_bytes
 from .roce import Opcode
 

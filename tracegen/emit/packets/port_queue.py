@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..views.items import Items
+from .items import Items
 from .plan import DATA, Plan
 
 

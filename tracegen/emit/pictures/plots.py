@@ -22,7 +22,7 @@ from ...tables import CollKind, Dim, LinkKind
 from .style import COMPUTE_COLOUR, DIM_COLOURS  # noqa: F401  (DIM_COLOURS: for users of this module)
 from .style import legend_below as _legend_below, plt as _plt, save as _save, time_unit as _time_unit
 from .timeline import draw_timeline
-from .trace_view import TOP_LINKS, TraceView, top_link_utilisation  # noqa: F401  (users of this module)
+from ..tables.trace_view import TOP_LINKS, TraceView, top_link_utilisation  # noqa: F401  (users of this module)
 
 MAX_RANKS = 64          # lanes in the per-rank pictures (the first ranks)
 MAX_MATRIX = 128        # NIC-to-NIC matrix: up to this many rows (more NICs are binned)

@@ -15,7 +15,7 @@ import numpy as np
 from ...tables import Dim, Flows, LinkKind
 from . import style
 from .style import DIM_COLOURS
-from .trace_view import TraceView
+from ..tables.trace_view import TraceView
 
 COLUMNS = 1600
 MAX_LANES = 64

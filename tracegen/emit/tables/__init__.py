@@ -1,5 +1,6 @@
 """The flow and op tables as data: columns (flows), CSV (csv_text), Parquet, Perfetto, summary.md
-/ summary.json, and reading a written trace back (read). May import: report, pipeline and
+/ summary.json, reading a written trace back (read), and the view of a run or a written trace
+that pictures and summaries are drawn from (trace_view). May import: report, pipeline and
 everything below it. Must not import emit.packets, emit.views, emit.sims, emit.pictures,
 corpus or cli.
 """

@@ -37,7 +37,7 @@ def summary_data(run, files: dict | None = None, extra: dict | None = None) -> d
 
 
 def _top_links(run) -> dict:
-    from ..pictures.plots import top_link_utilisation
+    from .trace_view import top_link_utilisation
     return top_link_utilisation(run.flows, run.fabric)
 
 

@@ -32,10 +32,10 @@ from ...config import Output
 from ...errors import ConfigError
 from ...fabric.topology import Fabric
 from . import lab
-from .select import switch_names
+from ..packets.select import switch_names
 from ..packets.capture_file import Interface
-from .copies import (CTL_SENT, DATA_SENT, FileSpec, Part, hop_source, host_parts, index_by_nic, item_conn,
-                     item_endpoints, kept, nic_interface, nic_ip_text)
+from ..packets.copies import (CTL_SENT, DATA_SENT, FileSpec, Part, hop_source, host_parts, index_by_nic, item_conn,
+                              item_endpoints, kept, nic_interface, nic_ip_text)
 from ..packets.addresses import Addressing
 from ..packets.plan import Plan
 

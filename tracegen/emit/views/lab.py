@@ -44,7 +44,7 @@ from ...fabric.topology import Fabric
 from ..packets import neighbors
 from ..packets.addresses import Addressing
 from ..packets.capture_file import Interface
-from .copies import CTL_SENT, DATA_SENT, FileSpec, Part, first_time, item_endpoints, kept
+from ..packets.copies import CTL_SENT, DATA_SENT, FileSpec, Part, first_time, item_endpoints, kept
 from ..packets.plan import Plan, wire_ns
 
 _KEYS = {"hosts", "ports", "mac", "ipv4", "prefix", "gateway", "dut_mac", "l2", "arp", "lead_us", "merged"}

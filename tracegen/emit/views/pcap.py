@@ -18,8 +18,9 @@ from ...config import Nccl, Network, Output
 from ...tables import Flows
 from ...fabric.topology import Fabric
 from ..packets import frames, port_queue, pacing as timing
-from . import items, select, files as views
-from .copies import nic_interface
+from ..packets import items, select
+from . import files as views
+from ..packets.copies import nic_interface
 from ..packets.addresses import spine_mac  # noqa: F401  (the spine MAC plan, for users of this module)
 from ..packets.plan import FIX_ROUNDS, Plan
 

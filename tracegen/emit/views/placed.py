@@ -29,7 +29,7 @@ from ...timing.schedule_conn import CLOSED_FORM_ROWS
 from ...tables import FLOW_DTYPE, LinkKind, Ragged, Flows
 from ...errors import ConfigError
 from ...fabric.kinds import LEAF
-from .select import parse
+from ..packets.select import parse
 
 
 def placed_flows(run) -> Flows:

@@ -85,7 +85,7 @@ class TraceView:
     @staticmethod
     def from_dir(trace_dir: Path) -> "TraceView":
         """A written trace folder, checked as it is read (trace_read: a damaged file is one line)."""
-        from ..tables.read import FLOW_COLUMNS, OP_COLUMNS, check_ranges, read_summary, read_table
+        from .read import FLOW_COLUMNS, OP_COLUMNS, check_ranges, read_summary, read_table
         trace_dir = Path(trace_dir)
         meta = read_summary(trace_dir)
         flows = read_table(trace_dir, "flows", FLOW_COLUMNS)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...fabric.topology import Fabric
-from ..packets import roce
-from ..packets.capture_file import Interface
-from ..packets.plan import ACK_CTS, CNP, CTS, Plan, Segs
+from . import roce
+from .capture_file import Interface
+from .plan import ACK_CTS, CNP, CTS, Plan, Segs
 
 
 DATA_SENT, DATA_RECEIVED, CTL_SENT, CTL_RECEIVED = range(4)     # indices into sources()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .copies import FileSpec, Part, sources
-from ..packets.plan import DATA, Plan, Segs
+from .plan import DATA, Plan, Segs
 
 
 def packets_in_window(p: Plan, segs: Segs, idx, a_ns: int, b_ns: int):
