@@ -158,3 +158,51 @@ def test_a_short_csv_row_is_named_by_its_line(tmp_path):
     _write_csv(tmp_path / "ops.csv", cols, [(1, 2), (3,)])
     with pytest.raises(ConfigError, match=r"ops\.csv: line 3: 1 fields, the header has 2"):
         trace_read.read_table(tmp_path, "ops", cols)
+
+
+# --- views/distributed.py: the scheduler's port, the progress in bytes -----------------------------
+
+def test_scheduler_port_zero_is_refused():
+    from tracegen.emit.views.distributed import check_scheduler
+    with pytest.raises(ConfigError, match="port in 1..65535"):
+        check_scheduler("tcp://127.0.0.1:0")
+
+
+def test_dask_progress_counts_bytes_written(monkeypatch, tmp_path):
+    """Two files of 10 and 20 B: progress reports (10, 30) then (30, 30) - bytes, not files."""
+    distributed = pytest.importorskip("distributed")
+    from tracegen.emit.views import distributed as dist
+
+    class Done:
+        def __init__(self, value):
+            self.value = value
+
+        def result(self):
+            return self.value
+
+    class Client:                                    # runs each task at once, in submission order
+        def scatter(self, p, broadcast):
+            return p
+
+        def submit(self, fn, *args, pure):
+            return Done(fn(*args))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(dist, "_client", lambda workers, scheduler: (Client(), None))
+    monkeypatch.setattr(distributed, "as_completed", lambda futures: list(futures))
+    sizes = {"a": 10, "b": 20}
+    seen = []
+    paths = dist.write_files(lambda plan, fset, spec, d: (d / spec, sizes[spec]), None, None, ["a", "b"],
+                             tmp_path, 30, lambda done, total: seen.append((done, total)), 2, "")
+    assert paths == [tmp_path / "a", tmp_path / "b"] and seen == [(10, 30), (30, 30)]
+
+
+# --- packets/select.py: --max-bytes units ---------------------------------------------------------
+
+@pytest.mark.parametrize("text, n", [("2KiB", 2048), ("1MiB", 1 << 20), ("3GiB", 3 << 30), ("2kb", 2000),
+                                     ("1.5GB", 1_500_000_000)])
+def test_max_bytes_binary_and_decimal_units(text, n):
+    from tracegen.emit.packets.select import parse_bytes
+    assert parse_bytes(text) == n
