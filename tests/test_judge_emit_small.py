@@ -206,3 +206,16 @@ def test_dask_progress_counts_bytes_written(monkeypatch, tmp_path):
 def test_max_bytes_binary_and_decimal_units(text, n):
     from tracegen.emit.packets.select import parse_bytes
     assert parse_bytes(text) == n
+
+
+# --- sims/ns3_compare.match: repeated keys pair up in start order ----------------------------------
+
+def test_repeated_fct_keys_join_manifest_lines_in_start_order():
+    """Two flows of one (sip, dip, sport): the fct row that started first is manifest line 0."""
+    from tracegen.emit.sims.ns3_compare import match
+    rec = {"sip": "0b000001", "dip": "0b000002", "hpcc_sport": "100", "host_sport": "7"}
+    sc = SimpleNamespace(records=[rec, dict(rec)])
+    rows = np.array([[0x0b000001, 0x0b000002, 100, 4791, 10, 500, 9, 9],     # started later
+                     [0x0b000001, 0x0b000002, 100, 4791, 10, 100, 9, 9],
+                     [0x0b000001, 0x0b000003, 100, 4791, 10, 0, 9, 9]])     # no such line
+    assert match(sc, rows, "pair").tolist() == [1, 0, -1]
