@@ -219,3 +219,24 @@ def test_repeated_fct_keys_join_manifest_lines_in_start_order():
                      [0x0b000001, 0x0b000002, 100, 4791, 10, 100, 9, 9],
                      [0x0b000001, 0x0b000003, 100, 4791, 10, 0, 9, 9]])     # no such line
     assert match(sc, rows, "pair").tolist() == [1, 0, -1]
+
+
+# --- packets/port_queue.py: a lab tester port's FIFO --------------------------------------------
+
+def test_fifo_waits_for_the_port_state_carried_in():
+    """t_out[i] = max(t_in[i], t_out[i-1] + wire[i-1]), the port busy until free_at = 200."""
+    from tracegen.emit.packets.port_queue import fifo
+    t_out, free = fifo(np.array([100, 105, 400]), np.array([10, 10, 10]), 200)
+    assert t_out.tolist() == [200, 210, 400] and free == 410
+
+
+def test_queued_wire_time_at_the_port_rounds_up(monkeypatch):
+    """Two frames arriving together, 7 ns each at a 100 Gb/s plane, through a 300 Gb/s port: the
+    second leaves ceil(7 x 100 / 300) = 3 ns after the first (never less than the exact 2.33)."""
+    from tracegen.emit.packets import port_queue
+    monkeypatch.setattr(port_queue, "line_wire_ns", lambda p, it, g, j: np.full(len(g), 7, np.int64))
+    it = SimpleNamespace(queue=np.array([0, 0]))
+    windows = [(np.array([0, 1]), np.array([0, 1]), np.array([0, 0]), np.array([0, 0]))]
+    out = list(port_queue.queued(None, it, windows, 100, 300))
+    times = [int(t) for _, _, _, ts in out for t in ts]
+    assert times == [0, 3]
