@@ -240,3 +240,26 @@ def test_queued_wire_time_at_the_port_rounds_up(monkeypatch):
     out = list(port_queue.queued(None, it, windows, 100, 300))
     times = [int(t) for _, _, _, ts in out for t in ts]
     assert times == [0, 3]
+
+
+# --- packets/items.py: at equal times a NIC's capture has its sent frame first ------------------------
+
+def test_sent_frame_before_received_frame_at_equal_times(tmp_path):
+    """Items' order: by time, and at equal times the sent copy first (a NIC's own frame leaves
+    as another arrives). The default job's ring has such ties; the capture's own address (the
+    most common source) tells sent from received."""
+    from collections import Counter
+    from tg_helpers import read_pcap, roce_fields
+    res = CliRunner().invoke(main, ["generate", "-q", "--no-ns3", "--set", "output.pictures=false",
+                                    "--set", "output.perfetto=false", "-o", str(tmp_path / "t")])
+    assert res.exit_code == 0, res.output
+    ties = 0
+    for f in sorted((tmp_path / "t" / "pcap").glob("*.pcap")):
+        recs = read_pcap(f)
+        ip = [(roce_fields(b) or (None,))[0] for _, _, b in recs]
+        me = Counter(x for x in ip if x is not None).most_common(1)[0][0]
+        for (t1, _, _), (t2, _, _), a, b in zip(recs, recs[1:], ip, ip[1:]):
+            if t1 == t2 and a is not None and b is not None and (a == me) != (b == me):
+                ties += 1
+                assert a == me, (f.name, t1)
+    assert ties > 0
