@@ -263,3 +263,29 @@ def test_sent_frame_before_received_frame_at_equal_times(tmp_path):
                 ties += 1
                 assert a == me, (f.name, t1)
     assert ties > 0
+
+
+# --- sims/ns3_compare.joined_kpis: the ECN share counts whole packets ------------------------------
+
+def test_ecn_share_is_ce_packets_over_packets_rounded_up(tmp_path):
+    """Two flows of 70,000 B at PMTU 4096 (18 packets each, the last one short), one CE-marked
+    packet each (flows.csv beside the fct file, as `tracegen ns3 run` writes it): 2 / 36."""
+    from test_ns3_export import make_flows
+    from tracegen.config import Job
+    from tracegen.emit.sims.ns3 import write_ns3
+    from tracegen.emit.sims.ns3_compare import join, joined_kpis
+    from ns3_scenarios.inputs import load_scenario
+    from tracegen.fabric.topology import build_fabric
+    job = Job()
+    fabric = build_fabric(job)
+    specs = [(0, LinkKind.NET, 0, dst, 70_000, 100 * k, []) for k, dst in enumerate((2, 4))]
+    write_ns3(make_flows(fabric, specs), fabric, job, tmp_path / "ns3")
+    sc = load_scenario(tmp_path)
+    assert sc.config.pmtu == 4096 and all(b % 4096 for b in sc.bytes)
+    packets = sum(-(-int(b) // 4096) for b in sc.bytes)
+    fct = tmp_path / "fct.txt"
+    fct.write_text("".join(f"{r['sip']} {r['dip']} {r['hpcc_sport']} 100 {r['wire_bytes']} "
+                           f"{sc.t0_ns + r['start_ns']} 5000 4000\n" for r in sc.records))
+    (tmp_path / "flows.csv").write_text("line,ce_pkts\n" + "".join(f"{k},1\n" for k in range(len(sc))))
+    share = joined_kpis(join(tmp_path, fct))["all"]["ecn_marked_share"]
+    assert share == pytest.approx(2 / packets, abs=1e-4) and packets == 2 * 18
