@@ -867,6 +867,7 @@ ALSO_RELATED = {
     "tracegen/emit/packets/nccl_net.py": ["tests/test_pcap_nccl.py"],
     "tracegen/timing/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
     "tracegen/emit/bundle.py": ["tests/test_judge_emit_small.py"],
+    "tracegen/config/schema.py": ["tests/test_job_schema.py"],
     "tracegen/emit/sims/ns3_compare.py": ["tests/test_judge_emit_small.py"],
     "tracegen/emit/sims/otg.py": ["tests/test_export_otg.py"],
     "tracegen/emit/packets/hops.py": ["tests/test_pcap.py"],     # its test_timing: arrival >= sent + hops x latency
