@@ -44,6 +44,7 @@ STAGE_OF = {
     "tracegen.corpus": "corpus",
     "tracegen.cli": "cli", "tracegen.cli.common": "cli", "tracegen.cli.export": "cli",
     "tracegen.cli.tokens": "cli", "tracegen.cli.report": "cli", "tracegen.cli.collective": "cli",
+    "tracegen.cli.generate": "cli", "tracegen.cli.plan": "cli", "tracegen.cli.presets": "cli", "tracegen.cli.ns3": "cli",
 }
 
 # Exceptions allowed: none - the package has no circle and no private crossing; add none. Circles: by
