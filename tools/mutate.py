@@ -835,9 +835,9 @@ MUTATIONS = [
      'b = np.searchsorted(key, items * span + np.maximum(t1, 0), "left")',
      'b = np.searchsorted(key, items * span + np.maximum(t1, 0), "right")'),
     # --- tracegen/config/schema.py
-    ('schema-positive-keys-from-zero', 'tracegen/config/schema.py',
-     'return (1 if rule in POSITIVE else 0), INT_MAX',
-     'return 0, INT_MAX'),
+    ('schema-time-max-inclusive', 'tracegen/config/schema.py',
+     'out.update(minimum=0, maximum=TIME_MAX_NS - 1, maxLength=64',
+     'out.update(minimum=0, maximum=TIME_MAX_NS, maxLength=64'),
     ('schema-us-unit-ns', 'tracegen/config/schema.py',
      '("_us", "µs")',
      '("_us", "ns")'),
