@@ -878,7 +878,7 @@ ALSO_RELATED = {
     "tracegen/emit/packets/items.py": ["tests/test_judge_emit_small.py", "tests/test_pcap.py", "tests/test_pcap_select.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/neighbors.py": ["tests/test_pcap_lab.py"],
     "tracegen/emit/packets/port_queue.py": ["tests/test_judge_emit_small.py", "tests/test_pcap_lab.py", "tests/test_port_spacing.py"],
-    "tracegen/emit/packets/ports.py": ["tests/test_port_spacing.py", "tests/test_timing_closed_forms.py", "tests/test_pcap_views.py"],
+    "tracegen/emit/packets/ports.py": ["tests/test_pcap.py", "tests/test_port_spacing.py", "tests/test_timing_closed_forms.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/routes.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/select.py": ["tests/test_judge_emit_small.py", "tests/test_pcap_select.py", "tests/test_bad_input.py"],
     "tracegen/emit/pictures/plots.py": ["tests/test_judge_emit_small.py", "tests/test_timeline.py", "tests/test_outputs.py"],
