@@ -475,13 +475,21 @@ def test_a_fabric_of_65536_spines_routes_in_bounded_memory():
 
 
 @pytest.mark.parametrize("ratio,per_leaf,spines,want", [
-    (0.0001, 2, 2, 4_000_000),    # a rail leaf of 2 nodes: 2 x 400G down; 800 / (0.0001 x 2), no division by 0
-    (0.0001, 16, 1, 10_000_000),  # 4 nodes: 1600 / 0.0001 = 16,000,000 -> the most fabric.leaf_spine_gbps allows
+    (0.01, 2, 2, 40_000),         # the smallest ratio: a rail leaf of 2 nodes, 2 x 400G down; 800 / (0.01 x 2)
+    (0.01, 16, 1, 160_000),       # 4 nodes: 1600 / 0.01, exact in decimal (no float error, no division by 0)
     (2.5, 2, 3, 107),             # 800 / 7.5 = 106.67 -> 107, exactly (2.5 x 3 is no float error)
     (3, 2, 1, 267),               # 800 / 3
 ])
 def test_uplink_rate_from_any_oversubscription(ratio, per_leaf, spines, want):
+    """(Ratios below 0.01 are refused by the job's range: test_oversubscription_below_range_is_refused.)"""
     f = build_fabric(load_job(sets=[f"fabric.nodes_per_leaf={per_leaf}", f"fabric.spines={spines}",
                                     f"fabric.oversubscription={ratio}"]))
     up = f.links["gbps"][(f.links["a"] >= f.n_nics) & (f.links["b"] >= f.n_nics)]
     assert set(up.tolist()) == {want}
+
+
+def test_oversubscription_below_range_is_refused():
+    """0.0001 once divided by zero; the key's range now stops it in one line naming it."""
+    from tracegen.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"fabric\.oversubscription: must be 0 or in 0\.01\.\.1000"):
+        load_job(sets=["fabric.oversubscription=0.0001"])

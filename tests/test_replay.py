@@ -89,6 +89,7 @@ CAPTURE = "udp port 4791 or (vlan and udp port 4791) or arp or (vlan and arp)"
 
 def _capture(ns: str, dev: str, path: Path) -> subprocess.Popen:
     dump = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "-i", dev, "-w", str(path), "-U", "-s", "0",
+                             "-B", "65536",          # 64 MiB capture buffer: a loaded CI machine drops none
                              "--time-stamp-precision=nano", CAPTURE],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     line = dump.stderr.readline()                             # "listening on DEV ..."

@@ -128,7 +128,8 @@ def valid_jobs(draw) -> dict:
                       "pmtu": draw(st.sampled_from([1024, 4096])), "vlan": draw(st.booleans()),
                       "payload": draw(st.sampled_from(["zero", "pattern", "none"])),
                       "qp_split": draw(st.booleans()), "ack_every": draw(st.sampled_from([0, 4])),
-                      "ecn_mark_fraction": draw(st.sampled_from([0.0, 0.05, 0.5])), "dcqcn": draw(st.booleans()),
+                      "ecn_mark_fraction": (ecn := draw(st.sampled_from([0.0, 0.05, 0.5]))),
+                      "dcqcn": ecn > 0 and draw(st.booleans()),   # DCQCN reacts to CNPs: marks needed
                       # pictures cost ~3 s a job (matplotlib): drawn for one job in eight
                       "pictures": draw(st.integers(0, 7)) == 0}}
     kind = draw(st.sampled_from(["rail-optimised", "leaf-spine", "fat-tree", "file"]))
