@@ -44,6 +44,7 @@ STAGE_OF = {
     "tracegen.corpus": "corpus",
     "tracegen.cli": "cli", "tracegen.cli.common": "cli", "tracegen.cli.export": "cli",
     "tracegen.cli.tokens": "cli", "tracegen.cli.report": "cli", "tracegen.cli.collective": "cli",
+    "tracegen.cli.generate": "cli", "tracegen.cli.plan": "cli", "tracegen.cli.presets": "cli", "tracegen.cli.ns3": "cli",
 }
 
 # Exceptions allowed: none - the package has no circle and no private crossing; add none. Circles: by
@@ -261,3 +262,32 @@ def test_the_emit_room_judge_sees_an_upward_import(tmp_path):
     (pkg / "emit" / "views" / "files.py").write_text("X = 1\n")
     assert [x.split(" (")[0] for x in emit_room_findings(tmp_path)] == [
         "tracegen.emit.packets.plan -> tracegen.emit.views.files"]
+
+
+# cli/__init__'s rule: the commands' modules import common, never each other or the package (which
+# imports them all to register them); common imports no command. __main__ runs the package's group.
+def cli_findings(root: Path = ROOT) -> list[str]:
+    out = []
+    for a, b, _, line in imports(root):
+        if a in ("tracegen.cli", "tracegen.cli.__main__") or not a.startswith("tracegen.cli."):
+            continue
+        if b == "tracegen.cli" or (b.startswith("tracegen.cli.") and b != "tracegen.cli.common"):
+            out.append(f"{a} -> {b} (line {line}): a command's module imports only tracegen.cli.common")
+    return sorted(set(out))
+
+
+def test_cli_commands_import_common_only():
+    bad = cli_findings()
+    assert not bad, "tracegen/cli/__init__.py's rule:\n" + "\n".join(f"  {x}" for x in bad)
+
+
+def test_the_cli_judge_sees_a_command_importing_another(tmp_path):
+    pkg = tmp_path / PACKAGE / "cli"
+    pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from . import plan, generate\n")
+    (pkg / "common.py").write_text("X = 1\n")
+    (pkg / "plan.py").write_text("from .common import X\n")
+    (pkg / "generate.py").write_text("def f():\n    from .plan import X\n    from . import main\n")
+    assert [x.split(" (")[0] for x in cli_findings(tmp_path)] == [
+        "tracegen.cli.generate -> tracegen.cli", "tracegen.cli.generate -> tracegen.cli.plan"]

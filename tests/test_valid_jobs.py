@@ -122,12 +122,13 @@ def valid_jobs(draw) -> dict:
            "cluster": {"gpus_per_node": gpn, "nodes": nodes, "nics_per_node": nics, "nic_gbps": NIC_GBPS},
            "nccl": {"algorithm": draw(st.sampled_from(["ring", "tree", "halving_doubling", "hierarchical", "auto"])),
                     "protocol": draw(st.sampled_from(["simple", "ll", "ll128", "auto"])),
-                    "channels": draw(st.sampled_from([1, 2])), "qps_per_connection": draw(st.sampled_from([1, 2, 4])),
+                    "channels": draw(st.sampled_from([1, 2])), "qps_per_connection": (qps := draw(st.sampled_from([1, 2, 4]))),
                     "pxn": draw(st.booleans())},
            "output": {"ip_version": draw(st.sampled_from([4, 6])), "format": draw(st.sampled_from(["pcap", "pcapng"])),
                       "pmtu": draw(st.sampled_from([1024, 4096])), "vlan": draw(st.booleans()),
                       "payload": draw(st.sampled_from(["zero", "pattern", "none"])),
-                      "qp_split": draw(st.booleans()), "ack_every": draw(st.sampled_from([0, 4])),
+                      "qp_split": qps > 1 and draw(st.booleans()),     # it spreads a message over QPs
+                      "ack_every": draw(st.sampled_from([0, 4])),
                       "ecn_mark_fraction": (ecn := draw(st.sampled_from([0.0, 0.05, 0.5]))),
                       "dcqcn": ecn > 0 and draw(st.booleans()),   # DCQCN reacts to CNPs: marks needed
                       # pictures cost ~3 s a job (matplotlib): drawn for one job in eight

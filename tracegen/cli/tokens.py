@@ -1,7 +1,7 @@
 """`tracegen tokens`: corpora x tokenizers -> token counts and premiums, joined with one epoch of a
 training job on the fabric (and, on request, the seed tutorial's five-stage table and a PNG).
 
-Registered on the main group at the end of cli.py. User mistakes print one line and exit 2.
+Registered on the main group in cli/__init__.py. User mistakes print one line and exit 2.
 """
 from __future__ import annotations
 

@@ -1,0 +1,97 @@
+"""`tracegen generate JOB`: the job's pcaps, flows.csv, ns-3 scenario and summary.md in one folder
+(outdir.Writer: a temp folder swapped into place; emit/bundle.py writes the files)."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..output import folder as outdir
+from ..errors import ConfigError, Interrupted, OutputError
+from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
+from .common import (check_environment, choose_target, fail, job_options, load, output_options, pcap_options,
+                     retime, run_job, stages)
+
+
+@click.command("generate")
+@job_options
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), help="Output folder (default traces/<job name>).")
+@click.option("--snaplen", type=int, default=None, help="Capture only the first N bytes of each frame (orig_len stays real).")
+@click.option("--payload", type=click.Choice(["zero", "pattern", "none"]), default=None,
+              help="Payload bytes: zeros, a byte pattern, or none (records end after the headers; orig_len real).")
+@click.option("--max-bytes", default=None, metavar="SIZE",
+              help="Refuse pcaps whose estimate exceeds SIZE (e.g. 500MB, 2GiB; 0: no limit; default 2GiB).")
+@click.option("--time-window", default=None, metavar="START_NS:END_NS",
+              help="Only packets that start in [START_NS, END_NS).")
+@click.option("--nics", default=None, metavar="LIST", help="Only these NICs' pcaps (indices or names, comma list).")
+@click.option("--ranks", default=None, metavar="LIST", help="Only the pcaps of the NICs these ranks use (comma list).")
+@click.option("--collective", "collectives", default=None, metavar="LIST",
+              help="Only packets of these collectives: dims (dp,tp,pp,sp,cp,ep,emb,edp) or kinds (allreduce,...).")
+@click.option("--iteration", type=int, default=None, metavar="N", help="Only packets of iteration N.")
+@click.option("--format", "fmt", type=click.Choice(["pcap", "pcapng"]), default=None,
+              help="Nanosecond pcap, or pcapng with one interface block per NIC / port.")
+@click.option("--comments/--no-comments", default=None, help="pcapng: comment every packet with its collective, op, step, chunk.")
+@click.option("--merge", is_flag=True, default=None, help="One merged file for the selected NICs instead of one per NIC.")
+@click.option("--switch", default=None, metavar="NAME", help="One file per port of this switch (leaf3, spine0) instead.")
+@click.option("--lab", default=None, type=click.Path(dir_okay=False), metavar="PLAN.yaml",
+              help="Lab mode: one replayable pcap per tester port of the lab plan (see emit/views/lab.py).")
+@click.option("--lab-rate", default=None, metavar="RATE",
+              help="Testers slower than the NICs (e.g. 100G): schedule the whole trace again at that rate.")
+@click.option("--no-pcap", is_flag=True, help="Skip the pcap files.")
+@click.option("--no-ns3", is_flag=True, help="Skip the ns-3 scenario files.")
+@click.option("--workers", type=click.IntRange(0, 256), default=0, metavar="N",
+              help="Write the pcap files on a local Dask cluster of N worker processes (same bytes; "
+                   "pip install 'tracegen[dask]').")
+@click.option("--scheduler", default="", metavar="tcp://HOST:PORT",
+              help="Write the pcap files on an existing Dask cluster (the output folder must be one "
+                   "every worker sees).")
+@output_options
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
+             collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, workers,
+             scheduler, force, max_work, quiet):
+    """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
+    with outdir.signals_as_interrupts():
+        try:
+            job = load(job_file, preset, sets, detail)
+            job = pcap_options(job, snaplen=snaplen, payload=payload, max_bytes=max_bytes,
+                                time_window=time_window, nics=nics, ranks=ranks, collectives=collectives,
+                                iteration=iteration, format=fmt, comments=comments, merge=merge or None,
+                                switch=switch, lab=lab, pcap=False if no_pcap else None,
+                                ns3=False if no_ns3 else None,
+                                lab_gbps=parse_rate(lab_rate) if lab_rate is not None else None)
+            job = retime(job)
+            check_environment()
+            if scheduler:                       # before any work (emit/views/distributed.py)
+                from ..emit.views.distributed import check_scheduler
+                check_scheduler(scheduler)
+            target = choose_target(out_dir, job, job_file, force)
+            with stages(quiet) as stage:
+                stage("work estimate: the job's collectives")
+                estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,
+                         pcap=job.output.pcap)
+            from ..emit.bundle import write_bundle
+            with outdir.Writer(target, force) as w:
+                run = run_job(job, quiet, pcap=job.output.pcap)
+                counts = {}
+                with stages(quiet):            # each output file a stage (progress.stage), pcaps in bytes
+                    w.write(lambda tmp: counts.update(write_bundle(run, tmp, workers=workers, scheduler=scheduler)))
+            for warning in [*w.warnings, *run.report.notes]:
+                click.echo(f"warning: {warning}", err=True)
+            if not quiet:
+                what = ", ".join(f"{v} {k}" for k, v in counts.items())
+                click.echo(f"wrote {target.shown}/ ({what}; iteration "
+                           f"{run.report.iteration_ns / 1e6:.3f} ms scheduled)")
+        except (ConfigError, OutputError) as e:
+            fail(e)
+        except Interrupted as e:
+            done = (f"the new trace was already in place in {e.written}/" if e.written else
+                    "the temp folder was removed, nothing was replaced")
+            click.echo(f"error: interrupted by {e.name}; {done}", err=True)
+            sys.exit(e.exit_code)
+
+
+def parse_rate(text):
+    """--lab-rate: '100G' -> Gb/s (emit/views/lab.py; loaded only when given)."""
+    from ..emit.views.lab import parse_rate as parse
+    return parse(text)

@@ -1,0 +1,82 @@
+"""`tracegen plan JOB`: the dry run - per-accelerator byte volumes, counts, output size estimates and
+where generate would write. Writes nothing."""
+from __future__ import annotations
+
+import click
+
+from ..errors import ConfigError, OutputError
+from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
+from .common import (check_environment, choose_target, fail, job_options, load, output_options, pcap_options,
+                     print_whole, retime, run_job, stages)
+
+
+@click.command("plan")
+@job_options
+@click.option("--corpus", metavar="PATH", help="Also size one epoch of this corpus (file, folder, or dante-it/dante-en).")
+@click.option("--tokenizer", default="cl100k_base", show_default=True, help="Tokenizer for --corpus.")
+@click.option("--json", "as_json", is_flag=True, help="The plan as JSON on stdout (keys in the README).")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
+              help="Where generate would write (default traces/<job name>): plan says what it would do there.")
+@output_options
+def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, force, max_work):
+    """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
+    try:
+        job = retime(pcap_options(load(job_file, preset, sets, detail)))
+        check_environment()
+        if corpus:                          # a missing corpus or tokenizer: before any work
+            from ..corpus.reader import open_corpus
+            from ..corpus.tokenizers import resolve_tokenizer
+            open_corpus(corpus)
+            resolve_tokenizer(tokenizer)
+        try:
+            target = choose_target(out_dir, job, job_file, force)
+            where = f"generate would write {target.shown}/ ({target.note})"
+        except OutputError as e:
+            where = f"generate would refuse: {e}"
+        with stages(as_json) as stage:
+            stage("work estimate: the job's collectives")
+            estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK, pcap=True, emit=False)
+        run = run_job(job, as_json, budget=False)
+        if as_json:
+            import json
+            from ..report.build import plan_json
+            click.echo(json.dumps(plan_json(run), indent=1))
+            return
+        _print_plan(run)
+        for note in run.report.notes:
+            click.echo(f"warning: {note}", err=True)
+        click.echo(where)
+        if corpus:
+            from ..corpus.traffic import corpus_plan_lines
+            for line in corpus_plan_lines(job, corpus, tokenizer, report=run.report):
+                click.echo(line)
+    except (ConfigError, OutputError) as e:
+        fail(e)
+
+
+def _print_plan(run) -> None:
+    """The plan's tables, made to fit 100 columns: numbers right-aligned and never wrapped, the
+    per-NIC bytes summarised (sum / min / median / max and the busiest NICs). Into a pipe or a
+    file (no terminal width to respect) each table is as wide as it needs: nothing is cut."""
+    from rich import box
+    from rich.console import Console
+    from ..report.build import report_tables
+    from rich.table import Table
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=100)
+    names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
+    for title, header, rows in report_tables(run.report, exact=False, nic_names=names):
+        table = Table(title=title, title_justify="left", box=box.SQUARE)
+        for k, h in enumerate(header):
+            numeric = k > 0 and all(_numeric(r[k]) for r in rows)
+            table.add_column(h, justify="right" if numeric else "left", no_wrap=numeric or k == 0,
+                             overflow="fold")
+        for r in rows:
+            table.add_row(*r)
+        print_whole(console, table)
+
+
+def _numeric(cell: str) -> bool:
+    head = cell.split(" ")[0].replace(",", "").replace(".", "")
+    return head.isdigit() or cell == "—"
