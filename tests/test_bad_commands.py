@@ -7,7 +7,8 @@ beside them through generate and plan; this runner knows other commands and othe
     # expect: <a piece of the one error line>
     argv: [report, trace]            # after `tracegen`
     exit: 2                          # default 2
-    trace: csv                       # optional: a copy of a small trace folder at ./trace (csv or parquet)
+    trace: csv                       # optional: a copy of a small trace folder at ./trace: csv, parquet
+                                     #   (tables) or ns3 (csv tables and the ns-3 scenario in trace/ns3/)
     files: {mine.txt: "text"}        # optional: the user's files, made before the run
     edit:                            # optional: damage the copied trace, in order
       - {file: trace/flows.csv, keep_bytes: 5000}       # cut it
@@ -89,15 +90,17 @@ def _edit(cwd: Path, e: dict) -> None:
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> dict[str, Path]:
-    """Small trace folders written by generate (tables and pictures, no pcaps, no ns-3)."""
+    """Small trace folders written by generate (tables and pictures, no pcaps; ns3: the scenario too)."""
     root = tmp_path_factory.mktemp("traces")
-    out = {}
-    for kind, extra in (("csv", []), ("parquet", ["--set", "output.tables=parquet"])):
-        res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "-q", "--no-pcap", "--no-ns3",
-                              *extra, "-o", str(root / kind)], env=ENV, capture_output=True, text=True, timeout=300)
+    kinds = {"csv": ["--no-ns3"], "parquet": ["--no-ns3", "--set", "output.tables=parquet"], "ns3": []}
+
+    def make(kind: str) -> Path:
+        res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "-q", "--no-pcap", *kinds[kind],
+                              "-o", str(root / kind)], env=ENV, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
-        out[kind] = root / kind
-    return out
+        return root / kind
+    with ThreadPoolExecutor(max_workers=len(kinds)) as pool:
+        return dict(zip(kinds, pool.map(make, kinds)))
 
 
 def _run(path: Path, root: Path, traces: dict[str, Path]):

@@ -219,7 +219,7 @@ def test_relative_paths_in_presets_resolve_from_the_preset(tmp_path, monkeypatch
                        "jobs": "fabric: {kind: file, file: fab2.yaml}\noutput: {lab: lab.yaml}\n"}.items():
         (root / kind).mkdir(parents=True)
         (root / kind / "mine.yaml").write_text(text)
-    monkeypatch.setattr(config, "_preset_dir", lambda kind: root / kind)
+    monkeypatch.setattr(config.presets, "preset_dir", lambda kind: root / kind)
     monkeypatch.chdir(tmp_path)
     assert job_from_dict({"fabric": "mine"}).fabric.file == str(root / "fabrics" / "topo/fab.yaml")
     job = load_job(preset="mine")
@@ -308,4 +308,4 @@ def test_a_job_file_that_is_dev_zero(tmp_path):
 
 
 def test_preset_paths_are_package_paths():
-    assert Path(str(config._preset_dir("fabrics"))).is_dir()
+    assert Path(str(config.presets.preset_dir("fabrics"))).is_dir()

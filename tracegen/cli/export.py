@@ -51,6 +51,9 @@ def _export(fmt: str, job_file, preset, sets, detail, out_dir, force, fill) -> N
         if detail:
             raise ConfigError(f"export {fmt}: --detail shapes the schedule, which export does not build; leave it out")
         job = load(job_file, preset, sets)
+        if job.fabric.kind == "file":       # the CommOps need no fabric, but a broken topology file is a broken job
+            from ..fabric.topology_file import read_topology
+            read_topology(job.fabric, job.nodes, job.cluster.nics, job.cluster.nic_gbps)
         if out_dir:
             path, shown = outdir.choose(out_dir, "", job.name)
         else:

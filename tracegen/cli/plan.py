@@ -42,14 +42,16 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
             from ..report.build import plan_json
             click.echo(json.dumps(plan_json(run), indent=1))
             return
+        corpus_lines = []
+        if corpus:                          # read whole (a bad byte is an error) before anything is printed
+            from ..corpus.traffic import corpus_plan_lines
+            corpus_lines = corpus_plan_lines(job, corpus, tokenizer, report=run.report)
         _print_plan(run)
         for note in run.report.notes:
             click.echo(f"warning: {note}", err=True)
         click.echo(where)
-        if corpus:
-            from ..corpus.traffic import corpus_plan_lines
-            for line in corpus_plan_lines(job, corpus, tokenizer, report=run.report):
-                click.echo(line)
+        for line in corpus_lines:
+            click.echo(line)
     except (ConfigError, OutputError) as e:
         fail(e)
 

@@ -1,11 +1,11 @@
 """The job format as data: every key of a job declared once, in the section it belongs to - name,
 type, default, accepted range or choices, and a doc; its unit is in its name (_bytes, _ns, _us,
-_gbps, _mbps). Everything else reads these declarations: the tables config.py checks keys with
+_gbps, _mbps). Everything else reads these declarations: the tables config/values.py checks keys with
 (and words its messages from), docs/limits.md's rows, and the JSON Schema for job files that
 ships as tracegen/schema/job.schema.json (`python -m tracegen.config --schema` rewrites it; a
-test fails when it is stale). Rules between keys stay code (config.validate).
+test fails when it is stale). Rules between keys stay code (config/rules.py).
 
-Imports nothing of tracegen: config.py builds on it.
+Imports nothing of tracegen: the other config modules build on it.
 """
 from __future__ import annotations
 

@@ -74,7 +74,8 @@ def read_topology(fc: FabricConfig, nodes: int, nics: int, port_gbps: int):
 
 def _switches(sw, where: str) -> tuple[list[str], list[int]]:
     if not isinstance(sw, dict) or not sw:
-        raise ConfigError(f"{where}: switches is {_kind(sw)}; map switch names to tiers, "
+        what = "an empty mapping" if isinstance(sw, dict) else _kind(sw)
+        raise ConfigError(f"{where}: switches is {what}; map switch names to tiers, "
                           "e.g. {leaf0: 1, spine0: 2}")
     names, tiers = [], []
     for n, t in sw.items():

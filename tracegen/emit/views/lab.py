@@ -219,39 +219,39 @@ def check_plan(out: Output) -> None:
     _check(doc, where, len(hosts) if hosts is not None else None)
 
 
-def _ip(text, key: str) -> int:
+def _ip(text, key: str, where: str) -> int:
     try:
         return int(ipaddress.IPv4Address(str(text)))
     except ValueError:
-        raise ConfigError(f"lab plan {key}: {text!r} is not an IPv4 address like 192.168.100.1") from None
+        raise ConfigError(f"{where} {key}: {text!r} is not an IPv4 address like 192.168.100.1") from None
 
 
-def _flag(doc: dict, key: str, default: bool) -> bool:
+def _flag(doc: dict, key: str, default: bool, where: str) -> bool:
     v = doc.get(key, default)
     if not isinstance(v, bool):
-        raise ConfigError(f"lab plan {key}: true or false")
+        raise ConfigError(f"{where} {key}: true or false, got {show(v)}")
     return v
 
 
-def _addresses(doc: dict, n: int, l2: bool):
+def _addresses(doc: dict, n: int, l2: bool, where: str):
     """(host addresses, prefix, gateways or None) - checked: usable addresses, a port's gateway
     in its subnet and not the host."""
     prefix = doc.get("prefix", 24)
     if not isinstance(prefix, int) or isinstance(prefix, bool) or not 8 <= prefix <= 31:
-        raise ConfigError(f"lab plan prefix: {prefix!r}; use a prefix length 8..31 (e.g. 24, or 30 per link)")
+        raise ConfigError(f"{where} prefix: {show(prefix)}; use a prefix length 8..31 (e.g. 24, or 30 per link)")
     size = 1 << (32 - prefix)
-    ip0 = _ip(doc.get("ipv4", "192.168.100.1"), "ipv4")
+    ip0 = _ip(doc.get("ipv4", "192.168.100.1"), "ipv4", where)
     hosts = ip0 + np.arange(n, dtype=np.int64) * (1 if l2 else size)
     net = hosts & ~(size - 1)
     if hosts[-1] > 0xFFFFFFFF or (l2 and (net != net[0]).any()):
-        raise ConfigError(f"lab plan ipv4: {n} hosts from {ipaddress.IPv4Address(ip0)} do not fit "
+        raise ConfigError(f"{where} ipv4: {n} hosts from {ipaddress.IPv4Address(ip0)} do not fit "
                           + ("one /%d subnet" % prefix if l2 else "the address space"))
     if prefix <= 30 and (((hosts - net) == 0) | ((hosts - net) == size - 1)).any():
-        raise ConfigError(f"lab plan ipv4: {ipaddress.IPv4Address(ip0)}/{prefix} puts a host on a network or "
+        raise ConfigError(f"{where} ipv4: {ipaddress.IPv4Address(ip0)}/{prefix} puts a host on a network or "
                           "broadcast address; pick a host address inside the subnet")
     if l2:
         if "gateway" in doc or "dut_mac" in doc:
-            raise ConfigError("lab plan: gateway and dut_mac are for a routed DUT (l2: false)")
+            raise ConfigError(f"{where}: gateway and dut_mac are for a routed DUT (l2: false)")
         return hosts.astype(np.uint32), prefix, None
     gw = doc.get("gateway")
     if gw is None:
@@ -259,14 +259,14 @@ def _addresses(doc: dict, n: int, l2: bool):
         gws = hosts ^ 1 if prefix == 31 else np.where(last == hosts, net + 1, last)
     elif isinstance(gw, list):
         if len(gw) != n:
-            raise ConfigError(f"lab plan gateway: give one address, or {n} (one per port)")
-        gws = np.array([_ip(x, "gateway") for x in gw], np.int64)
+            raise ConfigError(f"{where} gateway: give one address, or {n} (one per port)")
+        gws = np.array([_ip(x, "gateway", where) for x in gw], np.int64)
     else:
-        gws = _ip(gw, "gateway") + np.arange(n, dtype=np.int64) * size
+        gws = _ip(gw, "gateway", where) + np.arange(n, dtype=np.int64) * size
     bad = np.flatnonzero(((gws & ~(size - 1)) != net) | (gws == hosts))
     if len(bad):
         k = int(bad[0])
-        raise ConfigError(f"lab plan gateway: {ipaddress.IPv4Address(int(gws[k]) & 0xFFFFFFFF)} is not another "
+        raise ConfigError(f"{where} gateway: {ipaddress.IPv4Address(int(gws[k]) & 0xFFFFFFFF)} is not another "
                           f"address of port {k}'s subnet {ipaddress.IPv4Address(int(net[k]))}/{prefix}")
     return hosts.astype(np.uint32), prefix, gws.astype(np.uint32)
 
@@ -297,21 +297,21 @@ def load(out: Output, fabric: Fabric) -> LabPlan:
     if ports is None:
         ports = [fabric.nic_name(k) for k in nics]
     mac = np.array([list((mac0 + k).to_bytes(6, "big")) for k in range(n)], np.uint8).reshape(n, 6)
-    l2 = _flag(doc, "l2", False)
-    hosts, prefix, gateways = _addresses(doc, n, l2)
+    l2 = _flag(doc, "l2", False, where)
+    hosts, prefix, gateways = _addresses(doc, n, l2, where)
     dut = doc.get("dut_mac")
     if isinstance(dut, list):
         if len(dut) != n:
-            raise ConfigError(f"lab plan dut_mac: give one MAC, or {n} (one per port)")
+            raise ConfigError(f"{where} dut_mac: give one MAC, or {n} (one per port)")
         dut_mac = np.array([list(_mac(x, "dut_mac", where).to_bytes(6, "big")) for x in dut], np.uint8)
     else:
         dut_mac = None if dut is None else np.tile(
             np.frombuffer(_mac(dut, "dut_mac", where).to_bytes(6, "big"), np.uint8), (n, 1))
     lead = doc.get("lead_us", 100)
     if isinstance(lead, bool) or not isinstance(lead, (int, float)) or not 0 <= lead <= 10**7:
-        raise ConfigError(f"lab plan lead_us: {lead!r}; microseconds from t0 to the first RoCE frame (e.g. 100)")
+        raise ConfigError(f"{where} lead_us: {show(lead)}; microseconds from t0 to the first RoCE frame (e.g. 100)")
     return LabPlan(tuple(nics), tuple(str(p) for p in ports), mac, hosts, prefix, gateways, dut_mac, l2,
-                   arp=_flag(doc, "arp", True), lead_ns=int(round(lead * 1000)), merged=_flag(doc, "merged", False))
+                   arp=_flag(doc, "arp", True, where), lead_ns=int(round(lead * 1000)), merged=_flag(doc, "merged", False, where))
 
 
 def lab_specs(p: Plan, fabric: Fabric, plan: LabPlan) -> list[FileSpec]:
