@@ -255,3 +255,14 @@ def test_export_otg_without_snappi_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake)
     res = CliRunner().invoke(main, ["export", "otg", "-o", str(tmp_path / "o")])
     assert res.exit_code == 2 and "tracegen[otg]" in res.output and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("pmtu, mtu", [(1024, 1500), (4096, 9000)])
+def test_layer1_mtu_carries_the_path_mtu(tmp_path, pmtu, mtu):
+    """An Ethernet MTU the RoCE path MTU fits in: 1024 B in a 1500 B frame, 4096 B needs jumbo
+    frames (WIRE.md); every device's IB MTU is the job's."""
+    res, d = export(tmp_path, "o", "--set", f"output.pmtu={pmtu}")
+    assert res.exit_code == 0, res.output
+    otg = json.loads((d / "otg.json").read_text())
+    assert [l1["mtu"] for l1 in otg["layer1"]] == [mtu]
+    assert {ib for _, ib in qps_of(otg, 4)[1].values()} == {pmtu}
