@@ -861,7 +861,7 @@ ALSO_RELATED = {
     "tracegen/emit/packets/plan.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
     "tracegen/emit/views/files.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],
     "tracegen/timing/fluid.py": ["tests/test_judge_fluid.py"],
-    "tracegen/emit/packets/capture_file.py": ["tests/test_pcap.py"],
+    "tracegen/emit/packets/capture_file.py": ["tests/test_judge_pcapng_blocks.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/frames.py": ["tests/test_judge_ip_ids.py", "tests/test_psn_wrap.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/addresses.py": ["tests/test_switch_views.py"],
     "tracegen/emit/packets/congestion.py": ["tests/test_pcap_congestion.py"],
