@@ -164,6 +164,14 @@ def _transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes:
     ch = plan.channels
     chunk = max(1, plan.chunk_bytes // elem_bytes)
     algo = plan.algo
+    if elems < n and n <= 4096:
+        # fewer elements than ranks: some pieces are empty and their steps move nothing (templates
+        # drop 0-byte rows), which the closed forms below do not see - a tiny op (a loss or a flag
+        # AllReduce), so count its template's rows themselves
+        from ..collectives import ALGORITHMS
+        build = ALGORITHMS.get((algo, kind))
+        if build is not None:
+            return len(build(N, L, elems, elem_bytes, ch, plan.chunk_bytes))
     if algo == "p2p":
         rows = min(ch, elems)
     elif algo == "direct":
