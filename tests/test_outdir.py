@@ -400,3 +400,17 @@ def test_two_runs_started_together_never_mix(tmp_path):
     kinds = {Path(f).suffix for f in man["files"] if f.startswith("pcap/")}
     assert len(kinds) == 1                                      # all .pcap or all .pcapng
     assert sorted(os.listdir(tmp_path)) == ["t"]
+
+
+def test_sigterm_reaches_a_run_whose_parent_blocked_it(tmp_path):
+    """The signal mask survives fork and exec: a parent (a test runner, a supervisor) that hands
+    SIGTERM down blocked would have it wait unseen until the run ends (exit 0, the signal lost).
+    The guarded section unblocks the signals it handles."""
+    proc = subprocess.Popen([sys.executable, "-m", "tracegen.cli", "generate", *BIG, "-o", "t"], cwd=tmp_path,
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM]))
+    wait_for(lambda: (tmp_path / ".t.lock").exists(), proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "interrupted by SIGTERM" in err, (proc.returncode, err)
+    assert os.listdir(tmp_path) == []

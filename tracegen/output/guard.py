@@ -92,10 +92,13 @@ def signals_as_interrupts() -> Iterator[None]:
         raise Interrupted(signum)
 
     _SIG.update(critical=0, pending=0, fired=False)
-    old = {}
+    old, old_mask = {}, None
     try:
         for s in HANDLED_SIGNALS:
             old[s] = signal.signal(s, handler)
+        # A parent may hand them down blocked (the mask survives fork and exec: a test runner, a
+        # supervisor); blocked, they would wait unseen until the run ends
+        old_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
     except ValueError:                       # not the main thread: leave signals alone
         pass
     try:
@@ -103,6 +106,8 @@ def signals_as_interrupts() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        if old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 @contextlib.contextmanager
