@@ -281,8 +281,10 @@ def _simulate(sc: Scenario, *, gap, dcqcn, nic, pfc, pcap_dir, pcap_budget, plan
     # 8. run until no event is left: every flow done (or stuck: reported by the caller)
     t_run = time.perf_counter()
     say(f"event loop (after {setup_s:.1f} s of setup)")
-    cpp.tracegen.StopOnSignal.Arm(sc.t0_ns * 1000, WATCH_PS)
     try:
+        # Python's own handler may have noted a signal while cppyy JIT-compiled Arm's first call
+        # (no bytecode runs then): the call after Arm raises it, before Run, and Disarm still runs
+        cpp.tracegen.StopOnSignal.Arm(sc.t0_ns * 1000, WATCH_PS)
         ns.Simulator.Run()
     finally:
         caught = cpp.tracegen.StopOnSignal.Disarm()

@@ -21,6 +21,7 @@ class StopOnSignal
     {
         Caught() = 0;
         s_periodPs = periodPs;
+        s_armed = true;
         for (int i = 0; i < 3; ++i)
         {
             struct sigaction sa = {};
@@ -38,10 +39,11 @@ class StopOnSignal
 
     static int Disarm()
     {
-        for (int i = 0; i < 3; ++i)
-        {
+        for (int i = 0; s_armed && i < 3; ++i)
+        { // only what Arm saved: never a zeroed SIG_DFL over Python's handlers
             sigaction(kSignals[i], &s_old[i], nullptr);
         }
+        s_armed = false;
         return Caught();
     }
 
@@ -76,6 +78,7 @@ class StopOnSignal
     static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
     static inline struct sigaction s_old[3] = {};
     static inline int64_t s_periodPs = 1000000;
+    static inline bool s_armed = false;
 };
 
 } // namespace tracegen

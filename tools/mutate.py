@@ -564,6 +564,9 @@ MUTATIONS = [
     ('ip-id-wraps-at-15-bits', 'tracegen/emit/packets/pacing.py',
      'segs.ip_id = (tx.ip_id[seg] + segs.ka - tx.ka[seg]) & 0xFFFF',
      'segs.ip_id = (tx.ip_id[seg] + segs.ka - tx.ka[seg]) & 0x7FFF'),
+    ('pacing-cnp-routed-by-qp-sport', 'tracegen/emit/packets/pacing.py',
+     'k_route=routes.link_dirs(fabric, p.m_dst[m], p.m_src[m], 0, p.c_plane[p.m_conn[m]],',
+     'k_route=routes.link_dirs(fabric, p.m_dst[m], p.m_src[m], p.c_sport[p.m_conn[m]], p.c_plane[p.m_conn[m]],'),
     # --- tracegen/emit/packets/roce.py (more)
     ('ipv4-checksum-one-fold', 'tracegen/emit/packets/roce.py',
      '    w = (w & 0xFFFF) + (w >> 16)\n    w = (w & 0xFFFF) + (w >> 16)\n',
@@ -705,9 +708,9 @@ MUTATIONS = [
     ('copies-received-one-link-early', 'tracegen/emit/packets/copies.py',
      'np.zeros(len(idx), np.int64) if src in SENT else hops - 1, 0, iface)',
      'np.zeros(len(idx), np.int64) if src in SENT else hops - 2, 0, iface)'),
-    ('copies-cnp-keeps-qp-sport', 'tracegen/emit/packets/copies.py',
-     'np.where(kind == CNP, 0, p.c_sport[c])',
-     'p.c_sport[c]'),
+    ('copies-cts-on-message-qp', 'tracegen/emit/packets/copies.py',
+     'np.where((kind == CTS) | (kind == ACK_CTS), p.m_conn[m] - p.m_q[m], p.m_conn[m])',
+     'p.m_conn[m]'),
     # --- tracegen/emit/packets/hops.py
     ('hops-control-one-link-latency', 'tracegen/emit/packets/hops.py',
      'k_arrive = k_tx + _lat(p, p.k_route[:, 0]) + _lat(p, p.k_route[:, 1])',
@@ -852,7 +855,8 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 # run (--related-only) runs them too.
 ALSO_RELATED = {
     "tracegen/emit/packets/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
-    "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_pcap.py", "tests/test_pcap_congestion.py"],
+    "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_judge_cnp_routes.py", "tests/test_pcap.py",
+                                        "tests/test_pcap_congestion.py"],
     "tracegen/config/rules.py": ["tests/test_config.py", "tests/test_bad_input.py"],
     "tracegen/config/values.py": ["tests/test_config.py", "tests/test_bad_input.py"],
     "tracegen/output/ownership.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],

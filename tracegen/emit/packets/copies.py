@@ -15,7 +15,7 @@ import numpy as np
 from ...fabric.topology import Fabric
 from . import roce
 from .capture_file import Interface
-from .plan import ACK_CTS, CNP, CTS, Plan, Segs
+from .plan import ACK_CTS, CTS, Plan, Segs
 
 
 DATA_SENT, DATA_RECEIVED, CTL_SENT, CTL_RECEIVED = range(4)     # indices into sources()
@@ -80,14 +80,14 @@ def item_dest_qpn(p: Plan, c, rx_nic) -> np.ndarray:
 
 
 def item_endpoints(p: Plan, src: int, idx):
-    """Per item of a source: (sending NIC, receiving NIC, UDP source port, hops) of its packets."""
+    """Per item of a source: (sending NIC, receiving NIC, hops) of its packets. (A packet's UDP
+    source port and route come from frames.py and routes.py, not from here.)"""
     what = sources(p)[src][2]
     c = item_conn(p, src, idx)
     if isinstance(what, Segs):
         m = what.msg[idx]
-        return p.m_src[m], p.m_dst[m], p.c_sport[c], p.c_hops[c]
-    kind = p.k_kind[idx]
-    return p.k_tx_nic[idx], p.k_rx_nic[idx], np.where(kind == CNP, 0, p.c_sport[c]), p.c_hops[c]
+        return p.m_src[m], p.m_dst[m], p.c_hops[c]
+    return p.k_tx_nic[idx], p.k_rx_nic[idx], p.c_hops[c]
 
 
 def first_time(p: Plan, parts: list[Part]) -> int | None:
@@ -110,7 +110,7 @@ def host_parts(p: Plan, by_nic, nic: int, iface: int) -> list[Part]:
     parts = []
     for src, (order, sorted_nic) in enumerate(by_nic):
         idx = order[np.searchsorted(sorted_nic, nic):np.searchsorted(sorted_nic, nic, "right")]
-        hops = item_endpoints(p, src, idx)[3]
+        hops = item_endpoints(p, src, idx)[2]
         parts.append(Part(src, idx, np.zeros(len(idx), np.int64) if src in SENT else hops - 1, 0, iface))
     return parts
 

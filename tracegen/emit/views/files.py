@@ -88,7 +88,7 @@ def _sent_once(p: Plan) -> list[Part]:
     parts = []
     for src in (DATA_SENT, CTL_SENT):
         idx = np.flatnonzero(kept(p, src))
-        tx, rx, _, _ = item_endpoints(p, src, idx)
+        tx, rx, _ = item_endpoints(p, src, idx)
         mine = idx[p.sel.nic_mask[tx] | p.sel.nic_mask[rx]]
         parts.append(Part(src, mine, np.zeros(len(mine), np.int64), 0, 0))
     return parts
@@ -136,7 +136,7 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
                                    (hop_source(lv, False), h.k_port, h.k_pos)):
                 idx = np.flatnonzero((port >= 0) & (port >> 1 == link))
                 idx = idx[kept(p, src)[idx]]
-                tx, rx, _, _ = item_endpoints(p, src, idx)
+                tx, rx, _ = item_endpoints(p, src, idx)
                 idx = idx[p.sel.nic_mask[tx] | p.sel.nic_mask[rx]]
                 for q in (0, 1):                      # the link's two directions
                     sel = idx[(port[idx] & 1) == q]

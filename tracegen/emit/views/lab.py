@@ -326,7 +326,7 @@ def lab_specs(p: Plan, fabric: Fabric, plan: LabPlan) -> list[FileSpec]:
         parts = []
         for src in (DATA_SENT, CTL_SENT):
             idx = np.flatnonzero(kept(p, src))
-            tx, rx, _, _ = item_endpoints(p, src, idx)
+            tx, rx, _ = item_endpoints(p, src, idx)
             mine = idx[(tx == nic) & chosen[rx]]
             parts.append(Part(src, mine, np.zeros(len(mine), np.int64), 0, 0))
         mac = bytes(fabric.nic_mac[nic])
