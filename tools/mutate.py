@@ -853,6 +853,7 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 
 # Test files that judge a module through another one's API (so they do not name it): a partial
 # run (--related-only) runs them too.
+COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py"]
 ALSO_RELATED = {
     "tracegen/emit/packets/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_judge_cnp_routes.py", "tests/test_pcap.py",
@@ -893,6 +894,12 @@ ALSO_RELATED = {
     "tracegen/emit/tables/read.py": ["tests/test_judge_emit_small.py", "tests/test_bad_commands.py", "tests/test_outputs.py", "tests/test_fabric.py"],
     "tracegen/emit/tables/trace_view.py": ["tests/test_judge_emit_small.py", "tests/test_judge_report.py", "tests/test_fabric.py", "tests/test_outputs.py"],
     "tracegen/timing/fluid_records.py": ["tests/test_judge_emit_small.py", "tests/test_pacing_trajectory.py", "tests/test_judge_fluid.py", "tests/test_fabric.py"],
+    # modules reached through the tracegen.collectives package (no test imports them by name)
+    **{f"tracegen/collectives/{m}.py": COLLECTIVE_TESTS
+       for m in ("alltoall", "edges", "halving_doubling", "hierarchical", "p2p", "ring", "ring_edges")},
+    "tracegen/emit/sims/rank_steps.py": ["tests/test_export.py", "tests/test_export_consumers.py"],
+    "tracegen/fabric/topology_file.py": ["tests/test_fabric_file.py", "tests/test_fabric.py"],
+    "tracegen/fabric/kinds.py": ["tests/test_fabric.py", "tests/test_judge_fabric.py"],
 }
 
 COPY = ("tracegen", "tests", "tools", "traces/examples", "templates", "ns3_scenarios", "pyproject.toml",
