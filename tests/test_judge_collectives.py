@@ -100,3 +100,28 @@ def test_broadcast_and_reduce_move_one_step_per_chunk(kind):
                            cluster=Cluster(gpus_per_node=8)))
     r = expand(_ops([(kind, range(16), 8 << 20)]), fab, Nccl(channels=2)).rows
     assert (r["max_msg_bytes"] == 512 << 10).all() and r["bytes"].max() == 512 << 10
+
+
+@pytest.mark.parametrize("n", [3, 5, 8])
+def test_alltoall_rounds_send_to_rank_plus_delta(n):
+    """NCCL's p2p schedule (init.cc, p2pSchedule): in round delta = 1..n-1 a rank sends to
+    rank + delta and receives from rank - delta, so the first round's peers are the next ranks -
+    not the previous ones (the order decides which pairs share the fabric at once)."""
+    from tracegen.collectives.alltoall import direct
+    t = direct(1, n, 64 * n, 2, 1)
+    assert len(t) == n * (n - 1)
+    for delta in range(1, n):
+        in_round = t.step == delta - 1
+        assert sorted(zip(t.src[in_round].tolist(), t.dst[in_round].tolist())) == \
+            [(i, (i + delta) % n) for i in range(n)]
+
+
+@pytest.mark.parametrize("payload,ll_wire,ll128_wire", [(1, 16, 128), (8, 16, 128), (12, 32, 128),
+                                                        (120, 240, 128), (121, 256, 256)])
+def test_ll_lines_carry_a_partial_last_line_whole(payload, ll_wire, ll128_wire):
+    """NCCL's LL line is 16 bytes (8 data + 8 flags, union ncclLLFifoLine in device/op128.h and
+    primitives), LL128's 128 bytes (120 data + 8 flag); a payload that ends inside a line still
+    sends the whole line."""
+    from tracegen.collectives.protocol import wire_bytes
+    assert int(wire_bytes(payload, Proto.LL)) == ll_wire
+    assert int(wire_bytes(payload, Proto.LL128)) == ll128_wire
