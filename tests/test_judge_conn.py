@@ -30,3 +30,29 @@ def test_an_allreduce_alone_takes_its_chunk_level_time(algorithm, size):
     t_conn = np.asarray(conn.op_end_ns) - np.asarray(conn.op_start_ns)
     assert (t_full > 0).all()
     assert np.all(np.abs(t_conn - t_full) <= np.maximum(0.01 * t_full, 50)), (t_full, t_conn)
+
+
+def test_pxn_keeps_every_connection_level_net_edge_on_one_rail():
+    """NCCL's PXN (net.cc, NCCL_PXN_DISABLE=0): a send whose NIC is on another rail than the
+    receiver's goes over NVLink to the GPU of the sender's node on the receiver's rail, which
+    sends on its own NIC - so every network leg joins two NICs of one rail, each NVLink hop stays in
+    a node and leaves its GPU, and every receiver gets the same network bytes as without PXN."""
+    import dataclasses
+    from tracegen.tables import LinkKind
+    from tracegen.timing.schedule_conn import edge_table
+    job = collective_job("dgx-h100", 2, "ring", 4, "simple", "pxn")
+    fabric = build_fabric(job)
+    ops, _ = build_ops(CollKind.ALLREDUCE, fabric.world, [4 << 20], 4)
+    rail = fabric.nic_rail[fabric.rank_nic]
+    plain = edge_table(ops, fabric, dataclasses.replace(job, nccl=dataclasses.replace(job.nccl, pxn=False)))
+    px = edge_table(ops, fabric, dataclasses.replace(job, nccl=dataclasses.replace(job.nccl, pxn=True)))
+    was = plain["link"] == LinkKind.NET
+    assert (rail[plain["src_rank"][was]] != rail[plain["dst_rank"][was]]).any()   # PXN has work here
+    net = px["link"] == LinkKind.NET
+    assert (rail[px["src_rank"][net]] == rail[px["dst_rank"][net]]).all()
+    nvl = ~net
+    assert (px["src_rank"][nvl] != px["dst_rank"][nvl]).all()
+    assert (fabric.rank_node[px["src_rank"][nvl]] == fabric.rank_node[px["dst_rank"][nvl]]).all()
+    world = fabric.world
+    assert (np.bincount(px["dst_rank"][net], px["net_wire"][net], world)
+            == np.bincount(plain["dst_rank"][was], plain["net_wire"][was], world)).all()

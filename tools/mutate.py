@@ -897,7 +897,7 @@ ALSO_RELATED = {
     # modules reached through the tracegen.collectives package (no test imports them by name)
     **{f"tracegen/collectives/{m}.py": COLLECTIVE_TESTS
        for m in ("alltoall", "edges", "halving_doubling", "hierarchical", "p2p", "protocol", "ring", "ring_edges")},
-    "tracegen/collectives/edges.py": ["tests/test_judge_wire_bytes.py", *COLLECTIVE_TESTS],
+    "tracegen/collectives/edges.py": ["tests/test_judge_wire_bytes.py", "tests/test_judge_conn.py", *COLLECTIVE_TESTS],
     "tracegen/emit/sims/rank_steps.py": ["tests/test_export.py", "tests/test_export_consumers.py"],
     "tracegen/fabric/topology_file.py": ["tests/test_fabric_file.py", "tests/test_fabric.py"],
     "tracegen/fabric/kinds.py": ["tests/test_fabric.py", "tests/test_judge_fabric.py"],
