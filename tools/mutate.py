@@ -242,14 +242,14 @@ MUTATIONS = [
     ('ring-edges-once-block-off-by-one', 'tracegen/collectives/ring_edges.py',
      'by_block[:, (i + 2) % n]).reshape(-1)',
      'by_block[:, (i + 3) % n]).reshape(-1)'),
-    # --- tracegen/workload/iteration.py
-    ('sp-backward-regather-dropped', 'tracegen/workload/iteration.py',
+    # --- tracegen/workload/iteration.py, blocks.py
+    ('sp-backward-regather-dropped', 'tracegen/workload/blocks.py',
      '            if not fwd:   # the column-parallel input, re-gathered for the weight gradient',
      '            if False:   # the column-parallel input, re-gathered for the weight gradient'),
-    ('cross-entropy-two-allreduces', 'tracegen/workload/iteration.py',
+    ('cross-entropy-two-allreduces', 'tracegen/workload/blocks.py',
      '                for _ in range(3):',
      '                for _ in range(2):'),
-    ('loss-mask-as-int64', 'tracegen/workload/iteration.py',
+    ('loss-mask-as-int64', 'tracegen/workload/blocks.py',
      '(n * FP32, FP32), \\',
      '(n * INT64, INT64), \\'),
     ('etp-gather-not-scaled', 'tracegen/workload/iteration.py',
@@ -261,7 +261,7 @@ MUTATIONS = [
     ('pp-not-split-under-sp', 'tracegen/workload/iteration.py',
      'split = par.sp or par.pp_scatter_gather',
      'split = par.pp_scatter_gather'),
-    ('cp-ring-sends-backwards', 'tracegen/workload/iteration.py',
+    ('cp-ring-sends-backwards', 'tracegen/workload/blocks.py',
      'dst_c = (src_c + 1) % cp',
      'dst_c = (src_c - 1) % cp'),
     # --- tracegen/workload/volumes.py
@@ -871,6 +871,8 @@ ALSO_RELATED = {
     "tracegen/timing/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
     "tracegen/emit/bundle.py": ["tests/test_judge_emit_small.py"],
     "tracegen/config/schema.py": ["tests/test_job_schema.py"],
+    "tracegen/workload/blocks.py": ["tests/test_judge_workload.py", "tests/test_workload.py"],
+    "tracegen/workload/grad_sync.py": ["tests/test_judge_workload.py", "tests/test_workload.py"],
     "tracegen/emit/sims/ns3_compare.py": ["tests/test_judge_emit_small.py"],
     "tracegen/emit/sims/otg.py": ["tests/test_export_otg.py"],
     "tracegen/emit/packets/hops.py": ["tests/test_pcap.py"],     # its test_timing: arrival >= sent + hops x latency
