@@ -1,5 +1,5 @@
 """Flows -> the wire plan: QPs, messages, control frames (CTS, ACK, CNP), never per packet.
-timing.py gives the plan its packet-exact schedule per NIC and direction; views.py / items.py /
+pacing.py gives the plan its packet-exact schedule per NIC and direction; emit/views/files.py / items.py /
 frames.py turn it into the records of each capture file.
 
 What goes on the wire for one NET flow (NCCL net_ib over RC, WIRE.md):
