@@ -73,11 +73,27 @@ def test_default_row_is_what_plan_json_says(tmp_path):
     # the README's table of plan --json keys names exactly the keys plan prints
     keys = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|$", README.split("| key | what |")[1].split("\n\n")[0], re.M))
     names = lambda text: {k.strip() for k in re.sub(r"\(.*?\)", "", text).split(":")[-1].split(",")}
-    assert set(doc) == {"schema", *keys, "transfers", "net_transfers", "pcap"}
+    assert set(doc) | {"corpus"} == {"schema", *keys, "transfers", "net_transfers", "pcap"}   # corpus: --corpus
+    assert names(keys["output"]) == set(doc["output"]) and doc["output"]["dir"] == "traces/default"
     assert names(keys["job"]) == set(doc["job"])
     assert names(keys["memory"]) == set(doc["memory"])
     assert names(keys["dims"]) == set(doc["dims"][0]) - {"dim"}
     assert set(doc["ops"][0]) >= {"busiest_rank", "rank0"} and set(doc["pcap"]) == {"packets", "bytes"}
+
+
+def test_plan_json_corpus_key_names_what_it_holds(tmp_path):
+    """`plan --json --corpus` carries the corpus under the key the README's table names; its
+    numbers are the text plan's lines (tests/test_tokens.py checks them against tiktoken)."""
+    res = subprocess.run([sys.executable, "-m", "tracegen.cli", "plan", "--json", "--corpus", "dante-en",
+                          "--tokenizer", "bytes"], cwd=tmp_path, capture_output=True, text=True, env=ENV,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    keys = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|$", README.split("| key | what |")[1].split("\n\n")[0], re.M))
+    names = {k.strip() for k in re.sub(r"\(.*?\)", "", keys["corpus"]).split(":")[-1].split(",")}
+    assert names == set(doc["corpus"])
+    c = doc["corpus"]
+    assert c["tokenizer"] == "bytes" and c["tokens"] == c["utf8_bytes"]
 
 
 def test_every_preset_row_is_what_the_pipeline_counts():
