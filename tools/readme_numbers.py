@@ -207,6 +207,114 @@ def deepseek_messages(old: str, quick: bool) -> str:
     return f"{sum(d['net_messages'] for d in plan_json('deepseek-v3')['dims']) / 1e6:.1f} M"
 
 
+# The port-queue example: the default job's PP and DP traffic, dp 8 on 2 nodes per leaf, leaf0's
+# switch view; waits of the frames leaf0's NICs send onto its uplinks.
+WAIT_ARGS = ["--collective", "pp,dp", "--set", "parallelism.dp=8", "--set", "parallelism.global_batch=32",
+             "--set", "fabric.nodes_per_leaf=2", "--switch", "leaf0", "--no-ns3"]
+WAIT_FABRICS = ("leaf-spine-2to1", "leaf-spine-4to1")
+
+
+def _roce_key(frame: bytes):
+    """(src IP, dst IP, IP id, BTH opcode, dest QP, PSN) of an IPv4 RoCEv2 frame: one sent frame,
+    whichever copy of it a file holds (a router changes MACs and TTL, never these)."""
+    off = 14 + (4 if frame[12:14] == b"\x81\x00" else 0)
+    if frame[off - 2:off] != b"\x08\x00":
+        return None
+    ip = frame[off:off + 20]
+    bth = frame[off + (ip[0] & 15) * 4 + 8:][:12]
+    return ip[12:20], ip[4:6], bth[0], bth[5:8], bth[9:12]
+
+
+def _pcap_records(path: Path):
+    import struct
+    data = path.read_bytes()
+    off = 24
+    while off < len(data):
+        sec, nsec, incl = struct.unpack_from("<III", data, off)
+        yield sec * 10**9 + nsec, data[off + 16:off + 16 + incl]
+        off += 16 + incl
+
+
+def uplink_waits(fabric: str) -> tuple[int, float, float]:
+    """(frames, p50 ns, max ns) of leaf0's uplink waits: the time a frame leaves on a leaf0-spine
+    port less the time its NIC sent it less the NIC link's latency (the port files are cut-through:
+    0 when the port was free). From the pcaps `tracegen generate` writes, read here."""
+    import tempfile
+    import numpy as np
+    from tracegen.config import load_job
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        cli(["generate", "-q", "--set", f"fabric={fabric}", *WAIT_ARGS, "-o", f"{tmp}/v"])
+        files = sorted(Path(tmp, "v", "pcap").glob("*.pcap"))
+        sent = {}
+        for f in files:
+            if "spine" not in f.name:
+                for t, fr in _pcap_records(f):
+                    if fr[6:8] == b"\x02\x00":                    # a NIC's source MAC: as it sent it
+                        sent[_roce_key(fr)] = t
+        up = [(t, _roce_key(fr)) for f in files if "spine" in f.name
+              for t, fr in _pcap_records(f) if fr[6:8] == b"\x02\x4c"]   # leaf0 -> spine
+    job = load_job(None, sets=[f"fabric={fabric}", *[a for a in WAIT_ARGS if "=" in a]])
+    waits = np.array([t - sent[k] - job.fabric.link_latency_ns for t, k in up])
+    if len(waits) == 0 or waits.min() < 0:
+        raise SystemExit(f"uplink waits on {fabric}: {len(waits)} frames, min {waits.min() if len(waits) else '-'}")
+    return len(waits), float(np.median(waits)), float(waits.max())
+
+
+def port_waits(old: str, quick: bool) -> str:
+    (n, p50, mx), (n4, p50_4, mx4) = (uplink_waits(f) for f in WAIT_FABRICS)
+    us = lambda ns: f"{ns / 1000:.1f}"
+    return (f"waits p50 {us(p50)} µs, max {us(mx)} µs at the uplink over {n:,} frames (4:1: {us(p50_4)} / "
+            f"{us(mx4)} µs, {n4:,} frames)")
+
+
+@functools.lru_cache(maxsize=None)
+def _ns3_runs() -> dict:
+    """The incast of tests/test_ns3_fabric.py (six 8 MiB writes into host 0 over 4:1 uplinks) under
+    DCQCN+PFC, PFC alone and neither, and the default job (nic auto): sim/summary.json of each.
+    ns-3 (pip) loads once here: its import and first compile are most of the time."""
+    import tempfile
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from ns3_scenarios.scenario import load_ns3
+        load_ns3()
+    except Exception as e:   # the README's ns-3 numbers need it: say so, as the test extra's absence
+        raise SystemExit(f"the ns-3 numbers need the pip package ns3 (pip install -e '.[test]'): {e}")
+    from test_ns3_fabric import simulate, write_incast
+    from test_ns3_run import make_trace
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:   # no "test" in the path (pip ns3)
+        root = write_incast(Path(tmp) / "incast")
+        for name, kw in {"dcqcn_pfc": dict(dcqcn=True), "pfc": dict(dcqcn=False),
+                         "none": dict(dcqcn=False, pfc=False)}.items():
+            out[name] = simulate(root, **kw).s
+        (Path(tmp) / "default").mkdir()
+        make_trace(Path(tmp) / "default", {})
+        out["default"] = simulate(Path(tmp) / "default").s
+    return out
+
+
+def ns3_default(old: str, quick: bool) -> str:
+    s = _ns3_runs()["default"]
+    return (f"iteration {s['sim_over_analytic']:.4f} × the analytic, per-flow duration / analytic p50 "
+            f"{s['flow_vs_schedule_p50']:.4f}, p99 {s['flow_vs_schedule_p99']:.4f} (slowdown vs standalone on "
+            f"the wire p50 {s['slowdown_on_wire_p50']:.2f}, p99 {s['slowdown_on_wire_p99']:.2f}; from posting "
+            f"p50 {s['slowdown_p50']:.2f}, p99 {s['slowdown_p99']:.2f})")
+
+
+def ns3_incast(old: str, quick: bool) -> str:
+    runs = _ns3_runs()
+    mb = lambda s: f"{s['max_switch_buffer_bytes'] / 1e6:.1f} MB"
+    done = lambda s: f"done after {s['sim_iteration_ns'] / 1e6:.3g} ms"
+    pauses = lambda s: (f"{s['pfc']['pause_frames']:,} PAUSE frames, {s['pfc']['paused_us_total'] / 1000:.1f} ms "
+                        "paused in total" if s["pfc"]["pause_frames"] else "no PAUSE frame")
+    both, pfc, none = runs["dcqcn_pfc"], runs["pfc"], runs["none"]
+    if any(s["completed"] != s["flows"] for s in (both, pfc, none)):
+        raise SystemExit("the ns-3 incast left flows unfinished")
+    return (f"DCQCN+PFC {both['ce_packets']:,} CE-marked packets, {both['dcqcn_rate_cuts']:,} rate cuts, "
+            f"{pauses(both)}, buffer peak {mb(both)}, {done(both)}; PFC only {pfc['ce_packets']:,} CE, "
+            f"{pauses(pfc)}, buffer peak {mb(pfc)}, {done(pfc)}; neither: {mb(none)} peak, {done(none)}")
+
+
 BENCH_SIZES = ("2k", "4k", "8k", "16k")
 
 
@@ -248,6 +356,9 @@ BLOCKS = {
     "tokens": Block(tokens_sample, "the `tracegen tokens` sample"),
     "default-net-flows": Block(default_net_flows, "the default job's transfers on the fabric (tracegen plan)"),
     "ecmp-spread": Block(ecmp_spread, "spine shares of 1,000 consecutive QPs (routing.py)"),
+    "port-waits": Block(port_waits, "uplink waits of the port-queue example (tracegen generate --switch leaf0)"),
+    "ns3-default": Block(ns3_default, "the default job in ns-3 (tracegen ns3 run)"),
+    "ns3-incast": Block(ns3_incast, "the ns-3 incast of tests/test_ns3_fabric.py"),
     "deepseek-messages": Block(deepseek_messages, "deepseek-v3's network messages (tracegen plan, long)"),
     "bench-scale": Block(bench_scale_table, "bench/bench_scale.py's counts (long)"),
 }
