@@ -96,6 +96,11 @@ def test_plan_json_corpus_key_names_what_it_holds(tmp_path):
     assert c["tokenizer"] == "bytes" and c["tokens"] == c["utf8_bytes"]
 
 
+def test_the_long_commands_shown_are_the_ones_generated():
+    """The leaf0 cell counts what the README's own command writes (its -o aside)."""
+    assert "tracegen " + " ".join(readme_numbers.LEAF0_ARGS) in README
+
+
 def test_every_preset_row_is_what_the_pipeline_counts():
     """In-process, as `tracegen plan` runs it (pipeline, then the pcap estimate); deepseek-v3's
     pcap only with TRACEGEN_LONG=1, its transfers from the chunk templates (which must be

@@ -11,7 +11,7 @@ in-process), the samples from the commands they show (their output into a pipe, 
 stripped), the example's frame count from the committed pcap that tests/test_examples.py
 regenerates byte for byte.
 
-Long cells: deepseek-v3's pcap estimate needs its whole wire plan (26 M network messages: minutes
+Long cells: the llama3-405b leaf0 command's pcaps (minutes, ~2.5 GB); deepseek-v3's pcap estimate needs its whole wire plan (26 M network messages: minutes
 and ~17 GB); bench/bench_scale.py's table, four llama3-405b plans of 2,048-16,384 GPUs (minutes;
 its wall time and memory columns are the machine's and stay as measured). With --quick
 (tests/test_readme_numbers.py without TRACEGEN_LONG=1) both are kept as the README has them, and
@@ -315,6 +315,43 @@ def ns3_incast(old: str, quick: bool) -> str:
             f"{pauses(pfc)}, buffer peak {mb(pfc)}, {done(pfc)}; neither: {mb(none)} peak, {done(none)}")
 
 
+LEAF0_ARGS = ["generate", "--preset", "llama3-405b", "--nics", "0,8,16,24,32,40,48,56", "--iteration", "0",
+              "--time-window", "80000000:400000000", "--no-ns3", "-o", "traces/leaf0"]
+
+
+def leaf0_counts(old: str, quick: bool) -> str:
+    """The README's llama3-405b leaf0 command (long: minutes, ~2.5 GB): its pcaps' frames and
+    flows.csv's rows (one per connection-level flow), written into a temp folder."""
+    if quick:
+        return old
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        cli([*LEAF0_ARGS[:-1], f"{tmp}/leaf0"])
+        frames = [sum(1 for _ in _pcap_records(f)) for f in sorted(Path(tmp, "leaf0", "pcap").glob("*.pcap"))]
+        with open(Path(tmp, "leaf0", "flows.csv"), "rb") as f:
+            flows = sum(1 for _ in f) - 1
+        clean = _tshark_clean(sorted(Path(tmp, "leaf0", "pcap").glob("*.pcap")))
+    each = (f"{len(frames)} pcaps of {frames[0]:,} frames each" if len(set(frames)) == 1 else
+            f"{len(frames)} pcaps of {min(frames):,}-{max(frames):,} frames")
+    return f"{each}, {clean}; flows.csv of {flows / 1e6:.1f} M connection-level flows"
+
+
+def _tshark_clean(files: list[Path]) -> str:
+    """"tshark clean" when tshark finds no malformed frame in any file (what the README claims)."""
+    import shutil
+    import subprocess
+    if not shutil.which("tshark"):
+        raise SystemExit("the leaf0 cell says its pcaps are tshark clean: install tshark to check it")
+    bad = 0
+    for f in files:
+        res = subprocess.run(["tshark", "-n", "-r", str(f), "-Y", "_ws.malformed", "-T", "fields", "-e",
+                              "frame.number"], capture_output=True, text=True, timeout=1800)
+        if res.returncode != 0:
+            raise SystemExit(f"tshark on {f.name}: {res.stderr.strip()[-300:]}")
+        bad += len(res.stdout.split())
+    return "tshark clean" if bad == 0 else f"{bad:,} frames tshark calls malformed"
+
+
 BENCH_SIZES = ("2k", "4k", "8k", "16k")
 
 
@@ -359,6 +396,7 @@ BLOCKS = {
     "port-waits": Block(port_waits, "uplink waits of the port-queue example (tracegen generate --switch leaf0)"),
     "ns3-default": Block(ns3_default, "the default job in ns-3 (tracegen ns3 run)"),
     "ns3-incast": Block(ns3_incast, "the ns-3 incast of tests/test_ns3_fabric.py"),
+    "leaf0": Block(leaf0_counts, "the llama3-405b leaf0 command's frames and flows (tracegen generate, long)"),
     "deepseek-messages": Block(deepseek_messages, "deepseek-v3's network messages (tracegen plan, long)"),
     "bench-scale": Block(bench_scale_table, "bench/bench_scale.py's counts (long)"),
 }
