@@ -200,6 +200,31 @@ def ecmp_spread(old: str, quick: bool) -> str:
     return " or ".join(parts)
 
 
+def ecmp_qp_spread(old: str, quick: bool) -> str:
+    """fabric.ecmp_hash: qp - the same 1,000 consecutive QPs, hashed on their BTH DestQP: the largest
+    distance of any spine's count from its share, in QPs, over 4 and 8 spines and seeds 0-5."""
+    import numpy as np
+    from tracegen.config import job_from_dict
+    from tracegen.timing.connections import udp_sport
+    from tracegen.fabric.topology import build_fabric
+    worst = 0.0
+    for spines in (4, 8):
+        for seed in ECMP_SEEDS:
+            job = job_from_dict({"model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32},
+                                 "parallelism": {"dp": 4, "tp": 1, "pp": 1, "global_batch": 4},
+                                 "cluster": {"gpus_per_node": 1},
+                                 "fabric": {"nodes_per_leaf": 1, "spines": spines, "ecmp_seed": seed,
+                                            "ecmp_hash": "qp"}})
+            f = build_fabric(job)
+            qpn = np.arange(0x100, 0x100 + ECMP_QPS)
+            route = f.router.routes(np.zeros(ECMP_QPS, int), np.full(ECMP_QPS, 3), udp_sport(qpn, qpn + 0x40), 0,
+                                    dest_qpn=qpn + 0x40)
+            counts = np.bincount(f.router.node_after(route, 1) - f.spine_node_id(0), minlength=spines)
+            worst = max(worst, float(np.abs(counts - ECMP_QPS / spines).max()))
+    n = int(np.ceil(worst))
+    return "exactly uniform" if n == 0 else "within one QP of uniform" if n == 1 else f"within {n} QPs of uniform"
+
+
 def deepseek_messages(old: str, quick: bool) -> str:
     """The network messages deepseek-v3's pcap estimate expands (plan's net msgs, all dims): long."""
     if quick:
@@ -352,6 +377,105 @@ def _tshark_clean(files: list[Path]) -> str:
     return "tshark clean" if bad == 0 else f"{bad:,} frames tshark calls malformed"
 
 
+# How DCQCN's state moves the iteration in ns-3 (long: 18 simulations, minutes each on 2 cores):
+# (row text, the job's --set keys). {hosts} and {flows} are the scenario's.
+NS3_JOBS = [
+    ("default job ({hosts} hosts, {flows:,} flows; rail-optimised, non-blocking: no ECN mark)", ()),
+    ("leaf-spine 2:1 (`--set fabric=leaf-spine-2to1`, dp 8, tp 2, pp 2, global batch 32; {flows:,} flows)",
+     ("fabric=leaf-spine-2to1", "parallelism.dp=8", "parallelism.tp=2", "parallelism.pp=2",
+      "parallelism.global_batch=32")),
+    ("leaf-spine 4:1 (`leaf-spine-4to1`, dp 8, tp 2, pp 1, global batch 8; {flows:,} flows)",
+     ("fabric=leaf-spine-4to1", "parallelism.dp=8", "parallelism.tp=2", "parallelism.pp=1",
+      "parallelism.global_batch=8")),
+    ("fat-tree k=8 (`fat-tree-k8`, dp 16, tp 2, pp 2, global batch 32; {flows:,} flows)",
+     ("fabric=fat-tree-k8", "parallelism.dp=16", "parallelism.tp=2", "parallelism.pp=2",
+      "parallelism.global_batch=32")),
+    ("4:1, 2 nodes per leaf, 100G uplinks (`tests/test_ns3_run.py` OVERSUBSCRIBED; {flows:,} flows)",
+     ("parallelism.dp=4", "parallelism.tp=2", "parallelism.pp=2", "parallelism.global_batch=16",
+      "fabric.nodes_per_leaf=2", "fabric.spines=2", "fabric.leaf_spine_gbps=100")),
+]
+NS3_MODES = {"qp": dict(dcqcn=True, dcqcn_state="qp"), "message": dict(dcqcn=True, dcqcn_state="message"),
+             "off": dict(dcqcn=False)}
+NS3_QP_HASH = NS3_JOBS[3][1] + ("fabric.ecmp_hash=qp",)
+# bench/bench_ns3.py's default job: 64 hosts, non-blocking
+NS3_BENCH = ("parallelism.dp=16", "parallelism.tp=2", "parallelism.pp=2", "parallelism.global_batch=64",
+             "fabric.nodes_per_leaf=8", "fabric.spines=8")
+
+
+@functools.lru_cache(maxsize=None)
+def _ns3_sim(sets: tuple, mode: str) -> dict:
+    """sim/summary.json of `tracegen generate --no-pcap` + `tracegen ns3 run` (nic auto) for the
+    default job with `sets`, DCQCN as `mode`: the functions those commands call, in-process."""
+    import tempfile
+    from ns3_scenarios import run_scenario
+    from tracegen.config import load_job
+    from tracegen.emit.sims.ns3 import write_ns3
+    from tracegen.pipeline import run_pipeline
+    _ns3_runs()                                    # loads ns-3 (and says so if it is absent)
+    job = load_job(None, sets=list(sets))
+    run = run_pipeline(job)
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        write_ns3(run.flows, run.fabric, job, Path(tmp) / "ns3")
+        s = run_scenario(Path(tmp), **NS3_MODES[mode])
+    if s["completed"] != s["flows"]:
+        raise SystemExit(f"ns-3 {sets} {mode}: {s['flows'] - s['completed']} flows never completed")
+    return s
+
+
+def _ratio(x: float) -> str:
+    """4 significant digits: 0.9994, 1.829, 54.99."""
+    import math
+    return f"{x:.{max(0, 3 - math.floor(math.log10(abs(x))))}f}"
+
+
+def ns3_dcqcn_table(old: str, quick: bool) -> str:
+    if quick:
+        return old
+    lines = ["| job | DCQCN, state per QP (default) | DCQCN, state per message | no DCQCN |", "|---|---|---|---|"]
+    for text, sets in NS3_JOBS:
+        runs = [_ns3_sim(sets, m) for m in NS3_MODES]
+        lines.append(f"| {text.format(hosts=runs[0]['hosts'], flows=runs[0]['flows'])} | "
+                     + " | ".join(_ratio(r["sim_over_analytic"]) for r in runs) + " |")
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def ns3_oversubscribed(old: str, quick: bool) -> str:
+    """The table's last row in words: per-QP state's slowdown, the cuts per message vs per QP, and
+    how close per-message state comes to no DCQCN."""
+    if quick:
+        return old
+    sets = NS3_JOBS[-1][1]
+    qp, msg, off = (_ns3_sim(sets, m) for m in NS3_MODES)
+    pct = abs(msg["sim_iteration_ns"] / off["sim_iteration_ns"] - 1) * 100
+    close = "exactly" if pct == 0 else f"within {max(pct, 0.01):.2f} %"
+    return (f"takes {qp['sim_over_analytic']:.0f}× the schedule. Per message, the CNPs mostly arrive after their "
+            f"message's last packet ({msg['dcqcn_rate_cuts']:,} cuts instead of {qp['dcqcn_rate_cuts']:,} on that "
+            f"job) and the iteration is the no-DCQCN one {close}")
+
+
+def ns3_vs_schedule(old: str, quick: bool) -> str:
+    """No DCQCN, NICs as the schedule shares them: simulated / analytic on the oversubscribed
+    fabrics of the table and the fat-tree routed by the qp hash."""
+    if quick:
+        return old
+    runs = [(_ns3_sim(NS3_JOBS[k][1], "off")["sim_over_analytic"], what)
+            for k, what in ((1, "2:1 leaf-spine"), (2, "4:1"), (3, "k=8 fat-tree"))]
+    runs.append((_ns3_sim(NS3_QP_HASH, "off")["sim_over_analytic"], "k=8 fat-tree routed by the qp hash"))
+    import math
+    worst = math.ceil(max(abs(r - 1) for r, _ in runs) * 100)
+    return (f"within {worst} %: sim / analytic " + ", ".join(f"{r:.3f} ({what})" for r, what in runs))
+
+
+def ns3_bench(old: str, quick: bool) -> str:
+    """bench/bench_ns3.py's job: its size, and how far DCQCN per QP / per message moves it."""
+    if quick:
+        return old
+    qp, msg = _ns3_sim(NS3_BENCH, "qp"), _ns3_sim(NS3_BENCH, "message")
+    return (f"{qp['hosts']} hosts, {qp['flows']:,} flows, ~{qp['bytes_scheduled'] // 4096 / 1000:.0f}k packets, "
+            f"non-blocking; it ends {qp['sim_over_analytic']:.2f} × after the analytic schedule with DCQCN state "
+            f"per QP, {msg['sim_over_analytic']:.3f} × with state per message")
+
+
 BENCH_SIZES = ("2k", "4k", "8k", "16k")
 
 
@@ -393,10 +517,15 @@ BLOCKS = {
     "tokens": Block(tokens_sample, "the `tracegen tokens` sample"),
     "default-net-flows": Block(default_net_flows, "the default job's transfers on the fabric (tracegen plan)"),
     "ecmp-spread": Block(ecmp_spread, "spine shares of 1,000 consecutive QPs (routing.py)"),
+    "ecmp-qp-spread": Block(ecmp_qp_spread, "spine shares of 1,000 consecutive QPs, qp hash (routing.py)"),
     "port-waits": Block(port_waits, "uplink waits of the port-queue example (tracegen generate --switch leaf0)"),
     "ns3-default": Block(ns3_default, "the default job in ns-3 (tracegen ns3 run)"),
     "ns3-incast": Block(ns3_incast, "the ns-3 incast of tests/test_ns3_fabric.py"),
     "leaf0": Block(leaf0_counts, "the llama3-405b leaf0 command's frames and flows (tracegen generate, long)"),
+    "ns3-dcqcn-table": Block(ns3_dcqcn_table, "ns-3 iteration vs the schedule per DCQCN state (long)"),
+    "ns3-oversubscribed": Block(ns3_oversubscribed, "the oversubscribed job under DCQCN in ns-3 (long)"),
+    "ns3-vs-schedule": Block(ns3_vs_schedule, "ns-3 without DCQCN vs the schedule (long)"),
+    "ns3-bench": Block(ns3_bench, "bench/bench_ns3.py's job in ns-3 (long)"),
     "deepseek-messages": Block(deepseek_messages, "deepseek-v3's network messages (tracegen plan, long)"),
     "bench-scale": Block(bench_scale_table, "bench/bench_scale.py's counts (long)"),
 }
