@@ -161,6 +161,39 @@ def example_frames(old: str, quick: bool) -> str:
     return fmt_count(n)
 
 
+TABLES_PRESET = "gpt2-small"
+
+
+def table_sizes(old: str, quick: bool) -> str:
+    """flows.parquet and flows.csv of one preset, as `generate --set output.tables=csv,parquet`
+    writes them (no pcap, ns-3 or pictures: they do not change the tables)."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        cli(["generate", "-q", "--preset", TABLES_PRESET, "--set", "output.tables=csv,parquet", "--set",
+             "output.pictures=false", "--no-pcap", "--no-ns3", "-o", f"{tmp}/t"])
+        pq, csv = (Path(tmp, "t", f"flows.{ext}").stat().st_size for ext in ("parquet", "csv"))
+    return (f"for {TABLES_PRESET} ({plan_json(TABLES_PRESET)['transfers']:,} transfers) flows.parquet is "
+            f"{fmt_bytes(pq)}, flows.csv {fmt_bytes(csv)}")
+
+
+def otg_lab(old: str, quick: bool) -> str:
+    """`tracegen export otg --lab lab.yaml` for the default job, lab.yaml as the README shows it:
+    the ports, flows and payload bytes it reports (tests/test_export_otg.py counts the same bytes
+    in the lab pcaps with its own parser)."""
+    import tempfile
+    text = README.read_text("utf-8")
+    m = re.search(r"```yaml\n# lab.yaml\n(.*?)```", text, re.S)
+    if not m:
+        raise SystemExit("README.md has no lab.yaml block")
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        Path(tmp, "lab.yaml").write_text(m.group(1), "utf-8")
+        said = cli(["export", "otg", "--lab", f"{tmp}/lab.yaml", "-o", f"{tmp}/otg"])
+    got = re.search(r"(\d+) ports, ([\d,]+) flows \(level \w[\w-]*\), ([\d,]+) B of RDMA WRITE payload", said)
+    if not got:
+        raise SystemExit(f"export otg said: {said[-300:]}")
+    return f"{got.group(1)} ports, {got.group(2)} flows, {got.group(3)} B"
+
+
 def gpt3_transfers(old: str, quick: bool) -> str:
     return fmt_count(plan_json("gpt3-175b")["transfers"])
 
@@ -512,6 +545,8 @@ BLOCKS = {
     "presets": Block(preset_table, "the preset table (tracegen plan --preset P --json)"),
     "gpt3-transfers": Block(gpt3_transfers, "gpt3-175b's transfers (tracegen plan)"),
     "example-frames": Block(example_frames, "frames of traces/examples/default-pp-nic0"),
+    "table-sizes": Block(table_sizes, "flows.parquet and flows.csv sizes (tracegen generate)"),
+    "otg-lab": Block(otg_lab, "export otg of the README's lab.yaml (tracegen export otg)"),
     "collective": Block(collective_sample, "the `tracegen collective` sample"),
     "ring-tree": Block(ring_tree_table, "ring vs tree busbw at 1 GiB (tracegen collective)"),
     "tokens": Block(tokens_sample, "the `tracegen tokens` sample"),
