@@ -5,8 +5,9 @@ re-derived on other paths so the test does not only compare the generator with i
 default row from `tracegen plan --json` in a subprocess, formatted here; every preset row from
 the pipeline in-process; the samples' arithmetic (busbw = algbw x 2(n-1)/n, epoch bytes =
 iterations x the bytes of one iteration, byte tokens = the file's UTF-8 length) from the README
-text alone. deepseek-v3's pcap cell (~17 GB, minutes) and bench_scale's counts (minutes): checked
-with TRACEGEN_LONG=1 only (--quick otherwise); deepseek-v3's transfer count always."""
+text alone. deepseek-v3's pcap cell (~17 GB, minutes), bench_scale's counts (minutes), the leaf0
+pcaps and the ns-3 DCQCN comparisons (minutes): checked with TRACEGEN_LONG=1 only (--quick
+otherwise); deepseek-v3's transfer count, the uplink waits and the ns-3 incast always."""
 from __future__ import annotations
 
 import json

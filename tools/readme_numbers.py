@@ -11,7 +11,12 @@ in-process), the samples from the commands they show (their output into a pipe, 
 stripped), the example's frame count from the committed pcap that tests/test_examples.py
 regenerates byte for byte.
 
-Long cells: the llama3-405b leaf0 command's pcaps (minutes, ~2.5 GB); deepseek-v3's pcap estimate needs its whole wire plan (26 M network messages: minutes
+ns-3 cells (the incast of tests/test_ns3_fabric.py, the default job's run) need the pip package
+ns3 (the test extra) and load it once: about a minute. Speeds and wall times are the machine's:
+the README names them as measurements, never between markers.
+
+Long cells: the llama3-405b leaf0 command's pcaps (minutes, ~2.5 GB); the ns-3 DCQCN table and
+the sentences from the same 18 simulations (minutes); deepseek-v3's pcap estimate needs its whole wire plan (26 M network messages: minutes
 and ~17 GB); bench/bench_scale.py's table, four llama3-405b plans of 2,048-16,384 GPUs (minutes;
 its wall time and memory columns are the machine's and stay as measured). With --quick
 (tests/test_readme_numbers.py without TRACEGEN_LONG=1) both are kept as the README has them, and
@@ -456,8 +461,10 @@ def _ns3_sim(sets: tuple, mode: str) -> dict:
 
 
 def _ratio(x: float) -> str:
-    """4 significant digits: 0.9994, 1.829, 54.99."""
+    """4 decimals near 1 (0.9994, 1.0005), else 4 significant digits (1.829, 54.99)."""
     import math
+    if abs(x - 1) < 0.1:
+        return f"{x:.4f}"
     return f"{x:.{max(0, 3 - math.floor(math.log10(abs(x))))}f}"
 
 
