@@ -100,6 +100,13 @@ def test_plan_json_corpus_key_names_what_it_holds(tmp_path):
 def test_the_long_commands_shown_are_the_ones_generated():
     """The leaf0 cell counts what the README's own command writes (its -o aside)."""
     assert "tracegen " + " ".join(readme_numbers.LEAF0_ARGS) in README
+    # the DCQCN table's last row is the job tests/test_ns3_run.py calls OVERSUBSCRIBED, as it says
+    from test_ns3_run import OVERSUBSCRIBED
+    from tracegen.config import job_from_dict, load_job
+    text, sets = readme_numbers.NS3_JOBS[-1]
+    assert "OVERSUBSCRIBED" in text
+    assert load_job(None, sets=list(sets)).fabric == job_from_dict(OVERSUBSCRIBED).fabric
+    assert load_job(None, sets=list(sets)).parallelism == job_from_dict(OVERSUBSCRIBED).parallelism
 
 
 def test_every_preset_row_is_what_the_pipeline_counts():
