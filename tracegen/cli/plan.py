@@ -52,7 +52,7 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
             corpus_lines = corpus_plan_lines(job, corpus, tokenizer, doc=corpus_doc)
         if as_json:                         # every flag has its key: -o/--force "output", --corpus "corpus"
             import json
-            from ..report.build import plan_json
+            from ..report.plan_json import plan_json
             doc = {**plan_json(run), "output": output}
             if corpus_doc is not None:
                 doc["corpus"] = corpus_doc
@@ -74,7 +74,7 @@ def _print_plan(run) -> None:
     file (no terminal width to respect) each table is as wide as it needs: nothing is cut."""
     from rich import box
     from rich.console import Console
-    from ..report.build import report_tables
+    from ..report.render import report_tables
     from rich.table import Table
     console = Console()
     if not console.is_terminal:
