@@ -5,10 +5,9 @@ from __future__ import annotations
 import click
 
 from ..errors import ConfigError, OutputError
-from ..output import folder as outdir
 from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
-from .common import (check_environment, choose_target, fail, job_options, load, output_options, pcap_options,
-                     print_whole, retime, run_job, stages)
+from .common import (check_environment, choose_target, fail, job_options, load, outdir, output_options,
+                     pcap_options, print_whole, retime, run_job, stages)
 
 
 @click.command("plan")
