@@ -253,6 +253,22 @@ def test_the_jobs_the_readme_describes():
     big = load_job(None, preset="llama3-405b", sets=[])
     assert (big.world, big.parallelism.tp, big.parallelism.pp, big.parallelism.dp) == (16384, 8, 16, 128)
     assert "`llama3-405b` (16,384 H100: tp 8, pp 16, dp 128" in README
+    assert (big.parallelism.sp, big.parallelism.zero, big.parallelism.global_batch, big.model.seq_len) == \
+        (True, 1, 2048, 8192) and "SP,\nZeRO-1, 2,048 × 8K sequences" in README
+    # the preset table's "what it shows" column (prose kept in tools/readme_numbers.py)
+    what = {p: w for p, w, _ in readme_numbers.PRESET_ROWS}
+    j = load_job(None, preset="gpt3-175b", sets=[]).parallelism
+    assert f"tp={j.tp}, pp={j.pp}, dp={j.dp}" in what["gpt3-175b"]
+    j = load_job(None, preset="llama3-70b", sets=[]).parallelism
+    assert f"(vpp={j.vpp}), SP, ZeRO-{j.zero}" in what["llama3-70b"] and j.sp
+    ds = load_job(None, preset="deepseek-v3", sets=[])
+    assert f"{ds.model.experts} experts over ep={ds.parallelism.ep}, pp={ds.parallelism.pp}, " \
+           f"ZeRO-{ds.parallelism.zero}" in what["deepseek-v3"]
+    su_job = load_job(None, sets=["fabric=dgx-h100-su"])
+    su = su_job.fabric
+    assert f"`dgx-h100-su` ({su.nodes_per_leaf}-node scalable units, {su.spines} × {su.leaf_spine_gbps}G " \
+           "spines, non-blocking)" in README
+    assert su.nodes_per_leaf * su_job.cluster.nic_gbps <= su.spines * su.leaf_spine_gbps   # a rail leaf's NICs
 
 
 def test_a_table_into_a_pipe_keeps_every_value_whole():
