@@ -6,7 +6,7 @@ import click
 
 from ..errors import ConfigError, OutputError
 from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
-from .common import (check_environment, choose_target, fail, job_options, load, outdir, output_options,
+from .common import (check_environment, choose_target, fail, job_options, load, output_options, place,
                      pcap_options, print_whole, retime, run_job, stages)
 
 
@@ -38,7 +38,7 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
             output = {"dir": target.shown, "generate": "write", "note": target.note}
         except OutputError as e:
             where = f"generate would refuse: {e}"
-            output = {"dir": outdir.choose(out_dir, job.output.dir, job.name)[1], "generate": "refuse",
+            output = {"dir": place.choose(out_dir, job.output.dir, job.name)[1], "generate": "refuse",
                       "note": str(e)}
         with stages(as_json) as stage:
             stage("work estimate: the job's collectives")
