@@ -6,8 +6,9 @@ default row from `tracegen plan --json` in a subprocess, formatted here; every p
 the pipeline in-process; the samples' arithmetic (busbw = algbw x 2(n-1)/n, epoch bytes =
 iterations x the bytes of one iteration, byte tokens = the file's UTF-8 length) from the README
 text alone. deepseek-v3's pcap cell (~17 GB, minutes), bench_scale's counts (minutes), the leaf0
-pcaps and the ns-3 DCQCN comparisons (minutes): checked with TRACEGEN_LONG=1 only (--quick
-otherwise); deepseek-v3's transfer count, the uplink waits and the ns-3 incast always."""
+pcaps and the ns-3 cells of the k=8 fat-tree and bench_ns3's job (minutes): checked with
+TRACEGEN_LONG=1 only (--quick otherwise); deepseek-v3's transfer count, the uplink waits and the
+other ns-3 numbers always."""
 from __future__ import annotations
 
 import json
