@@ -104,23 +104,23 @@ MUTATIONS = [
     ('file-union-without-roots', 'tracegen/fabric/topology_file.py',
      'parent[root(a)] = root(b)',
      'parent[a] = b'),
-    # --- tracegen/fabric/routing.py
-    ('ecmp-always-first-next-hop', 'tracegen/fabric/routing.py',  # *
+    # --- tracegen/fabric/routing.py, ecmp_hash.py, route_graph.py
+    ('ecmp-always-first-next-hop', 'tracegen/fabric/route_graph.py',  # *
      'pick = np.int64(h[i]) % n',
      'pick = np.int64(0) * n'),
-    ('crc-protocol-tcp', 'tracegen/fabric/routing.py',
+    ('crc-protocol-tcp', 'tracegen/fabric/ecmp_hash.py',
      'np.full((n, 1), 17, np.uint8)',
      'np.full((n, 1), 6, np.uint8)'),
-    ('qp-hash-destqp-byte-order', 'tracegen/fabric/routing.py',
+    ('qp-hash-destqp-byte-order', 'tracegen/fabric/ecmp_hash.py',
      'for s in (16, 8, 0)], axis=1).astype(np.uint8)],',
      'for s in (0, 8, 16)], axis=1).astype(np.uint8)],'),
     ('qp-hash-no-tier-offset', 'tracegen/fabric/routing.py',
      '        self.shift[self.leaves] = 0\n',
      ''),
-    ('ipv6-prefix-misplaced', 'tracegen/fabric/routing.py',
+    ('ipv6-prefix-misplaced', 'tracegen/fabric/ecmp_hash.py',
      '    out[:, 0] = 0xFD\n',
      '    out[:, 1] = 0xFD\n'),
-    ('switch-seed-no-offset', 'tracegen/fabric/routing.py',
+    ('switch-seed-no-offset', 'tracegen/fabric/ecmp_hash.py',
      's * np.uint64(0x85EBCA77) + np.uint64(1))',
      's * np.uint64(0x85EBCA77))'),
     # --- tracegen/timing/connections.py
@@ -242,14 +242,14 @@ MUTATIONS = [
     ('ring-edges-once-block-off-by-one', 'tracegen/collectives/ring_edges.py',
      'by_block[:, (i + 2) % n]).reshape(-1)',
      'by_block[:, (i + 3) % n]).reshape(-1)'),
-    # --- tracegen/workload/iteration.py
-    ('sp-backward-regather-dropped', 'tracegen/workload/iteration.py',
+    # --- tracegen/workload/iteration.py, blocks.py
+    ('sp-backward-regather-dropped', 'tracegen/workload/blocks.py',
      '            if not fwd:   # the column-parallel input, re-gathered for the weight gradient',
      '            if False:   # the column-parallel input, re-gathered for the weight gradient'),
-    ('cross-entropy-two-allreduces', 'tracegen/workload/iteration.py',
+    ('cross-entropy-two-allreduces', 'tracegen/workload/blocks.py',
      '                for _ in range(3):',
      '                for _ in range(2):'),
-    ('loss-mask-as-int64', 'tracegen/workload/iteration.py',
+    ('loss-mask-as-int64', 'tracegen/workload/blocks.py',
      '(n * FP32, FP32), \\',
      '(n * INT64, INT64), \\'),
     ('etp-gather-not-scaled', 'tracegen/workload/iteration.py',
@@ -261,7 +261,7 @@ MUTATIONS = [
     ('pp-not-split-under-sp', 'tracegen/workload/iteration.py',
      'split = par.sp or par.pp_scatter_gather',
      'split = par.pp_scatter_gather'),
-    ('cp-ring-sends-backwards', 'tracegen/workload/iteration.py',
+    ('cp-ring-sends-backwards', 'tracegen/workload/blocks.py',
      'dst_c = (src_c + 1) % cp',
      'dst_c = (src_c - 1) % cp'),
     # --- tracegen/workload/volumes.py
@@ -332,11 +332,11 @@ MUTATIONS = [
     ('narayanan-bias-once', 'tracegen/workload/params.py',
      'return 12 * l * h * h + 13 * l * h +',
      'return 12 * l * h * h + 13 * h +'),
-    # --- tracegen/timing/fluid.py
-    ('transfer-dep-dropped', 'tracegen/timing/fluid.py',  # *
+    # --- tracegen/timing/fluid_engine.py, fluid_solve.py (the engine: fluid.py)
+    ('transfer-dep-dropped', 'tracegen/timing/fluid_engine.py',  # *
      '                    if e > ready[d]:\n                        ready[d] = e\n',
      ''),
-    ('links-not-shared', 'tracegen/timing/fluid.py',  # *
+    ('links-not-shared', 'tracegen/timing/fluid_solve.py',  # *
      '            wsum[ln] += lk_w[k]\n',
      '            wsum[ln] = lk_w[k]\n'),
     # --- tracegen/timing/schedule.py
@@ -487,23 +487,23 @@ MUTATIONS = [
     ('nccl-tests-algbw-bits', 'tracegen/cli/collective.py',
      'return self.size_bytes / self.time_ns if self.time_ns else 0.0',
      'return self.size_bytes * 8 / self.time_ns if self.time_ns else 0.0'),
-    # --- tracegen/timing/fluid.py (more): the engine's rules, judged by an independent max-min solver
-    ('fluid-capacity-used-unweighted', 'tracegen/timing/fluid.py',
+    # --- tracegen/timing/fluid_solve.py, fluid_engine.py (more): the engine's rules, judged by an independent max-min solver
+    ('fluid-capacity-used-unweighted', 'tracegen/timing/fluid_solve.py',
      'rcap[ln] -= best * wsum[ln]',
      'rcap[ln] -= best'),
-    ('fluid-rate-cap-ignored', 'tracegen/timing/fluid.py',
+    ('fluid-rate-cap-ignored', 'tracegen/timing/fluid_solve.py',
      'if not frozen[i] and rate_cap[i] - level < best:',
      'if False and rate_cap[i] - level < best:'),
-    ('fluid-gap-after-deps-dropped', 'tracegen/timing/fluid.py',
+    ('fluid-gap-after-deps-dropped', 'tracegen/timing/fluid_engine.py',
      'rel_op[n_rel], rel_t[n_rel] = p, op_ready[p] + gap[p]',
      'rel_op[n_rel], rel_t[n_rel] = p, op_ready[p]'),
-    ('fluid-arrival-latency-dropped', 'tracegen/timing/fluid.py',
+    ('fluid-arrival-latency-dropped', 'tracegen/timing/fluid_engine.py',
      '                e = t + extra[i]\n',
      '                e = t\n'),
-    ('fluid-link-weights-not-reset', 'tracegen/timing/fluid.py',
+    ('fluid-link-weights-not-reset', 'tracegen/timing/fluid_solve.py',
      '        wsum[ln] = 0.0\n        rcap[ln] = cap[ln]\n',
      '        rcap[ln] = cap[ln]\n'),
-    ('fluid-queue-lifo', 'tracegen/timing/fluid.py',
+    ('fluid-queue-lifo', 'tracegen/timing/fluid_engine.py',
      '                    if q_tail[q] >= 0:\n                        q_next[q_tail[q]] = it\n'
      '                    else:\n                        q_head[q] = it\n                    q_tail[q] = it\n',
      '                    q_next[it] = q_head[q]\n                    q_head[q] = it\n'
@@ -548,10 +548,10 @@ MUTATIONS = [
     ('packet-last-payload-full-mtu', 'tracegen/emit/packets/plan.py',
      'payload = np.where(last, m_size - (m_npk - 1) * pmtu, pmtu)',
      'payload = np.where(last, m_size - m_npk * pmtu + pmtu - 1, pmtu)'),
-    ('packet-ack-every-off-by-one', 'tracegen/emit/packets/plan.py',
+    ('packet-ack-every-off-by-one', 'tracegen/emit/packets/plan_build.py',
      'n_ack = 1 + ((m_npk - 1) // out.ack_every if out.ack_every > 0 else 0 * m_npk)',
      'n_ack = 1 + (m_npk // out.ack_every if out.ack_every > 0 else 0 * m_npk)'),
-    ('packet-qp-split-no-128-align', 'tracegen/emit/packets/plan.py',
+    ('packet-qp-split-no-128-align', 'tracegen/emit/packets/plan_build.py',
      'chunk = -(-(-(-m_size // qps)) // 128) * 128',
      'chunk = -(-m_size // qps)'),
     # --- tracegen/emit/packets/pacing.py (pacing, IP ids)
@@ -866,8 +866,13 @@ ALSO_RELATED = {
     "tracegen/output/put.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
     "tracegen/emit/views/lab.py": ["tests/test_pcap_lab.py"],
     "tracegen/emit/packets/plan.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
+    "tracegen/emit/packets/plan_build.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
+    "tracegen/emit/packets/rate_curve.py": ["tests/test_pacing_trajectory.py", "tests/test_pcap.py"],
     "tracegen/emit/views/files.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],
     "tracegen/timing/fluid.py": ["tests/test_judge_fluid.py"],
+    "tracegen/timing/fluid_engine.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
+    "tracegen/timing/fluid_solve.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
+    "tracegen/timing/fluid_heap.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
     "tracegen/emit/packets/capture_file.py": ["tests/test_judge_pcapng_blocks.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/frames.py": ["tests/test_judge_ip_ids.py", "tests/test_psn_wrap.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/addresses.py": ["tests/test_switch_views.py"],
@@ -876,6 +881,10 @@ ALSO_RELATED = {
     "tracegen/timing/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
     "tracegen/emit/bundle.py": ["tests/test_judge_emit_small.py"],
     "tracegen/config/schema.py": ["tests/test_job_schema.py"],
+    "tracegen/fabric/ecmp_hash.py": ["tests/test_fabric.py", "tests/test_ns3_export.py"],
+    "tracegen/fabric/route_graph.py": ["tests/test_fabric.py", "tests/test_ns3_export.py"],
+    "tracegen/workload/blocks.py": ["tests/test_judge_workload.py", "tests/test_workload.py"],
+    "tracegen/workload/grad_sync.py": ["tests/test_judge_workload.py", "tests/test_workload.py"],
     "tracegen/emit/sims/ns3_compare.py": ["tests/test_judge_emit_small.py"],
     "tracegen/emit/sims/otg.py": ["tests/test_export_otg.py"],
     "tracegen/emit/packets/hops.py": ["tests/test_pcap.py"],     # its test_timing: arrival >= sent + hops x latency

@@ -1,4 +1,4 @@
-"""The wire plan's packet-exact schedule, per NIC and direction (see packets.py for the rules).
+"""The wire plan's packet-exact schedule, per NIC and direction (see plan.py for the rules).
 
 Timing, per NIC and direction: t_i = max(nominal_i, t_{i-1} + wire_{i-1}) over frames in order.
 A message's packets go back to back unless a control frame (CTS/ACK/CNP) is due: it slips in at
@@ -16,7 +16,8 @@ from ... import progress
 from . import congestion, hops, roce, routes
 from .capture_file import comment_option_bytes
 from .ports import running_max, serialize
-from .plan import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
+from .plan import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, incl_cap, wire_ns
+from .plan_build import build
 from .roce import Opcode
 
 
