@@ -101,3 +101,35 @@ def test_ops_csv_spans_hold_their_flows(trace):
     for r in rows:
         ends[r["op_id"]] = max(ends[r["op_id"]], int(r["end_ns"]))
     assert all(span[o][1] == e for o, e in ends.items())
+
+
+def test_flow_routes_walk_the_fabric_from_sender_to_receiver_nic(tmp_path):
+    """flows.parquet's `route` (link directions: 2l = a -> b of link l, 2l + 1 = b -> a) of every
+    network flow, walked over the fabric's link list: it leaves the sending NIC, each link starts
+    where the previous one ended, and it ends at the receiving NIC. Two QPs per connection, so a
+    route taken from another connection's row (QP rows counted as connections) shows up."""
+    from tracegen.config import load_job
+    from tracegen.fabric.topology import build_fabric
+    sets = ["fabric=leaf-spine-2to1", "fabric.nodes_per_leaf=2", "nccl.qps_per_connection=2",
+            "parallelism.dp=8", "parallelism.global_batch=32", "output.tables=parquet"]
+    args = ["generate", "-q", "--no-pcap", "--no-ns3", "-o", str(tmp_path)]
+    for s in sets:
+        args += ["--set", s]
+    res = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    links = build_fabric(load_job(sets=sets)).links
+    a, b = links["a"].tolist(), links["b"].tolist()
+    t = pq.read_table(tmp_path / "flows.parquet", columns=["link", "src_nic", "dst_nic", "route"]).to_pydict()
+    walked = 0
+    for link, src, dst, route in zip(t["link"], t["src_nic"], t["dst_nic"], t["route"]):
+        if link != "NET":
+            assert route == []
+            continue
+        at = src
+        for d in route:
+            u, v = (a[d // 2], b[d // 2]) if d % 2 == 0 else (b[d // 2], a[d // 2])
+            assert u == at, f"route {route} of NIC {src} -> {dst} jumps to {u} from {at}"
+            at = v
+        assert at == dst and len(route) >= 2
+        walked += 1
+    assert walked > 100
