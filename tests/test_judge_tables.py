@@ -40,6 +40,23 @@ def test_perfetto_compute_track_is_the_gaps_of_ops_csv(trace):
     """perfetto.json's `compute` track of a rank is the union of [start_ns - gap_ns, start_ns) over
     the ops of ops.csv the rank takes part in (gap_ns: compute before the op's release; a
     SendRecv's on its sender only, group[0]), touching or overlapping spans merged."""
+    compute_track_is_the_gaps(trace)
+
+
+def test_perfetto_compute_before_a_pipeline_send_is_the_senders(tmp_path):
+    """Without TP the compute of a layer run ends at the pipeline send (its SendRecv carries the
+    gap): it shows on the sending stage's rank, not on the receiving one's."""
+    res = CliRunner().invoke(main, ["generate", "-q", "--no-pcap", "--no-ns3", "-o", str(tmp_path),
+                                    "--set", "parallelism.tp=1", "--set", "parallelism.dp=2",
+                                    "--set", "parallelism.pp=2", "--set", "parallelism.global_batch=8"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    with open(tmp_path / "ops.csv", newline="") as f:
+        assert any(op["collective"] == "SendRecv" and int(op["gap_ns"]) > 0 for op in csv.DictReader(f))
+    compute_track_is_the_gaps(tmp_path)
+
+
+def compute_track_is_the_gaps(trace):
     want = defaultdict(list)
     with open(trace / "ops.csv", newline="") as f:
         for op in csv.DictReader(f):

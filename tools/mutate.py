@@ -910,6 +910,8 @@ ALSO_RELATED = {
        for m in ("alltoall", "edges", "halving_doubling", "hierarchical", "p2p", "protocol", "ring", "ring_edges")},
     "tracegen/collectives/edges.py": ["tests/test_judge_wire_bytes.py", "tests/test_judge_conn.py", *COLLECTIVE_TESTS],
     "tracegen/emit/sims/rank_steps.py": ["tests/test_export.py", "tests/test_export_consumers.py"],
+    "tracegen/emit/sims/simai.py": ["tests/test_export_consumers.py", "tests/test_export.py"],
+    "tracegen/emit/tables/perfetto.py": ["tests/test_judge_tables.py", "tests/test_outputs.py"],
     "tracegen/fabric/topology_file.py": ["tests/test_fabric_file.py", "tests/test_fabric.py"],
     "tracegen/fabric/kinds.py": ["tests/test_fabric.py", "tests/test_judge_fabric.py"],
 }
