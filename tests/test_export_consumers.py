@@ -351,3 +351,24 @@ def test_simai_keeps_compute_before_ops_it_cannot_run(tmp_path, sets):
     p = job.parallelism
     grads = [c for c in simai_colls(head, rows) if c[0] == "wg"]
     assert grads and {c[2:4] for c in grads} == {("DP", p.dp * p.cp)}
+
+
+def test_simai_backward_runs_bottom_up_in_our_order(tmp_path):
+    """SimAI runs a workload's forward columns from the first row down and its input- and
+    weight-gradient columns from the last row up (Workload's fwd_in_bckwd iteration: layers n-1
+    .. 0), so read bottom-up the backward collectives must come in the order tracegen runs them
+    (their op numbers, in the row names: one name per column that holds a collective)."""
+    import re
+    _, d = export(tmp_path, "simai", preset="gpt2-small")
+    checked = 0
+    for f in sorted(d.glob("gpt2-small.stage*.txt")):
+        _, rows = read_simai(f.read_text())
+        seq = []
+        for r in reversed(rows):
+            names = r["name"].split("|")
+            n_back = sum(r[c][1] != "NONE" for c in ("ig", "wg"))
+            assert len(names) == n_back + (r["fwd"][1] != "NONE") or r["name"].startswith("row")
+            seq += [int(re.search(r"op(\d+)$", x).group(1)) for x in names[len(names) - n_back:]]
+        assert len(seq) > 10 and seq == sorted(seq), f"{f.name}: backward order {seq[:12]}"
+        checked += len(seq)
+    assert checked > 40
