@@ -189,3 +189,36 @@ def test_summary_nic_bytes_and_rank_nics_match_flows_csv(run2):
     assert summary["nic_tx_bytes"] == [tx[i] for i in range(n)]
     assert summary["nic_rx_bytes"] == [rx[i] for i in range(n)]
     assert sum(tx.values()) > 0 and tx != rx
+
+
+def test_link_loads_of_nic_uplinks_are_the_wire_bytes_each_nic_sends():
+    """With two QPs per connection (their bytes split between the QPs' routes) the link a NIC
+    sends on carries exactly the wire bytes of the network transfers it sends, the link back into
+    it what it receives, and every switch sends on what it takes in (QP routes part past the leaf,
+    where a QP's share, not the connection's bytes, must be counted)."""
+    from tracegen.collectives.edges import net_wire_bytes
+    job = load_job(sets=["fabric=leaf-spine-2to1", "fabric.nodes_per_leaf=2", "nccl.qps_per_connection=2",
+                         "parallelism.dp=8", "parallelism.global_batch=32"])
+    run = run_pipeline(job)
+    r, fab, rep = run.flows.rows, run.fabric, run.report
+    net = r["link"] == 1                                  # LinkKind.NET
+    # RoCE frames of each transfer (tests/test_judge_wire_bytes.py holds this count to a capture)
+    out = job.output
+    wire = net_wire_bytes(r["wire_bytes"][net], r["max_msg_bytes"][net], out.pmtu, out.vlan, out.ip_version)
+    tx = np.bincount(r["src_nic"][net], weights=wire, minlength=fab.n_nics)
+    rx = np.bincount(r["dst_nic"][net], weights=wire, minlength=fab.n_nics)
+    a, b = fab.links["a"], fab.links["b"]
+    checked = 0
+    for nic in range(fab.n_nics):
+        (l,) = np.flatnonzero((a == nic) & (b >= fab.n_nics))   # its one port (one plane)
+        assert rep.link_bytes[2 * l] == tx[nic] and rep.link_bytes[2 * l + 1] == rx[nic], nic
+        checked += tx[nic] > 0
+    assert checked >= 8
+    # every byte a switch takes in it sends on (per switch: the links into it = the links out)
+    load = rep.link_bytes.reshape(-1, 2)                 # [link, (a -> b, b -> a)]
+    n = fab.n_nics + len(fab.sw_mac)
+    into = np.bincount(b, load[:, 0], n) + np.bincount(a, load[:, 1], n)
+    out_of = np.bincount(a, load[:, 0], n) + np.bincount(b, load[:, 1], n)
+    sw = slice(fab.n_nics, n)
+    assert np.abs(into[sw] - out_of[sw]).max() <= len(a), (into[sw], out_of[sw])    # rounding only
+    assert into[sw].sum() > tx.sum()                     # traffic crosses spines, not only leaves

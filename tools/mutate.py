@@ -911,6 +911,7 @@ ALSO_RELATED = {
     "tracegen/collectives/edges.py": ["tests/test_judge_wire_bytes.py", "tests/test_judge_conn.py", *COLLECTIVE_TESTS],
     "tracegen/emit/sims/rank_steps.py": ["tests/test_export.py", "tests/test_export_consumers.py"],
     "tracegen/emit/sims/simai.py": ["tests/test_export_consumers.py", "tests/test_export.py"],
+    "tracegen/report/build.py": ["tests/test_judge_report.py", "tests/test_detail.py"],
     "tracegen/emit/tables/perfetto.py": ["tests/test_judge_tables.py", "tests/test_outputs.py"],
     "tracegen/fabric/topology_file.py": ["tests/test_fabric_file.py", "tests/test_fabric.py"],
     "tracegen/fabric/kinds.py": ["tests/test_fabric.py", "tests/test_judge_fabric.py"],
