@@ -309,3 +309,11 @@ def test_a_job_file_that_is_dev_zero(tmp_path):
 
 def test_preset_paths_are_package_paths():
     assert Path(str(config.presets.preset_dir("fabrics"))).is_dir()
+
+
+def test_moe_with_tensor_parallel_needs_sequence_parallel():
+    """Megatron-core (arguments.py) refuses MoE with tensor parallelism but without sequence
+    parallelism: its token dispatcher takes the sequence-parallel token shards."""
+    moe = {"model": {"experts": 4, "top_k": 1}, "parallelism": {"tp": 2, "ep": 2, "dp": 2, "global_batch": 8}}
+    assert "parallelism.sp" in error_of(moe)
+    job_from_dict({**moe, "parallelism": {**moe["parallelism"], "sp": True}})
