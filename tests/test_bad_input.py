@@ -357,3 +357,23 @@ def test_moe_job_beyond_the_budget_is_refused_before_its_ops_are_built():
     err = res.stderr.decode().strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and res.stdout == b""
     assert "354,170,880" in err and "parallelism.ep=64" in err and "global_batch=15360" in err
+
+
+@pytest.mark.parametrize("kind", ["ALLREDUCE", "ALLGATHER", "REDUCESCATTER", "BROADCAST", "REDUCE"])
+def test_ring_closed_form_counts_tiny_ops_like_the_template(kind):
+    """Fewer elements than ranks: the estimate takes a ring's closed form (its template, 2 n (n - 1)
+    rows per channel, cost 4 GB at 4,096 ranks); the template builder judges it."""
+    from types import SimpleNamespace
+    from tracegen.collectives import ALGORITHMS
+    from tracegen.tables import CollKind
+    from tracegen.timing.work import _transfers
+    k = CollKind[kind]
+    build = ALGORITHMS.get(("ring", k))
+    if build is None:
+        pytest.skip("no ring for this kind")
+    for N, L in [(1, 8), (4, 8), (2, 1), (32, 1), (3, 2), (16, 8)]:
+        n = N * L
+        for e in sorted({1, 2, 3, n // 2, n - 1, n + 1} - {0}):
+            for ch in (1, 2, 4):
+                plan = SimpleNamespace(channels=ch, chunk_bytes=1 << 19, algo="ring")
+                assert _transfers(int(k), plan, n, N, L, 4 * e, 4) == len(build(N, L, e, 4, ch, 1 << 19)), (N, L, e, ch)
