@@ -25,7 +25,7 @@ import numpy as np
 from . import fluid
 from .. import progress
 from ..collectives import expand, op_templates
-from ..collectives.edges import pxn_split, template_edges
+from ..collectives.edges import pxn_split_columns, template_edges
 from ..collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
 from ..config import Job
 from .connections import build_connections, communicator
@@ -39,8 +39,17 @@ from ..fabric.topology import Fabric
 CLOSED_FORM_ROWS = 16_000_000
 
 
+# Narrow columns of the edge table (a 64k-GPU job's has ~11 M rows): ranks < world (config caps
+# it far below 2^31), channels < 1024 (edges.py packs them in 10 bits), algorithm and protocol ids.
+# Every user widens them before arithmetic (connections._pack, send_queues) or stores them in FLOW_DTYPE.
+RANK_DTYPE = np.int32
+
+
 def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
-    """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns."""
+    """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns (ranks
+    RANK_DTYPE, channel int16, algo and proto uint8, the rest int64)."""
+    if fabric.world >= np.iinfo(RANK_DTYPE).max:
+        raise ValueError(f"{fabric.world:,} ranks do not fit the edge table's {np.dtype(RANK_DTYPE)} ranks")
     nccl, pmtu = job.nccl, job.output.pmtu
     groups: dict[tuple, list] = {}
     for i, group, t, plan in op_templates(ops, fabric, nccl, which, max_rows=CLOSED_FORM_ROWS):
@@ -59,27 +68,30 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
         progress.report(40 * k // len(shapes), 100)
         e = (ring_allreduce_edges if isinstance(t, RingShape) else template_edges)(
             t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
-        G = np.asarray(grps, dtype=np.int64)                      # [k, n] ranks by position
+        G = np.asarray(grps, dtype=RANK_DTYPE)                    # [k, n] ranks by position
         k, m = len(op_ids), len(e)
         cols["op_id"].append(np.repeat(np.asarray(op_ids, np.int64), m))
         cols["src_rank"].append(G[:, e.src].reshape(-1))
         cols["dst_rank"].append(G[:, e.dst].reshape(-1))
-        for name, v in (("channel", e.channel), ("transfers", e.transfers), ("messages", e.messages),
+        cols["channel"].append(np.tile(e.channel.astype(np.int16), k))
+        for name, v in (("transfers", e.transfers), ("messages", e.messages),
                         ("packets", e.packets), ("payload", e.payload),
                         ("nvl_wire", e.nvl_wire), ("net_wire", e.net_wire)):
             cols[name].append(np.tile(v, k))
-        for name, v in (("algo", int(plan.algo_id)), ("proto", int(plan.proto)),
-                        ("max_msg_bytes", plan.max_msg_bytes)):
-            cols[name].append(np.full(k * m, v, np.int64))
-    out = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
+        for name, v, dt in (("algo", int(plan.algo_id), np.uint8), ("proto", int(plan.proto), np.uint8),
+                            ("max_msg_bytes", plan.max_msg_bytes, np.int64)):
+            cols[name].append(np.full(k * m, v, dt))
+    empty = {"src_rank": RANK_DTYPE, "dst_rank": RANK_DTYPE, "channel": np.int16, "algo": np.uint8, "proto": np.uint8}
+    out = {}
+    for k in list(cols):                    # one column at a time: its parts freed as it is made
+        parts = cols.pop(k)
+        out[k] = np.concatenate(parts) if parts else np.zeros(0, empty.get(k, np.int64))
+        del parts
     link = np.where(fabric.same_node(out["src_rank"], out["dst_rank"]), LinkKind.NVLINK,
                     LinkKind.NET).astype(np.uint8)
-    names = [c for c in out if c not in ("src_rank", "dst_rank")]
     progress.report(40, 100)
     if nccl.pxn and len(link):
-        s, d, link, _, *rest = pxn_split(out["src_rank"], out["dst_rank"], link, fabric,
-                                         *(out[c] for c in names))
-        out = dict(zip(names, rest), src_rank=s, dst_rank=d)
+        link = pxn_split_columns(out, link, fabric)
     progress.report(60, 100)
     out["link"] = link
     out["copies"] = np.ones(len(link), np.int64)
@@ -91,11 +103,17 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     # ~10 M rows: gathering the replicas' rows, concatenating, then sorting cost three copies)
     order = np.argsort(out["op_id"][sel], kind="stable")
     sel = sel[order]
-    out = {k: v[sel] for k, v in out.items()}
+    shift = None
     if rep_of is not None:
-        shift = rep_of[order] * ops.replica_stride
-        out["src_rank"] = out["src_rank"] + shift
-        out["dst_rank"] = out["dst_rank"] + shift
+        shift = rep_of[order]
+        del rep_of, order
+        shift *= ops.replica_stride
+    for k in list(out):                     # column by column: one old column held at a time
+        out[k] = out[k][sel]
+    del sel
+    if shift is not None:                   # in place: the ranks stay RANK_DTYPE (< world)
+        np.add(out["src_rank"], shift, out=out["src_rank"], casting="unsafe")
+        np.add(out["dst_rank"], shift, out=out["dst_rank"], casting="unsafe")
     progress.report(100, 100)
     return out
 
