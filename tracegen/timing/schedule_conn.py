@@ -301,6 +301,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     progress.report(1, 3)
     row_conn = np.full(n, -1, np.int64)
     row_conn[net] = conns.lookup(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net])
+    del comm                # per-row arrays the engine no longer needs are dropped as they go (64k GPUs: ~90 MB each)
     progress.report(2, 3)
     lat = np.zeros(n, np.int64)
     lat[net] = net_latency_ns(conns, row_conn[net], rows["net_wire"][net], pmtu, job.output.vlan,
@@ -321,6 +322,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
                                  ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
         op_alone[op] = fill.alone_ns(op, sig, int(lat[lo:hi].max()))
         op_fill[op] = int(lat[lo:hi].max())     # the last arrival (0 on NVLink)
+    del lat
     # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,
     # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
     progress.stage(f"connections: links of {n:,} edges, grouped into items", "steps")
@@ -334,7 +336,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         cap = link_capacity(fabric)
     else:
         *links, cap = nic_only_links(fabric, rows["src_rank"], rows["dst_rank"], net)
-        links, row_lens = tuple(links), None
+        links, row_lens, csr = tuple(links), None, None
     progress.report(1, GROUP_STEPS)
     from .schedule import send_queues
     row_q = send_queues(ops, rows, row_conn)
@@ -342,6 +344,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
                                                     ops.rows["kind"][rows["op_id"]], row_q, ebytes, links, len(cap),
                                                     row_lens=row_lens)
+    links = row_lens = csr = None           # the connections' link CSR: only the items' links from here
     # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
     # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it
     # (and then other traffic fills the gaps its pipeline leaves, as chunks would).
@@ -350,6 +353,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     # waits in the send queue of its first edge's connection.
     it_queue = np.full(len(it_op), -1, np.int64)
     it_queue[item[::-1]] = row_q[::-1]
+    del row_q, ebytes
     from .schedule import stream_ordered
     folded = f" (DP replica 0 of {ops.replicas}, network edges of all)" if ops.replicas > 1 else ""
     progress.stage(f"schedule: {len(ops):,} ops{folded}, per connection: {len(it_op):,} items sharing the fabric",
