@@ -36,9 +36,9 @@ BYTES_PER_MESSAGE = 430              # per network message held at once (deepsee
                                      # counted in blocks: 11.5 GB, 26.4 M messages)
 BASE_BYTES = 150 << 20               # interpreter, numpy, numba
 OP_UNITS = 4
-CONN_EDGE_BYTES = 500                # per connection-level row (op x connection): edge columns, its
-                                     # fluid item's share, flow row (llama3-405b plan: 2.5 GB at 2,048
-                                     # GPUs, 5.8 M rows; 1.8 GB at 16,384, 3.1 M rows)
+CONN_EDGE_BYTES = 380                # per connection-level row (op x connection): edge columns, its
+                                     # fluid item's share, flow row (llama3-405b plan: 4.18 GB at
+                                     # 65,536 GPUs, 10.9 M rows, items merged in blocks)
 # CE marks (output.ecn_mark_fraction): the pcap writer schedules every packet, picks the CNPs on
 # that schedule and schedules again with them (timing.add_cnps), where a host view without marks
 # counts from the plan alone: ~0.2 ms per network message more, 2-core VM (tiny job, 20 iterations:
