@@ -45,9 +45,11 @@ CLOSED_FORM_ROWS = 16_000_000
 RANK_DTYPE = np.int32
 
 
-def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
+def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None, per_op: dict | None = None) -> dict:
     """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns (ranks
-    RANK_DTYPE, channel int16, algo and proto uint8, the rest int64)."""
+    RANK_DTYPE, channel int16, algo and proto uint8, the rest int64). per_op (a dict): algo,
+    proto and max_msg_bytes - one NCCL plan per op - go there, one entry per op, not per row,
+    and no `copies` column (the rows a folded job's row stands for)."""
     if fabric.world >= np.iinfo(RANK_DTYPE).max:
         raise ValueError(f"{fabric.world:,} ranks do not fit the edge table's {np.dtype(RANK_DTYPE)} ranks")
     nccl, pmtu = job.nccl, job.output.pmtu
@@ -80,8 +82,15 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
             cols[name].append(np.tile(v, k))
         for name, v, dt in (("algo", int(plan.algo_id), np.uint8), ("proto", int(plan.proto), np.uint8),
                             ("max_msg_bytes", plan.max_msg_bytes, np.int64)):
-            cols[name].append(np.full(k * m, v, dt))
+            if per_op is None:
+                cols[name].append(np.full(k * m, v, dt))
+            else:
+                per_op.setdefault(name, np.zeros(len(ops), dt))[op_ids] = v
     empty = {"src_rank": RANK_DTYPE, "dst_rank": RANK_DTYPE, "channel": np.int16, "algo": np.uint8, "proto": np.uint8}
+    if per_op is not None:
+        for name, dt in (("algo", np.uint8), ("proto", np.uint8), ("max_msg_bytes", np.int64)):
+            per_op.setdefault(name, np.zeros(len(ops), dt))
+            del cols[name]
     out = {}
     for k in list(cols):                    # one column at a time: its parts freed as it is made
         parts = cols.pop(k)
@@ -98,6 +107,8 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
     sel, rep_of = np.arange(len(link)), None
     if ops.replicas > 1 and len(link):
         sel, rep_of = _unfold_net_edges(out, ops)
+    if per_op is not None:                  # the caller makes `copies` again where it needs them
+        del out["copies"]
     progress.report(80, 100)
     # one gather per column, unfolded and sorted by op at once (a folded 32k-GPU job's table is
     # ~10 M rows: gathering the replicas' rows, concatenating, then sorting cost three copies)
@@ -291,7 +302,8 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     from .schedule import item_links, link_capacity, net_latency_ns
     pmtu = job.output.pmtu
     progress.stage(f"connections: edges of {len(ops):,} ops", "%")
-    rows = edge_table(ops, fabric, job)
+    per_op: dict = {}
+    rows = edge_table(ops, fabric, job, per_op=per_op)
     n = len(rows["op_id"])
     net = rows["link"] == LinkKind.NET
     comm = communicator(ops.rows["dim"][rows["op_id"]])
@@ -366,19 +378,27 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         if (job.output.pcap if rates is None else rates) else None)
     load, item_rates = (load + [None, None])[:2]
     progress.report(len(it_op), len(it_op))          # the engine tells every PROGRESS_EVERY items
-    r_start, r_end, r_fin = start[item], end[item], finish[item]
+    # the flow table, column by column: each edge column dropped once copied (64k GPUs: ~1 GB each way)
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     flows["transfer_id"] = np.arange(n)
-    for name in ("op_id", "src_rank", "dst_rank", "channel", "algo", "proto", "max_msg_bytes", "link"):
-        flows[name] = rows[name]
-    flows["step"], flows["chunk"] = -1, -1
-    flows["bytes"], flows["wire_bytes"] = rows["payload"], rows["nvl_wire"]
+    op_id = rows["op_id"]
+    copies = np.where(ops.tiled()[op_id] & ~net, ops.replicas, 1) if ops.replicas > 1 else None
+    for name in ("algo", "proto", "max_msg_bytes"):
+        flows[name] = per_op[name][op_id]
     flows["src_nic"] = np.where(net, fabric.rank_nic[rows["src_rank"]], -1)
     flows["dst_nic"] = np.where(net, fabric.rank_nic[rows["dst_rank"]], -1)
-    flows["start_ns"], flows["end_ns"] = r_start, r_end
+    del op_id
+    for name in ("op_id", "src_rank", "dst_rank", "channel", "link"):
+        flows[name] = rows.pop(name)
+    flows["step"], flows["chunk"] = -1, -1
+    flows["bytes"], flows["wire_bytes"] = rows.pop("payload"), rows.pop("nvl_wire")
+    flows["start_ns"] = start[item]
+    flows["end_ns"] = end[item]
+    del start, end
+    r_fin = finish[item]
     return Flows(flows, Ragged.empty(n), ops, op_start, op_end, conns=conns, row_conn=row_conn,
                  finish_ns=r_fin, detail="conn", fill_ns=op_fill, row_transfers=rows["transfers"],
                  row_messages=rows["messages"], row_packets=rows["packets"],
                  row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load,
                  item_rates=item_rates, row_item=item if item_rates is not None else None,
-                 row_copies=rows["copies"] if ops.replicas > 1 else None)
+                 row_copies=copies)
