@@ -207,7 +207,7 @@ def deepseek_messages(old: str, quick: bool) -> str:
     return f"{sum(d['net_messages'] for d in plan_json('deepseek-v3')['dims']) / 1e6:.1f} M"
 
 
-BENCH_SIZES = ("2k", "4k", "8k", "16k")
+BENCH_SIZES = ("2k", "4k", "8k", "16k", "32k", "64k", "128k")
 
 
 def bench_scale_table(old: str, quick: bool) -> str:
