@@ -104,23 +104,23 @@ MUTATIONS = [
     ('file-union-without-roots', 'tracegen/fabric/topology_file.py',
      'parent[root(a)] = root(b)',
      'parent[a] = b'),
-    # --- tracegen/fabric/routing.py
-    ('ecmp-always-first-next-hop', 'tracegen/fabric/routing.py',  # *
+    # --- tracegen/fabric/routing.py, ecmp_hash.py, route_graph.py
+    ('ecmp-always-first-next-hop', 'tracegen/fabric/route_graph.py',  # *
      'pick = np.int64(h[i]) % n',
      'pick = np.int64(0) * n'),
-    ('crc-protocol-tcp', 'tracegen/fabric/routing.py',
+    ('crc-protocol-tcp', 'tracegen/fabric/ecmp_hash.py',
      'np.full((n, 1), 17, np.uint8)',
      'np.full((n, 1), 6, np.uint8)'),
-    ('qp-hash-destqp-byte-order', 'tracegen/fabric/routing.py',
+    ('qp-hash-destqp-byte-order', 'tracegen/fabric/ecmp_hash.py',
      'for s in (16, 8, 0)], axis=1).astype(np.uint8)],',
      'for s in (0, 8, 16)], axis=1).astype(np.uint8)],'),
     ('qp-hash-no-tier-offset', 'tracegen/fabric/routing.py',
      '        self.shift[self.leaves] = 0\n',
      ''),
-    ('ipv6-prefix-misplaced', 'tracegen/fabric/routing.py',
+    ('ipv6-prefix-misplaced', 'tracegen/fabric/ecmp_hash.py',
      '    out[:, 0] = 0xFD\n',
      '    out[:, 1] = 0xFD\n'),
-    ('switch-seed-no-offset', 'tracegen/fabric/routing.py',
+    ('switch-seed-no-offset', 'tracegen/fabric/ecmp_hash.py',
      's * np.uint64(0x85EBCA77) + np.uint64(1))',
      's * np.uint64(0x85EBCA77))'),
     # --- tracegen/timing/connections.py
@@ -873,6 +873,8 @@ ALSO_RELATED = {
     "tracegen/timing/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
     "tracegen/emit/bundle.py": ["tests/test_judge_emit_small.py"],
     "tracegen/config/schema.py": ["tests/test_job_schema.py"],
+    "tracegen/fabric/ecmp_hash.py": ["tests/test_fabric.py", "tests/test_ns3_export.py"],
+    "tracegen/fabric/route_graph.py": ["tests/test_fabric.py", "tests/test_ns3_export.py"],
     "tracegen/workload/blocks.py": ["tests/test_judge_workload.py", "tests/test_workload.py"],
     "tracegen/workload/grad_sync.py": ["tests/test_judge_workload.py", "tests/test_workload.py"],
     "tracegen/emit/sims/ns3_compare.py": ["tests/test_judge_emit_small.py"],
