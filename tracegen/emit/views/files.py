@@ -23,7 +23,6 @@ and TTL (255 less the routers crossed) of that link. Routes are routing.Router's
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
