@@ -45,14 +45,25 @@ from .common import (check_environment, choose_target, fail, job_options, load, 
 @click.option("--scheduler", default="", metavar="tcp://HOST:PORT",
               help="Write the pcap files on an existing Dask cluster (the output folder must be one "
                    "every worker sees).")
+@click.option("--scenario", "scenario_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Several jobs on one fabric, with events (a scenario file): its tables and summary "
+                   "(scenario.json, ops.csv, link_bytes.csv, summary.md; no pcaps yet).")
 @output_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
              collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, workers,
-             scheduler, force, max_work, quiet):
+             scheduler, force, max_work, quiet, scenario_file):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
     with outdir.signals_as_interrupts():
         try:
+            if scenario_file:
+                pcap_only = (snaplen, payload, max_bytes, time_window, nics, ranks, collectives, iteration, fmt,
+                             comments, merge or None, switch, lab, lab_rate)
+                if job_file or preset or sets or detail or any(v is not None for v in pcap_only) or workers \
+                        or scheduler or max_work:
+                    raise ConfigError("--scenario FILE takes no job, --preset, --set, --detail or pcap options: "
+                                      "it writes the scenario's tables (pcaps of a scenario are not written yet)")
+                return _generate_scenario(scenario_file, out_dir, force, quiet)
             job = load(job_file, preset, sets, detail)
             job = pcap_options(job, snaplen=snaplen, payload=payload, max_bytes=max_bytes,
                                 time_window=time_window, nics=nics, ranks=ranks, collectives=collectives,
@@ -89,6 +100,28 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                     "the temp folder was removed, nothing was replaced")
             click.echo(f"error: interrupted by {e.name}; {done}", err=True)
             sys.exit(e.exit_code)
+
+
+def _generate_scenario(path, out_dir, force, quiet) -> None:
+    """`generate --scenario FILE`: the scenario's tables and summary in one folder."""
+    from ..scenario import report, run, spec
+    sc = spec.load_scenario(path)
+    shown_path, shown = outdir.choose(out_dir, "", sc.name)
+    files = (*report.SCENARIO_FILES, *outdir.TRACE_NAMES)
+    target = outdir.inspect(shown_path, shown, force, protect=(path,), names=files)
+    with outdir.Writer(target, force, names=files) as w:
+        with stages(quiet) as stage:
+            done = run.run_scenario(sc, stage)
+        texts = report.scenario_files(done)
+
+        def fill(tmp):
+            for name, text in texts.items():
+                (tmp / name).write_text(text, encoding="utf-8")
+        w.write(fill)
+    if not quiet:
+        worst = max(done.jobs, key=lambda j: j.slowdown)
+        click.echo(f"wrote {w.t.shown}/ ({len(texts)} files; {len(done.jobs)} jobs, largest slowdown "
+                   f"{worst.slowdown:.3f} ({worst.name}), Jain fairness {done.fairness:.4f})")
 
 
 def parse_rate(text):

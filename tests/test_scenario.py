@@ -1,0 +1,146 @@
+"""Scenarios (tracegen/scenario/): several jobs on one fabric, timed by the ordinary engine.
+
+Judges: a job alone in a scenario is `tracegen plan`'s run of it (run_pipeline, and the CLI's
+JSON); jobs that share no link cannot slow each other (exact equality with their time alone);
+jobs that share oversubscribed uplinks do, and placing each under its own leaves removes it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracegen.config import load_job
+from tracegen.pipeline import run_pipeline
+from tracegen.scenario.place import place, rank_map
+from tracegen.scenario.run import run_scenario
+from tracegen.scenario.spec import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+
+DP_JOB = """model: tiny
+parallelism: {dp: %(dp)d, tp: 1, pp: 1, micro_batch: 1, global_batch: %(dp)d}
+cluster: {gpus_per_node: 1, nics_per_node: 1}
+fabric: %(fabric)s
+nccl: {algorithm: ring%(nccl)s}
+"""
+NONBLOCKING = "{kind: leaf-spine, nodes_per_leaf: 2, spines: 2}"
+
+
+def write(tmp: Path, name: str, text: str) -> Path:
+    p = tmp / name
+    p.write_text(text)
+    return p
+
+
+def scenario(tmp: Path, body: str, dp: int = 4, fabric: str = NONBLOCKING, nccl: str = "") -> Path:
+    write(tmp, "dp.yaml", DP_JOB % {"dp": dp, "fabric": fabric, "nccl": nccl})
+    return write(tmp, "s.yaml", body)
+
+
+def test_one_job_is_the_jobs_plan(tmp_path):
+    s = scenario(tmp_path, "jobs: [{job: dp.yaml}]\n")
+    run = run_scenario(load_scenario(s))
+    alone = run_pipeline(load_job(tmp_path / "dp.yaml"), emit=False)
+    assert run.jobs[0].jct_ns == alone.report.iteration_ns > 0
+    assert np.array_equal(run.flows.op_end_ns, alone.flows.op_end_ns)
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "plan", "--scenario", str(s), "--json"],
+                         capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    plan = subprocess.run([sys.executable, "-m", "tracegen.cli", "plan", str(tmp_path / "dp.yaml"), "--json"],
+                          capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert json.loads(out.stdout)["jobs"][0]["jct_ns"] == json.loads(plan.stdout)["iteration_ns"]
+
+
+def test_disjoint_halves_of_a_nonblocking_fabric_do_not_interfere(tmp_path):
+    # each job on its own two leaves: no link carries both (spine->leaf ports lead to one job's leaves)
+    s = scenario(tmp_path, "placement: contiguous\njobs: [{job: dp.yaml, name: a}, {job: dp.yaml, name: b}]\n")
+    run = run_scenario(load_scenario(s))
+    a, b = run.jobs
+    assert list(a.nodes) == [0, 1, 2, 3] and list(b.nodes) == [4, 5, 6, 7]
+    for j in run.jobs:
+        assert j.iteration_ns == j.alone_iteration_ns and j.slowdown == 1.0
+    # job a sits where the job alone would (same addresses, QPNs, routes): exactly its plan
+    assert a.jct_ns == run_pipeline(load_job(tmp_path / "dp.yaml"), emit=False).report.iteration_ns
+    assert run.fairness == pytest.approx(1.0)
+
+
+def test_interleaved_on_2to1_slows_and_contiguous_lowers_it(tmp_path):
+    # 2 nodes per leaf, uplinks 2:1; 8 QPs per connection spread each ring hop over both spines.
+    # Interleaved by node, every hop of both rings crosses leaves: per leaf the two jobs' hops
+    # (800 Gb/s) share 400 Gb/s of uplinks, alone a hop has them to itself.
+    fabric = "{kind: leaf-spine, nodes_per_leaf: 2, spines: 2, oversubscription: 2.0}"
+    slow = {}
+    for placement in ("interleaved", "contiguous"):
+        s = scenario(tmp_path, f"placement: {placement}\njobs: [{{job: dp.yaml, name: a}}, {{job: dp.yaml, name: b}}]\n",
+                     dp=8, fabric=fabric, nccl=", qps_per_connection: 8")
+        run = run_scenario(load_scenario(s))
+        slow[placement] = [j.slowdown for j in run.jobs]
+        # busbw falls with the time (same bytes)
+        for j in run.jobs:
+            assert (j.busbw_pct <= j.alone_busbw_pct + 1e-9) == (j.slowdown >= 1.0)
+    assert min(slow["interleaved"]) > 1.05, slow
+    assert max(slow["contiguous"]) < min(slow["interleaved"]), slow
+    assert slow["contiguous"] == [1.0, 1.0]      # under their own leaves: nothing shared
+
+
+def test_placements(tmp_path):
+    body = "placement: %s\n%sjobs: [{job: a.yaml%s}, {job: b.yaml%s}]\nnodes: 8\n"
+    write(tmp_path, "a.yaml", DP_JOB % {"dp": 2, "fabric": NONBLOCKING, "nccl": ""})
+    write(tmp_path, "b.yaml", DP_JOB % {"dp": 4, "fabric": NONBLOCKING, "nccl": ""})
+    got = {}
+    for p, extra, na, nb in (("contiguous", "", "", ""), ("interleaved", "", "", ""),
+                             ("random", "seed: 7\n", "", ""),
+                             ("explicit", "", ", nodes: [7, 0]", ", nodes: [1, 3, 5, 6]")):
+        write(tmp_path, "s.yaml", body % (p, extra, na, nb))
+        got[p] = [list(x) for x in place(load_scenario(tmp_path / "s.yaml"))]
+    assert got["contiguous"] == [[0, 1], [2, 3, 4, 5]]
+    assert got["interleaved"] == [[0, 2], [1, 3, 4, 5]]
+    assert got["explicit"] == [[7, 0], [1, 3, 5, 6]]
+    r = got["random"]
+    assert len(set(r[0]) | set(r[1])) == 6 and set(r[0]).isdisjoint(r[1])
+    write(tmp_path, "s.yaml", body % ("random", "seed: 7\n", "", ""))
+    assert [list(x) for x in place(load_scenario(tmp_path / "s.yaml"))] == r      # same seed, same nodes
+    assert list(rank_map(np.array([3, 1]), 2)) == [6, 7, 2, 3]
+
+
+def test_start_offset_and_iterations(tmp_path):
+    s = scenario(tmp_path, "placement: contiguous\njobs: [{job: dp.yaml, name: a}, "
+                           "{job: dp.yaml, name: b, start_ns: 5000000, iterations: 2}]\n")
+    run = run_scenario(load_scenario(s))
+    a, b = run.jobs
+    assert b.iterations == 2 and len(b.iteration_ns) == 2
+    ops_b = run.ops.rows[b.op_lo:b.op_hi]
+    assert int(run.flows.op_start_ns[b.op_lo:b.op_hi][ops_b["kind"] != 7].min()) >= 5_000_000
+    assert b.end_ns - b.start_ns == b.jct_ns == sum(b.iteration_ns)
+    assert b.slowdown == 1.0 and a.slowdown == 1.0
+
+
+def test_generate_writes_the_tables(tmp_path):
+    s = scenario(tmp_path, "placement: interleaved\njobs: [{job: dp.yaml, name: a}, {job: dp.yaml, name: b}]\n")
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(s), "-o", "out", "-q"],
+                         capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = tmp_path / "out"
+    data = json.loads((d / "scenario.json").read_text())
+    assert [j["name"] for j in data["jobs"]] == ["a", "b"]
+    links = (d / "link_bytes.csv").read_text().splitlines()[1:]
+    # every NIC port carries one job's bytes only (a node runs one job)
+    nic_links = {}
+    for line in links:
+        link, job, _ = line.split(",")
+        if "node" in link:
+            nic_links.setdefault(link, set()).add(job)
+    assert nic_links and all(len(v) == 1 for v in nic_links.values())
+    names = ("scenario.json", "ops.csv", "link_bytes.csv", "summary.md")
+    first = {n: (d / n).read_bytes() for n in names}
+    again = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(s), "-o", "out", "-q"],
+                           capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert {n: (d / n).read_bytes() for n in names} == first          # same input, same bytes
