@@ -144,3 +144,90 @@ def test_generate_writes_the_tables(tmp_path):
                            capture_output=True, text=True, env=ENV, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert {n: (d / n).read_bytes() for n in names} == first          # same input, same bytes
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+SPINE_JOB = """model: tiny
+parallelism: {dp: 8, tp: 1, pp: 1, micro_batch: 1, global_batch: 8}
+cluster: {gpus_per_node: 1, nics_per_node: 1}
+fabric: {kind: leaf-spine, nodes_per_leaf: 4, spines: 4, ecmp_hash: qp}
+nccl: {algorithm: ring, qps_per_connection: 32}
+"""
+# ring order 0..7 on nodes alternating between the two leaves: every hop crosses leaves, so each
+# leaf sends 4 hops x 400 Gb/s up through its 4 x 400 Gb/s of uplinks (1:1, uplink-bound)
+ALTERNATE = "placement: explicit\njobs: [{job: j.yaml, nodes: [0, 4, 1, 5, 2, 6, 3, 7]}]\n"
+
+
+def _spine_runs(tmp: Path, events: str, ecmp: str = "rehash", qps: int = 32):
+    write(tmp, "j.yaml", SPINE_JOB.replace("qps_per_connection: 32", f"qps_per_connection: {qps}"))
+    base = run_scenario(load_scenario(write(tmp, "s0.yaml", ALTERNATE)))
+    down = run_scenario(load_scenario(write(tmp, "s1.yaml", ALTERNATE + f"ecmp_on_failure: {ecmp}\n" + events)))
+    return base, down
+
+
+def _route_nodes(run) -> list[list[int]]:
+    c, r = run.flows.conns, run.fabric.router
+    return [r.path_nodes(c.route[q]) for q in range(len(c.qpn_src))]
+
+
+def _big_op_ns(run) -> int:
+    o = int(np.argmax(run.ops.rows["bytes"]))
+    return int(run.flows.op_end_ns[o] - run.flows.op_start_ns[o])
+
+
+def test_one_spine_of_four_down_slows_an_uplink_bound_ring_by_4_3(tmp_path):
+    from schedule_validator import assert_valid
+    base, down = _spine_runs(tmp_path, "events: [{type: down, switch: spine1}]\n")
+    spine1 = base.fabric.node_id(base.fabric.switch_id("spine1"))
+    assert any(spine1 in p for p in _route_nodes(base))              # it carried traffic before
+    assert down.fabric.node_id(down.fabric.switch_id("spine1")) == spine1
+    assert not any(spine1 in p for p in _route_nodes(down))          # no flow crosses it now
+    # closed form: a leaf's ring hops need 4 x 400 Gb/s; its uplinks give 4 x 400, then 3 x 400
+    leaf_need, up_before, up_after = 4 * 400, 4 * 400, 3 * 400
+    expect = min(1, up_before / leaf_need) / min(1, up_after / leaf_need)
+    assert expect == pytest.approx(4 / 3)
+    ratio = _big_op_ns(down) / _big_op_ns(base)
+    assert ratio == pytest.approx(expect, rel=0.05), ratio
+    # (fabric_routes judges QP 0's route only: with 32 QPs per connection, the NIC ports)
+    assert_valid(down.flows, down.fabric, down.scenario.hardware.output, exact=False)
+
+
+def test_resilient_hashing_keeps_the_flows_that_avoided_the_failure(tmp_path):
+    base, rehash = _spine_runs(tmp_path, "events: [{type: down, switch: spine1}]\n")
+    _, resilient = _spine_runs(tmp_path, "events: [{type: down, switch: spine1}]\n", "resilient")
+    spine1 = base.fabric.node_id(base.fabric.switch_id("spine1"))
+    before, after_rh, after_res = _route_nodes(base), _route_nodes(rehash), _route_nodes(resilient)
+    kept = [k for k, p in enumerate(before) if spine1 not in p]
+    assert kept and all(after_res[k] == before[k] for k in kept)
+    assert any(after_rh[k] != before[k] for k in kept)                 # a full rehash moves them too
+    assert not any(spine1 in p for p in after_res)
+
+
+def test_a_degraded_link_runs_at_its_rate(tmp_path):
+    from schedule_validator import assert_valid, fabric_routes
+    # one QP per connection: the validator judges each flow on its QP's route, at the degraded rate
+    base, slow = _spine_runs(tmp_path, "events: [{type: degrade, link: leaf0-spine0, gbps: 100}]\n", qps=1)
+    f = slow.fabric
+    ln = f.links[(f.links["a"] == f.node_id(f.switch_id("leaf0"))) & (f.links["b"] == f.node_id(f.switch_id("spine0")))]
+    assert list(ln["gbps"]) == [100]
+    assert _big_op_ns(slow) > _big_op_ns(base)
+    assert_valid(slow.flows, slow.fabric, slow.scenario.hardware.output, fabric_routes, exact=False)
+
+
+def test_a_straggler_grows_the_iteration_by_its_extra_compute(tmp_path):
+    from schedule_validator import assert_valid, fabric_routes
+    s = scenario(tmp_path, "jobs: [{job: dp.yaml, name: a}]\n")
+    base = run_scenario(load_scenario(s))
+    slow = run_scenario(load_scenario(write(tmp_path, "s2.yaml", "jobs: [{job: dp.yaml, name: a}]\n"
+                                            "events: [{type: straggler, job: a, rank: 2, factor: 1.5}]\n")))
+    # closed form: a DP-only job computes, then all-reduces its gradients (one bucket), so the
+    # critical path is rank 2's compute before the gradient AllReduce, then the collectives: the
+    # iteration grows by 0.5 x that compute. The compute is the workload's (job alone, no schedule).
+    from tracegen.workload import build_commops
+    ops = build_commops(load_job(tmp_path / "dp.yaml"))
+    first_ar = int(np.flatnonzero(ops.rows["kind"] == 0)[0])
+    compute = int(ops.rows["gap_ns"][first_ar])
+    assert compute > 0
+    assert slow.jobs[0].jct_ns - base.jobs[0].jct_ns == pytest.approx(0.5 * compute, abs=1)
+    assert_valid(slow.flows, slow.fabric, slow.scenario.hardware.output, fabric_routes, exact=False)
