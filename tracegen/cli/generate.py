@@ -106,12 +106,13 @@ def _generate_scenario(path, out_dir, force, quiet) -> None:
     """`generate --scenario FILE`: the scenario's tables and summary in one folder."""
     from ..scenario import report, run, spec
     sc = spec.load_scenario(path)
+    prepared = run.prepare(sc)
     shown_path, shown = outdir.choose(out_dir, "", sc.name)
     files = (*report.SCENARIO_FILES, *outdir.TRACE_NAMES)
     target = outdir.inspect(shown_path, shown, force, protect=(path,), names=files)
     with outdir.Writer(target, force, names=files) as w:
         with stages(quiet) as stage:
-            done = run.run_scenario(sc, stage)
+            done = run.run_scenario(sc, stage, prepared=prepared)
         texts = report.scenario_files(done)
 
         def fill(tmp):

@@ -69,8 +69,9 @@ def _plan_scenario(path, other, as_json) -> None:
         raise ConfigError("--scenario FILE takes no job, --preset, --set, --detail, --corpus or -o: "
                           "the scenario file names its jobs")
     sc = spec.load_scenario(path)
+    prepared = run.prepare(sc)
     with stages(as_json) as stage:
-        done = run.run_scenario(sc, stage)
+        done = run.run_scenario(sc, stage, prepared=prepared)
     if as_json:
         import json
         click.echo(json.dumps(report.scenario_json(done), indent=1))

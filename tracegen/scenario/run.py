@@ -22,6 +22,8 @@ from .place import place, rank_map
 from .spec import Scenario
 from .. import progress
 from ..collectives import expand
+from ..config import show_path
+from ..errors import ConfigError
 from ..fabric.topology import Fabric, build_fabric
 from ..pipeline import chunk_transfer_count
 from ..report.kpi import FlowSide, bus_factor, jain, op_kpis
@@ -139,12 +141,20 @@ def _transfer_count(ops: CommOps, fabric: Fabric, job) -> int:
     return chunk_transfer_count(ops, fabric, job)
 
 
-def run_scenario(sc: Scenario, stage=None, alone: bool = True) -> ScenarioRun:
+def prepare(sc: Scenario) -> tuple[list, Fabric]:
+    """Placement and the fabric with its events: every check of the scenario that needs the
+    fabric, before any work (errors name the scenario file)."""
+    try:
+        return place(sc), scenario_fabric(sc)
+    except ConfigError as e:
+        raise ConfigError(f"{show_path(sc.path)}: {e}") from None
+
+
+def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None) -> ScenarioRun:
     """The scenario timed, and (alone) every job timed alone at its placement."""
     say = stage or (lambda text: None)
     say("scenario: placement and fabric")
-    placed = place(sc)
-    fabric = scenario_fabric(sc)
+    placed, fabric = prepared or prepare(sc)
     gpn = sc.hardware.cluster.gpus_per_node
     parts, solo, ranks = [], [], []
     for i, e in enumerate(sc.jobs):
