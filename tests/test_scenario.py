@@ -231,3 +231,17 @@ def test_a_straggler_grows_the_iteration_by_its_extra_compute(tmp_path):
     assert compute > 0
     assert slow.jobs[0].jct_ns - base.jobs[0].jct_ns == pytest.approx(0.5 * compute, abs=1)
     assert_valid(slow.flows, slow.fabric, slow.scenario.hardware.output, fabric_routes, exact=False)
+
+
+def test_the_committed_example_is_what_generate_writes(tmp_path):
+    """traces/examples/two-tenants/ = `generate --scenario traces/examples/scenarios/two-tenants.yaml`."""
+    src = ROOT / "traces" / "examples" / "scenarios" / "two-tenants.yaml"
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(src), "-o",
+                          str(tmp_path / "x"), "-q"], capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    committed = ROOT / "traces" / "examples" / "two-tenants"
+    how = f"regenerate it: tracegen generate --scenario {src.relative_to(ROOT)} -o traces/examples/two-tenants"
+    for name in ("scenario.json", "ops.csv", "link_bytes.csv", "summary.md"):
+        assert (tmp_path / "x" / name).read_bytes() == (committed / name).read_bytes(), f"{name} is stale; {how}"
+    data = json.loads((committed / "scenario.json").read_text())
+    assert data["jobs"][0]["slowdown"] > 1.0 and data["jobs"][1]["start_ns"] == 200_000
