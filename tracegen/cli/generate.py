@@ -60,10 +60,10 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                 pcap_only = (snaplen, payload, max_bytes, time_window, nics, ranks, collectives, iteration, fmt,
                              comments, merge or None, switch, lab, lab_rate)
                 if job_file or preset or sets or detail or any(v is not None for v in pcap_only) or workers \
-                        or scheduler or max_work:
+                        or scheduler:
                     raise ConfigError("--scenario FILE takes no job, --preset, --set, --detail or pcap options: "
                                       "it writes the scenario's tables (pcaps of a scenario are not written yet)")
-                return _generate_scenario(scenario_file, out_dir, force, quiet)
+                return _generate_scenario(scenario_file, out_dir, force, quiet, max_work)
             job = load(job_file, preset, sets, detail)
             job = pcap_options(job, snaplen=snaplen, payload=payload, max_bytes=max_bytes,
                                 time_window=time_window, nics=nics, ranks=ranks, collectives=collectives,
@@ -102,11 +102,14 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             sys.exit(e.exit_code)
 
 
-def _generate_scenario(path, out_dir, force, quiet) -> None:
+def _generate_scenario(path, out_dir, force, quiet, max_work) -> None:
     """`generate --scenario FILE`: the scenario's tables and summary in one folder."""
     from ..scenario import report, run, spec
     sc = spec.load_scenario(path)
     prepared = run.prepare(sc)
+    with stages(quiet) as stage:
+        stage("work estimate: the jobs' collectives")
+        run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK)
     shown_path, shown = outdir.choose(out_dir, "", sc.name)
     files = (*report.SCENARIO_FILES, *outdir.TRACE_NAMES)
     target = outdir.inspect(shown_path, shown, force, protect=(path,), names=files)

@@ -26,7 +26,7 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
     try:
         if scenario_file:
             return _plan_scenario(scenario_file, job_file or preset or sets or detail or corpus or out_dir,
-                                  as_json)
+                                  as_json, max_work)
         job = retime(pcap_options(load(job_file, preset, sets, detail)))
         check_environment()
         if corpus:                          # a missing corpus or tokenizer: before any work
@@ -62,7 +62,7 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
         fail(e)
 
 
-def _plan_scenario(path, other, as_json) -> None:
+def _plan_scenario(path, other, as_json, max_work) -> None:
     """`plan --scenario FILE`: the jobs' times in the scenario and alone, the fairness."""
     from ..scenario import report, run, spec
     if other:
@@ -70,6 +70,9 @@ def _plan_scenario(path, other, as_json) -> None:
                           "the scenario file names its jobs")
     sc = spec.load_scenario(path)
     prepared = run.prepare(sc)
+    with stages(as_json) as stage:
+        stage("work estimate: the jobs' collectives")
+        run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK)
     with stages(as_json) as stage:
         done = run.run_scenario(sc, stage, prepared=prepared)
     if as_json:

@@ -31,6 +31,7 @@ from ..tables import CollKind, CommOps, Flows, LinkKind, Ragged
 from ..timing.detail import pick_detail
 from ..timing.schedule import schedule
 from ..timing.schedule_conn import schedule_connections
+from ..timing.work import estimate
 from ..workload import build_commops
 
 
@@ -139,6 +140,21 @@ def _busbw(flows: Flows, ops: CommOps, lo: int, hi: int, line_gbps: float) -> fl
 
 def _transfer_count(ops: CommOps, fabric: Fabric, job) -> int:
     return chunk_transfer_count(ops, fabric, job)
+
+
+def check_work(sc: Scenario, max_work: int) -> int:
+    """Bounded work, as for a job (timing/work.py): the jobs' estimates summed, twice with more
+    than one job (each is timed in the scenario and alone); ConfigError beyond max_work (0: no limit)."""
+    units = []
+    for e in sc.jobs:
+        units.append(estimate(e.job, 0, pcap=False, emit=False).units)
+    total = sum(units) * (2 if len(units) > 1 else 1)
+    if max_work and total > max_work:
+        each = ", ".join(f"{e.name} {u:,}" for e, u in zip(sc.jobs, units))
+        raise ConfigError(f"{show_path(sc.path)}: scenario too big for --max-work {max_work:,}: ~{total:,} work units "
+                          f"({each}{'; each job is timed in the scenario and alone' if len(units) > 1 else ''}); "
+                          "shrink its jobs or raise --max-work (0: no limit)")
+    return total
 
 
 def prepare(sc: Scenario) -> tuple[list, Fabric]:
