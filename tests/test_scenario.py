@@ -245,3 +245,37 @@ def test_the_committed_example_is_what_generate_writes(tmp_path):
         assert (tmp_path / "x" / name).read_bytes() == (committed / name).read_bytes(), f"{name} is stale; {how}"
     data = json.loads((committed / "scenario.json").read_text())
     assert data["jobs"][0]["slowdown"] > 1.0 and data["jobs"][1]["start_ns"] == 200_000
+
+
+# --- lab patterns (BMWG draft) ---------------------------------------------------------------------
+
+def test_incast_and_alltoall_patterns_take_their_closed_form_time(tmp_path):
+    s = scenario(tmp_path, "cluster: {gpus_per_node: 1, nics_per_node: 1}\n"      # patterns only: the
+                           "fabric: {kind: leaf-spine, nodes_per_leaf: 4, spines: 2}\njobs:\n"   # scenario's hardware
+                           "  - {pattern: incast, ranks: 8, bytes: 4194304, iterations: 2, name: incast}\n"
+                           "  - {pattern: alltoall, ranks: 4, bytes: 8388608, name: a2a}\n")
+    run = run_scenario(load_scenario(s))
+    incast, a2a = run.jobs
+    assert list(incast.nodes) == list(range(8)) and list(a2a.nodes) == [8, 9, 10, 11]
+    ops = run.ops.rows[incast.op_lo:incast.op_hi]
+    assert (ops["kind"] == 6).sum() == 2 * 7                          # 7 senders, twice
+    assert {int(g[1]) for g in (run.ops.groups[o] for o in range(incast.op_lo, incast.op_hi))} == {0}
+    # N:1: the 7 senders' bytes all cross rank 0's NIC port: at least that long, headers and
+    # hop latency on top (a few %)
+    port_ns = 7 * 4194304 * 8 / 400
+    for t in incast.iteration_ns:
+        assert port_ns <= t <= 1.06 * port_ns, (t, port_ns)
+    # AllToAll under one leaf (nodes 8-11): each rank sends (n-1)/n of its buffer through its own port
+    a2a_ns = 3 / 4 * 8388608 * 8 / 400
+    assert a2a_ns <= a2a.jct_ns <= 1.06 * a2a_ns, (a2a.jct_ns, a2a_ns)
+
+
+def test_a_steady_noisy_neighbour_slows_a_tenant_sharing_uplinks(tmp_path):
+    fabric = "{kind: leaf-spine, nodes_per_leaf: 2, spines: 2, oversubscription: 2.0}"
+    body = ("placement: %s\njobs:\n  - {job: dp.yaml, name: tenant}\n"
+            "  - {pattern: allreduce, ranks: 8, bytes: 67108864, gap_ns: 1000, iterations: 3, name: noisy}\n")
+    got = {}
+    for placement in ("interleaved", "contiguous"):
+        s = scenario(tmp_path, body % placement, dp=8, fabric=fabric, nccl=", qps_per_connection: 8")
+        got[placement] = run_scenario(load_scenario(s)).jobs[0].slowdown
+    assert got["interleaved"] > 1.05 and got["contiguous"] == 1.0, got

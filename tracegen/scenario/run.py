@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .events import apply_fabric_events, apply_stragglers
+from .patterns import pattern_ops, pattern_units
 from .place import place, rank_map
 from .spec import Scenario
 from .. import progress
@@ -147,7 +148,8 @@ def check_work(sc: Scenario, max_work: int) -> int:
     than one job (each is timed in the scenario and alone); ConfigError beyond max_work (0: no limit)."""
     units = []
     for e in sc.jobs:
-        units.append(estimate(e.job, 0, pcap=False, emit=False).units)
+        units.append(pattern_units(*e.pattern[:3], e.job.iterations) if e.pattern else
+                     estimate(e.job, 0, pcap=False, emit=False).units)
     total = sum(units) * (2 if len(units) > 1 else 1)
     if max_work and total > max_work:
         each = ", ".join(f"{e.name} {u:,}" for e, u in zip(sc.jobs, units))
@@ -175,7 +177,8 @@ def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None) ->
     parts, solo, ranks = [], [], []
     for i, e in enumerate(sc.jobs):
         say(f"workload: {e.name}")
-        ops = apply_stragglers(build_commops(e.job), sc.events, i)
+        built = pattern_ops(*e.pattern, e.job.iterations) if e.pattern else build_commops(e.job)
+        ops = apply_stragglers(built, sc.events, i)
         r = rank_map(placed[i], gpn)
         ranks.append(r)
         parts.append(renamed(ops, r, e.start_ns))

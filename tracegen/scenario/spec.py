@@ -10,7 +10,10 @@
     ecmp_on_failure: rehash        # rehash | resilient (events.py)
     jobs:
       - job: a.yaml                # a job file, relative to this file; or
-      - preset: default            # a job preset
+      - preset: default            # a job preset; or
+      - pattern: incast            # a lab benchmark pattern (patterns.py): incast | alltoall | allreduce
+        ranks: 8                   #   its GPUs (whole nodes), bytes (default 8 MiB), gap_ns between
+        bytes: 8388608             #   repetitions (default 0), iterations (default 1)
         start_ns: 1000000          # the job's first op is released this late (default 0)
         iterations: 2              # overrides the job's `iterations`
         nodes: [1, 3]              # explicit placement: the scenario nodes it runs on
@@ -29,6 +32,7 @@ line naming the key.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass, fields
@@ -41,7 +45,8 @@ from ..errors import ConfigError
 
 TOP_KEYS = ("name", "description", "cluster", "fabric", "nodes", "placement", "seed", "ecmp_on_failure",
             "jobs", "events")
-JOB_KEYS = ("job", "preset", "name", "start_ns", "iterations", "nodes")
+JOB_KEYS = ("job", "preset", "pattern", "name", "start_ns", "iterations", "nodes", "ranks", "bytes", "gap_ns")
+PATTERN_ONLY = ("ranks", "bytes", "gap_ns")
 EVENT_KEYS = ("type", "at_ns", "link", "switch", "gbps", "job", "rank", "factor")
 PLACEMENTS = ("contiguous", "interleaved", "random", "explicit")
 ECMP_ON_FAILURE = ("rehash", "resilient")
@@ -60,6 +65,7 @@ class JobEntry:
     start_ns: int
     nodes: tuple | None            # explicit placement
     source: str                    # the file or preset, for messages
+    pattern: tuple | None = None   # a lab pattern (patterns.py): (kind, ranks, bytes, gap_ns)
 
 
 @dataclass(frozen=True)
@@ -155,10 +161,14 @@ def _build(doc: dict, path: Path, shown: str) -> Scenario:
     entries = []
     for i, item in enumerate(jobs_doc):
         entries.append(_job_entry(i, item, path.parent, hardware, explicit=placement == "explicit"))
-        if i == 0:     # without the scenario's own, the first job's hardware, as written
-            for sec in ("cluster", "fabric"):
-                hardware.setdefault(sec, entries[0][1].get(sec, {}))
-    jobs = tuple(_loaded(i, e, hardware) for i, e in enumerate(entries))
+        if entries[-1][1] is not None and not any(e[1] is not None for e in entries[:-1]):
+            for sec in ("cluster", "fabric"):    # without the scenario's own: the first job's, as written
+                hardware.setdefault(sec, entries[-1][1].get(sec, {}))
+    loaded = {i: _loaded(i, e, hardware) for i, e in enumerate(entries) if e[1] is not None}
+    if len(loaded) < len(entries):
+        hw = next(iter(loaded.values())).job if loaded else _hardware_job(hardware)
+        loaded.update({i: _pattern(e, hw) for i, e in enumerate(entries) if e[1] is None})
+    jobs = tuple(loaded[i] for i in range(len(entries)))
     _check_same(jobs)
     names = [j.name for j in jobs]
     for i, n in enumerate(names):
@@ -192,9 +202,27 @@ def _job_entry(i: int, item: Any, base: Path, hardware: dict, explicit: bool) ->
     for key in item:
         if key not in JOB_KEYS:
             raise unknown_key(f"{where}.", key, JOB_KEYS)
-    if ("job" in item) == ("preset" in item):
-        raise ConfigError(f"{where}: give `job: FILE` (relative to the scenario file) or `preset: NAME`, one of them")
-    if "job" in item:
+    pattern = None
+    given = [k for k in ("job", "preset", "pattern") if k in item]
+    if len(given) != 1:
+        raise ConfigError(f"{where}: give `job: FILE` (relative to the scenario file), `preset: NAME` or "
+                          "`pattern: incast|alltoall|allreduce`, one of them")
+    if "pattern" not in item:
+        for k in PATTERN_ONLY:
+            if k in item:
+                raise ConfigError(f"{where}.{k}: only for a `pattern:` job (a job file or preset sizes itself)")
+    if "pattern" in item:
+        from .patterns import DEFAULT_BYTES, PATTERNS
+        kind = _choice(item["pattern"], f"{where}.pattern", PATTERNS)
+        if "ranks" not in item:
+            raise ConfigError(f"{where}: pattern: {kind} needs `ranks:` (its GPUs, whole nodes)")
+        ranks = check_field(f"{where}.ranks", item["ranks"], int, 2, 4096)
+        nbytes = check_field(f"{where}.bytes", item.get("bytes", DEFAULT_BYTES), int, 1, 1 << 40)
+        gap = check_field(f"{where}.gap_ns", item.get("gap_ns", 0), int, 0, MAX_START_NS)
+        its = check_field(f"{where}.iterations", item.get("iterations", 1), int, 1, 1000)
+        raw, source, default_name = None, f"pattern {kind}", f"{kind}{i}"
+        pattern = (kind, ranks, nbytes, gap, its)
+    elif "job" in item:
         f = check_field(f"{where}.job", item["job"], str)
         file = base / f
         raw = rebase(read_yaml_file(file, "job file"), file.parent)
@@ -203,7 +231,7 @@ def _job_entry(i: int, item: Any, base: Path, hardware: dict, explicit: bool) ->
         p = check_field(f"{where}.preset", item["preset"], str)
         raw, source, default_name = {"preset": p}, f"preset {p}", p
     start = check_field(f"{where}.start_ns", item.get("start_ns", 0), int, 0, MAX_START_NS)
-    if "iterations" in item:
+    if "iterations" in item and raw is not None:
         raw = {**raw, "iterations": item["iterations"]}
     nodes = None
     if "nodes" in item:
@@ -221,11 +249,38 @@ def _job_entry(i: int, item: Any, base: Path, hardware: dict, explicit: bool) ->
         check_field(f"{where}.name", name, str)
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
             raise ConfigError(f"{where}.name: {show(name)} — letters, digits, '.', '_', '-'")
-    return (where, raw, source, name, default_name, start, nodes)
+    return (where, raw, source, name, default_name, start, nodes, pattern if raw is None else None)
+
+
+def _hardware_job(hardware: dict) -> Job:
+    """The built-in default job on the scenario's cluster and fabric (a scenario of patterns only)."""
+    raw = {sec: ({"preset": v} if isinstance(v, str) else {k: x for k, x in v.items() if k != "nodes"})
+           if sec == "cluster" else v for sec, v in hardware.items()}
+    try:
+        return job_from_dict(raw, "hardware")
+    except ConfigError as e:
+        raise ConfigError(f"cluster/fabric: {e} (a scenario of patterns only runs them on the default "
+                          "job's hardware: add a job file or preset)") from None
+
+
+def _pattern(entry: tuple, hw: Job) -> JobEntry:
+    """A lab pattern (patterns.py) as a job on the scenario's hardware and NCCL configuration."""
+    where, _, source, name, default_name, start, nodes, pattern = entry
+    kind, ranks, nbytes, gap, its = pattern
+    gpn = hw.cluster.gpus_per_node
+    if ranks % gpn:
+        raise ConfigError(f"{where}.ranks: {ranks} — a pattern runs on whole nodes: a multiple of "
+                          f"cluster.gpus_per_node={gpn}")
+    par = dataclasses.replace(hw.parallelism, dp=ranks, tp=1, pp=1, cp=1, ep=1)
+    job = dataclasses.replace(hw, name=name or default_name, iterations=its, parallelism=par)
+    if nodes is not None and len(nodes) != job.nodes:
+        raise ConfigError(f"{where}.nodes: {len(nodes)} nodes listed; the pattern needs {job.nodes} "
+                          f"({ranks} ranks / cluster.gpus_per_node={gpn})")
+    return JobEntry(name or default_name, job, start, nodes, source, pattern[:4])
 
 
 def _loaded(i: int, entry: tuple, hardware: dict) -> JobEntry:
-    where, raw, source, name, default_name, start, nodes = entry
+    where, raw, source, name, default_name, start, nodes, _ = entry
     raw = dict(raw)
     for sec in ("cluster", "fabric"):
         value = hardware.get(sec, {})
