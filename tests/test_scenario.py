@@ -124,7 +124,7 @@ def test_start_offset_and_iterations(tmp_path):
 
 def test_generate_writes_the_tables(tmp_path):
     s = scenario(tmp_path, "placement: interleaved\njobs: [{job: dp.yaml, name: a}, {job: dp.yaml, name: b}]\n")
-    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(s), "-o", "out", "-q"],
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(s), "--no-pcap", "-o", "out", "-q"],
                          capture_output=True, text=True, env=ENV, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     d = tmp_path / "out"
@@ -140,7 +140,7 @@ def test_generate_writes_the_tables(tmp_path):
     assert nic_links and all(len(v) == 1 for v in nic_links.values())
     names = ("scenario.json", "ops.csv", "link_bytes.csv", "summary.md")
     first = {n: (d / n).read_bytes() for n in names}
-    again = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(s), "-o", "out", "-q"],
+    again = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(s), "--no-pcap", "-o", "out", "-q"],
                            capture_output=True, text=True, env=ENV, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert {n: (d / n).read_bytes() for n in names} == first          # same input, same bytes
@@ -236,11 +236,11 @@ def test_a_straggler_grows_the_iteration_by_its_extra_compute(tmp_path):
 def test_the_committed_example_is_what_generate_writes(tmp_path):
     """traces/examples/two-tenants/ = `generate --scenario traces/examples/scenarios/two-tenants.yaml`."""
     src = ROOT / "traces" / "examples" / "scenarios" / "two-tenants.yaml"
-    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(src), "-o",
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(src), "--no-pcap", "-o",
                           str(tmp_path / "x"), "-q"], capture_output=True, text=True, env=ENV, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     committed = ROOT / "traces" / "examples" / "two-tenants"
-    how = f"regenerate it: tracegen generate --scenario {src.relative_to(ROOT)} -o traces/examples/two-tenants"
+    how = f"regenerate it: tracegen generate --scenario {src.relative_to(ROOT)} --no-pcap -o traces/examples/two-tenants"
     for name in ("scenario.json", "ops.csv", "link_bytes.csv", "summary.md"):
         assert (tmp_path / "x" / name).read_bytes() == (committed / name).read_bytes(), f"{name} is stale; {how}"
     data = json.loads((committed / "scenario.json").read_text())
@@ -279,3 +279,39 @@ def test_a_steady_noisy_neighbour_slows_a_tenant_sharing_uplinks(tmp_path):
         s = scenario(tmp_path, body % placement, dp=8, fabric=fabric, nccl=", qps_per_connection: 8")
         got[placement] = run_scenario(load_scenario(s)).jobs[0].slowdown
     assert got["interleaved"] > 1.05 and got["contiguous"] == 1.0, got
+
+
+# --- pcaps -----------------------------------------------------------------------------------------
+
+def test_pcaps_of_a_two_job_scenario_pass_the_wire_checks_with_one_address_and_qpn_plan(tmp_path):
+    from tg_helpers import read_pcap, roce_fields
+    from wire_check import check_wire
+    write(tmp_path, "s.yaml", "cluster: {gpus_per_node: 1, nics_per_node: 1}\n"
+                              "fabric: {kind: leaf-spine, nodes_per_leaf: 2, spines: 2, oversubscription: 2.0}\n"
+                              "placement: interleaved\njobs:\n"
+                              "  - {pattern: allreduce, ranks: 4, bytes: 1048576, iterations: 2, name: ar}\n"
+                              "  - {pattern: alltoall, ranks: 4, bytes: 1048576, name: a2a}\n")
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", "s.yaml", "-o", "out", "-q"],
+                         capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = tmp_path / "out"
+    pcaps = sorted((d / "pcap").glob("*.pcap"))
+    assert len(pcaps) == 8                                   # every NIC of both jobs
+    assert check_wire(d / "pcap", port_rate_gbps=400) == []
+    jobs = {j["name"]: set(j["nodes"]) for j in json.loads((d / "scenario.json").read_text())["jobs"]}
+    assert jobs == {"ar": {0, 2, 4, 6}, "a2a": {1, 3, 5, 7}}
+    ips: dict[str, set] = {"ar": set(), "a2a": set()}
+    peer_of: dict[tuple, set] = {}                           # (dst IP, DestQP) -> the IPs sending to it
+    for p in pcaps:
+        node = int(p.stem[4:8])                              # node0003-rail0
+        job = "ar" if node in jobs["ar"] else "a2a"
+        for _, _, frame in read_pcap(p):
+            f = roce_fields(frame)
+            if f is None:
+                continue
+            src, dst, opcode, qp, _ = f
+            ips[job].update((src, dst))
+            peer_of.setdefault((dst, qp), set()).add(src)
+    assert ips["ar"] and ips["a2a"] and ips["ar"].isdisjoint(ips["a2a"])   # addresses never shared
+    # a QPN on a NIC is one QP: it hears from one peer only, whichever job
+    assert all(len(v) == 1 for v in peer_of.values())

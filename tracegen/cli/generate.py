@@ -61,9 +61,9 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                              comments, merge or None, switch, lab, lab_rate)
                 if job_file or preset or sets or detail or any(v is not None for v in pcap_only) or workers \
                         or scheduler:
-                    raise ConfigError("--scenario FILE takes no job, --preset, --set, --detail or pcap options: "
-                                      "it writes the scenario's tables (pcaps of a scenario are not written yet)")
-                return _generate_scenario(scenario_file, out_dir, force, quiet, max_work)
+                    raise ConfigError("--scenario FILE takes no job, --preset, --set, --detail or pcap options "
+                                      "but --no-pcap: it writes the scenario's tables and every NIC's pcap")
+                return _generate_scenario(scenario_file, out_dir, force, quiet, max_work, not no_pcap)
             job = load(job_file, preset, sets, detail)
             job = pcap_options(job, snaplen=snaplen, payload=payload, max_bytes=max_bytes,
                                 time_window=time_window, nics=nics, ranks=ranks, collectives=collectives,
@@ -102,8 +102,10 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             sys.exit(e.exit_code)
 
 
-def _generate_scenario(path, out_dir, force, quiet, max_work) -> None:
-    """`generate --scenario FILE`: the scenario's tables and summary in one folder."""
+def _generate_scenario(path, out_dir, force, quiet, max_work, pcap) -> None:
+    """`generate --scenario FILE`: the scenario's tables and summary in one folder, and (pcap, a
+    scenario timed per chunk) every NIC's capture: one address and QPN plan (the scenario's fabric
+    and connections), so the jobs' captures never collide."""
     from ..scenario import report, run, spec
     sc = spec.load_scenario(path)
     prepared = run.prepare(sc)
@@ -115,16 +117,30 @@ def _generate_scenario(path, out_dir, force, quiet, max_work) -> None:
     target = outdir.inspect(shown_path, shown, force, protect=(path,), names=files)
     with outdir.Writer(target, force, names=files) as w:
         with stages(quiet) as stage:
-            done = run.run_scenario(sc, stage, prepared=prepared)
+            hw = sc.hardware
+            done = run.run_scenario(sc, stage, prepared=prepared, rates=pcap and hw.output.pcap)
         texts = report.scenario_files(done)
+        pcaps = pcap and hw.output.pcap and done.detail == "full"
+        if pcap and hw.output.pcap and not pcaps:
+            w.warnings.append("no pcaps: the scenario is timed per connection (detail conn); its tables are written")
 
         def fill(tmp):
             for name, text in texts.items():
                 (tmp / name).write_text(text, encoding="utf-8")
+            if pcaps:
+                from ..emit.views.pcap import write_pcaps
+                (tmp / "pcap").mkdir()
+                with stages(quiet) as stage:
+                    stage("pcap files")
+                    texts["pcaps"] = write_pcaps(done.flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
+                                                 network=hw.network)
         w.write(fill)
+    for warning in w.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if not quiet:
         worst = max(done.jobs, key=lambda j: j.slowdown)
-        click.echo(f"wrote {w.t.shown}/ ({len(texts)} files; {len(done.jobs)} jobs, largest slowdown "
+        n = len(texts.pop("pcaps", []))
+        click.echo(f"wrote {w.t.shown}/ ({len(texts)} files, {n} pcaps; {len(done.jobs)} jobs, largest slowdown "
                    f"{worst.slowdown:.3f} ({worst.name}), Jain fairness {done.fairness:.4f})")
 
 

@@ -110,11 +110,12 @@ def combine(parts: list[CommOps]) -> CommOps:
                    Ragged.concat([p.deps for p in parts], offsets))
 
 
-def time_ops(ops: CommOps, fabric: Fabric, job, detail: str) -> Flows:
-    """The ordinary engine on an op table (no pcap rates: a plan)."""
+def time_ops(ops: CommOps, fabric: Fabric, job, detail: str, rates: bool = False) -> Flows:
+    """The ordinary engine on an op table; rates: keep the NET flows' rate changes (the pcap
+    writer paces each message by them), as run_pipeline does for generate."""
     if detail == "full":
-        return schedule(ops, expand(ops, fabric, job.nccl), fabric, job, rates=False)
-    return schedule_connections(ops, fabric, job, rates=False)
+        return schedule(ops, expand(ops, fabric, job.nccl), fabric, job, rates=rates)
+    return schedule_connections(ops, fabric, job, rates=rates)
 
 
 def _ends(flows: Flows, ops: CommOps, lo: int, hi: int, start_ns: int, iterations: int) -> tuple[int, list]:
@@ -168,8 +169,9 @@ def prepare(sc: Scenario) -> tuple[list, Fabric]:
         raise ConfigError(f"{show_path(sc.path)}: {e}") from None
 
 
-def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None) -> ScenarioRun:
-    """The scenario timed, and (alone) every job timed alone at its placement."""
+def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None, rates: bool = False) -> ScenarioRun:
+    """The scenario timed, and (alone) every job timed alone at its placement. rates: the
+    combined schedule keeps its flows' rate changes (pcaps will be written from it)."""
     say = stage or (lambda text: None)
     say("scenario: placement and fabric")
     placed, fabric = prepared or prepare(sc)
@@ -191,7 +193,7 @@ def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None) ->
         say("detail: chunk transfers counted")
         detail = pick_detail(detail, False, _transfer_count(ops, fabric, job))
     say(f"schedule: {len(sc.jobs)} jobs, {len(ops):,} ops on one fabric ({detail})")
-    flows = time_ops(ops, fabric, job, detail)
+    flows = time_ops(ops, fabric, job, detail, rates)
     line = float(fabric.port_gbps)
     lo = np.cumsum([0] + [len(p) for p in parts])
     results = []
