@@ -62,8 +62,9 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                 if job_file or preset or sets or detail or any(v is not None for v in pcap_only) or workers \
                         or scheduler:
                     raise ConfigError("--scenario FILE takes no job, --preset, --set, --detail or pcap options "
-                                      "but --no-pcap: it writes the scenario's tables and every NIC's pcap")
-                return _generate_scenario(scenario_file, out_dir, force, quiet, max_work, not no_pcap)
+                                      "but --no-pcap and --no-ns3: it writes the scenario's tables, every NIC's "
+                                      "pcap and the ns-3 scenario of the mix")
+                return _generate_scenario(scenario_file, out_dir, force, quiet, max_work, not no_pcap, not no_ns3)
             job = load(job_file, preset, sets, detail)
             job = pcap_options(job, snaplen=snaplen, payload=payload, max_bytes=max_bytes,
                                 time_window=time_window, nics=nics, ranks=ranks, collectives=collectives,
@@ -102,10 +103,10 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             sys.exit(e.exit_code)
 
 
-def _generate_scenario(path, out_dir, force, quiet, max_work, pcap) -> None:
+def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None:
     """`generate --scenario FILE`: the scenario's tables and summary in one folder, and (pcap, a
     scenario timed per chunk) every NIC's capture: one address and QPN plan (the scenario's fabric
-    and connections), so the jobs' captures never collide."""
+    and connections), so the jobs' captures never collide; (ns3) the ns-3 scenario of the mix."""
     from ..scenario import report, run, spec
     sc = spec.load_scenario(path)
     prepared = run.prepare(sc)
@@ -121,8 +122,10 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap) -> None:
             done = run.run_scenario(sc, stage, prepared=prepared, rates=pcap and hw.output.pcap)
         texts = report.scenario_files(done)
         pcaps = pcap and hw.output.pcap and done.detail == "full"
-        if pcap and hw.output.pcap and not pcaps:
-            w.warnings.append("no pcaps: the scenario is timed per connection (detail conn); its tables are written")
+        sim = ns3 and hw.output.ns3 and done.detail == "full"
+        if (pcap and hw.output.pcap and not pcaps) or (ns3 and hw.output.ns3 and not sim):
+            w.warnings.append("no pcaps or ns-3 scenario: the scenario is timed per connection (detail conn); "
+                              "its tables are written")
 
         def fill(tmp):
             for name, text in texts.items():
@@ -134,6 +137,11 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap) -> None:
                     stage("pcap files")
                     texts["pcaps"] = write_pcaps(done.flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
                                                  network=hw.network)
+            if sim:
+                from ..emit.sims.ns3 import write_ns3
+                with stages(quiet) as stage:
+                    stage("ns-3 scenario")
+                    write_ns3(done.flows, done.fabric, hw, tmp / "ns3")
         w.write(fill)
     for warning in w.warnings:
         click.echo(f"warning: {warning}", err=True)
