@@ -449,7 +449,7 @@ MUTATIONS = [
     ('replica-rank-offset-missing', 'tracegen/report/build.py',
      'out[at + d * flows.ops.replica_stride] += base[at]',
      'out[at + d] += base[at]'),
-    ('link-util-bytes-as-bits', 'tracegen/report/build.py',
+    ('link-util-bytes-as-bits', 'tracegen/report/render.py',
      'util = rep.link_bytes * 8 / (rep.link_gbps * rep.iteration_ns)',
      'util = rep.link_bytes / (rep.link_gbps * rep.iteration_ns)'),
     ('report-nvlink-bytes-one-replica', 'tracegen/report/build.py',
