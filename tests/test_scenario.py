@@ -138,7 +138,22 @@ def test_generate_writes_the_tables(tmp_path):
         if "node" in link:
             nic_links.setdefault(link, set()).add(job)
     assert nic_links and all(len(v) == 1 for v in nic_links.values())
-    names = ("scenario.json", "ops.csv", "link_bytes.csv", "summary.md")
+    # link_time.csv: per link and bin the jobs' Gb/s sum to the engine's load, never above the rate
+    # (every link of this fabric runs at 400 Gb/s); a NIC link's bins add up to its bytes
+    import csv
+    table = list(csv.reader((d / "link_time.csv").open()))
+    head, body = table[0], table[1:]
+    bins = [tuple(int(x) for x in h.split("_")[1:]) for h in head[2:]]
+    per_link: dict[str, np.ndarray] = {}
+    for row in body:
+        per_link[row[0]] = per_link.get(row[0], 0) + np.array([float(x) for x in row[2:]])
+    assert max(v.max() for v in per_link.values()) <= 400.0 + 1e-6
+    total = {(ln, job): int(b) for ln, job, b in (line.split(",") for line in links)}
+    for row in body:
+        if row[0].startswith("node"):
+            moved = sum(float(x) * (b - a) / 8 for x, (a, b) in zip(row[2:], bins))
+            assert moved == pytest.approx(total[(row[0], row[1])], rel=1e-3)
+    names = ("scenario.json", "ops.csv", "link_bytes.csv", "link_time.csv", "summary.md")
     first = {n: (d / n).read_bytes() for n in names}
     again = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(s), "--no-pcap", "-o", "out", "-q"],
                            capture_output=True, text=True, env=ENV, cwd=tmp_path)
@@ -236,12 +251,12 @@ def test_a_straggler_grows_the_iteration_by_its_extra_compute(tmp_path):
 def test_the_committed_example_is_what_generate_writes(tmp_path):
     """traces/examples/two-tenants/ = `generate --scenario traces/examples/scenarios/two-tenants.yaml`."""
     src = ROOT / "traces" / "examples" / "scenarios" / "two-tenants.yaml"
-    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(src), "--no-pcap", "-o",
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(src), "--no-pcap", "--no-ns3", "-o",
                           str(tmp_path / "x"), "-q"], capture_output=True, text=True, env=ENV, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     committed = ROOT / "traces" / "examples" / "two-tenants"
-    how = f"regenerate it: tracegen generate --scenario {src.relative_to(ROOT)} --no-pcap -o traces/examples/two-tenants"
-    for name in ("scenario.json", "ops.csv", "link_bytes.csv", "summary.md"):
+    how = f"regenerate it: tracegen generate --scenario {src.relative_to(ROOT)} --no-pcap --no-ns3 -o traces/examples/two-tenants"
+    for name in ("scenario.json", "ops.csv", "link_bytes.csv", "link_time.csv", "summary.md"):
         assert (tmp_path / "x" / name).read_bytes() == (committed / name).read_bytes(), f"{name} is stale; {how}"
     data = json.loads((committed / "scenario.json").read_text())
     assert data["jobs"][0]["slowdown"] > 1.0 and data["jobs"][1]["start_ns"] == 200_000

@@ -120,6 +120,74 @@ def link_bytes_csv(run) -> str:
     return "\n".join(lines) + "\n"
 
 
+TIME_BINS = 50                 # link_time.csv: the scenario's span in this many equal bins
+MAX_TIME_CELLS = 20_000_000    # (route entries x bins) beyond which link_time.csv is left out
+
+
+def _route_entries(run):
+    """Per (NET row, QP, hop): the row, its link direction and its share of the row's bytes."""
+    f = run.flows
+    r = f.rows
+    net = np.flatnonzero(r["link"] == 1)
+    if f.conns is None or not len(net):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    q = f.conns.qps
+    qp = (f.row_conn[net][:, None] * q + np.arange(q)[None, :]).reshape(-1)
+    route = f.conns.route[qp]                                 # [rows x q, hops]
+    rows = np.repeat(np.repeat(net, q), route.shape[1])
+    links = route.reshape(-1)
+    ok = links >= 0
+    return rows[ok], links[ok], np.full(int(ok.sum()), 1.0 / q)
+
+
+def link_time_csv(run) -> str | None:
+    """Per link direction, job and time bin: the Gb/s the job's bytes on it average over the bin.
+    A link's bytes per bin are the engine's own (Flows.link_load: its exact load over time), split
+    between the jobs in proportion to their flows' bytes spread evenly over each flow's start..end
+    (the engine keeps no per-job load). None when too big to tabulate."""
+    f = run.flows
+    r = f.rows
+    rows, links, share = _route_entries(run)
+    if len(rows) * TIME_BINS > MAX_TIME_CELLS:
+        return None
+    end = int(r["end_ns"].max()) if len(r) else 0
+    width = max(1, -(-end // TIME_BINS))
+    edges = np.arange(TIME_BINS + 1, dtype=np.int64) * width
+    s, e = r["start_ns"][rows].astype(np.int64), r["end_ns"][rows].astype(np.int64)
+    wire = (f.row_net_wire if f.row_net_wire is not None else r["wire_bytes"])[rows] * share
+    over = np.clip(np.minimum(e[:, None], edges[None, 1:]) - np.maximum(s[:, None], edges[None, :-1]), 0, None)
+    span = np.maximum(e - s, 1)
+    frac = np.where((e == s)[:, None], (s[:, None] >= edges[None, :-1]) & (s[:, None] < edges[None, 1:]),
+                    over / span[:, None])
+    job = run.op_job[r["op_id"][rows]]
+    n_jobs = len(run.jobs)
+    key, inv = np.unique(links * n_jobs + job, return_inverse=True)
+    acc = np.zeros((len(key), TIME_BINS))
+    np.add.at(acc, inv, frac * wire[:, None])
+    load = f.link_load
+    if load is not None and len(key):
+        used, exact = load.binned_used(width, TIME_BINS)
+        total = np.zeros((int(key.max()) // n_jobs + 1, TIME_BINS))
+        ok = used < len(total)
+        total[used[ok]] = exact[ok][:, :TIME_BINS]
+        lk = key // n_jobs
+        est = np.zeros_like(total)
+        np.add.at(est, lk, acc)
+        whole = acc.sum(axis=1)
+        # jobs' shares of each bin; a bin the spread misses (a flow's tail) goes by whole-run shares
+        per_link = np.zeros(len(total))
+        np.add.at(per_link, lk, whole)
+        fallback = whole / np.maximum(per_link[lk], 1e-300)
+        shares = np.where(est[lk] > 0, acc / np.maximum(est[lk], 1e-300), fallback[:, None])
+        acc = shares * total[lk]
+    names = [j.name for j in run.jobs]
+    lines = ["link,job," + ",".join(f"gbps_{int(a)}_{int(b)}" for a, b in zip(edges[:-1], edges[1:]))]
+    for k, row in zip(key.tolist(), acc):
+        lines.append(f"{run.fabric.link_dir_name(k // n_jobs)},{names[k % n_jobs]},"
+                     + ",".join(f"{x * 8 / width:.3f}" for x in row))
+    return "\n".join(lines) + "\n"
+
+
 def summary_md(run) -> str:
     out = []
     for title, header, rows in scenario_tables(run):
@@ -134,10 +202,14 @@ def summary_md(run) -> str:
     return "\n".join(out)
 
 
-SCENARIO_FILES = ("scenario.json", "ops.csv", "link_bytes.csv", "summary.md")
+SCENARIO_FILES = ("scenario.json", "ops.csv", "link_bytes.csv", "link_time.csv", "summary.md")
 
 
 def scenario_files(run) -> dict[str, str]:
-    """The files `generate --scenario` writes, by name."""
-    return {"scenario.json": json.dumps(scenario_json(run), indent=1) + "\n", "ops.csv": ops_csv(run),
-            "link_bytes.csv": link_bytes_csv(run), "summary.md": summary_md(run)}
+    """The files `generate --scenario` writes, by name (link_time.csv unless too big)."""
+    out = {"scenario.json": json.dumps(scenario_json(run), indent=1) + "\n", "ops.csv": ops_csv(run),
+           "link_bytes.csv": link_bytes_csv(run), "summary.md": summary_md(run)}
+    timeline = link_time_csv(run)
+    if timeline is not None:
+        out["link_time.csv"] = timeline
+    return out
