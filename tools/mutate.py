@@ -611,14 +611,14 @@ MUTATIONS = [
     ('ns3-header-nics-as-nodes', 'tracegen/emit/sims/ns3.py',
      'header = simai_header or f"{n_nodes} {fabric.n_switches} {len(fabric.links)}"',
      'header = simai_header or f"{fabric.n_nics} {fabric.n_switches} {len(fabric.links)}"'),
-    # --- tracegen/output/folder.py
-    ('outdir-parent-of-cwd-allowed', 'tracegen/output/folder.py',
+    # --- tracegen/output/place.py
+    ('outdir-parent-of-cwd-allowed', 'tracegen/output/place.py',
      'return child == parent or parent in child.parents',
      'return child == parent'),
-    ('outdir-force-check-inverted', 'tracegen/output/folder.py',
+    ('outdir-force-check-inverted', 'tracegen/output/place.py',
      '"(tracegen deletes only files it wrote)")\n        blocked = [n for n in names if os.path.lexists(p / n) and not owned(p, n)]',
      '"(tracegen deletes only files it wrote)")\n        blocked = [n for n in names if os.path.lexists(p / n) and owned(p, n)]'),
-    ('outdir-job-dir-may-climb', 'tracegen/output/folder.py',
+    ('outdir-job-dir-may-climb', 'tracegen/output/place.py',
      'if p.is_absolute() or ".." in p.parts or not p.parts or str(p) == ".":',
      'if p.is_absolute() or not p.parts or str(p) == ".":'),
     # --- tracegen/output/ownership.py
@@ -857,6 +857,8 @@ ALSO_RELATED = {
     "tracegen/config/values.py": ["tests/test_config.py", "tests/test_bad_input.py"],
     "tracegen/output/ownership.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
     "tracegen/output/guard.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
+    "tracegen/output/place.py": ["tests/test_outdir.py", "tests/test_output_guard.py"],
+    "tracegen/output/put.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
     "tracegen/emit/views/lab.py": ["tests/test_pcap_lab.py"],
     "tracegen/emit/packets/plan.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
     "tracegen/emit/views/files.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],

@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..output import folder as outdir
+from ..output.guard import signals_as_interrupts
 from ..errors import ConfigError, Interrupted, OutputError
 from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
 from .common import (check_environment, choose_target, fail, job_options, load, output_options, pcap_options,
@@ -54,7 +55,7 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
              collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, workers,
              scheduler, force, max_work, quiet, scenario_file):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
-    with outdir.signals_as_interrupts():
+    with signals_as_interrupts():
         try:
             if scenario_file:
                 pcap_only = (snaplen, payload, max_bytes, time_window, nics, ranks, collectives, iteration, fmt,
@@ -113,9 +114,10 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
     with stages(quiet) as stage:
         stage("work estimate: the jobs' collectives")
         run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK)
-    shown_path, shown = outdir.choose(out_dir, "", sc.name)
-    files = (*report.SCENARIO_FILES, *outdir.TRACE_NAMES)
-    target = outdir.inspect(shown_path, shown, force, protect=(path,), names=files)
+    from ..output import place
+    shown_path, shown = place.choose(out_dir, "", sc.name)
+    files = (*report.SCENARIO_FILES, *place.TRACE_NAMES)
+    target = place.inspect(shown_path, shown, force, protect=(path,), names=files)
     with outdir.Writer(target, force, names=files) as w:
         with stages(quiet) as stage:
             hw = sc.hardware
