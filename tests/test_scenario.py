@@ -258,6 +258,12 @@ def test_the_committed_example_is_what_generate_writes(tmp_path):
     how = f"regenerate it: tracegen generate --scenario {src.relative_to(ROOT)} --no-pcap --no-ns3 -o traces/examples/two-tenants"
     for name in ("scenario.json", "ops.csv", "link_bytes.csv", "link_time.csv", "summary.md"):
         assert (tmp_path / "x" / name).read_bytes() == (committed / name).read_bytes(), f"{name} is stale; {how}"
+    # pictures: by their pixel size (PNG bytes depend on the matplotlib version)
+    import struct
+    size = lambda p: struct.unpack(">II", p.read_bytes()[16:24])
+    for name in ("jobs_gantt.png", "slowdowns.png", "link_load_by_job.png"):
+        assert (committed / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert size(tmp_path / "x" / name) == size(committed / name), f"{name} differs; {how}"
     data = json.loads((committed / "scenario.json").read_text())
     assert data["jobs"][0]["slowdown"] > 1.0 and data["jobs"][1]["start_ns"] == 200_000
 

@@ -139,6 +139,11 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
                     stage("pcap files")
                     texts["pcaps"] = write_pcaps(done.flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
                                                  network=hw.network)
+            if hw.output.pictures:
+                from ..emit.pictures.scenario_plots import draw_scenario
+                with stages(quiet) as stage:
+                    stage("pictures")
+                    draw_scenario(done, report.link_time(done), tmp)
             if sim:
                 from ..emit.sims.ns3 import write_ns3
                 with stages(quiet) as stage:

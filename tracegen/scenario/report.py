@@ -141,10 +141,24 @@ def _route_entries(run):
 
 
 def link_time_csv(run) -> str | None:
+    """link_time.csv (see link_time), or None when too big to tabulate."""
+    got = link_time(run)
+    if got is None:
+        return None
+    edges, links, jobs, gbps = got
+    names = [j.name for j in run.jobs]
+    lines = ["link,job," + ",".join(f"gbps_{int(a)}_{int(b)}" for a, b in zip(edges[:-1], edges[1:]))]
+    for ln, j, row in zip(links.tolist(), jobs.tolist(), gbps):
+        lines.append(f"{run.fabric.link_dir_name(ln)},{names[j]}," + ",".join(f"{x:.3f}" for x in row))
+    return "\n".join(lines) + "\n"
+
+
+def link_time(run):
     """Per link direction, job and time bin: the Gb/s the job's bytes on it average over the bin.
     A link's bytes per bin are the engine's own (Flows.link_load: its exact load over time), split
     between the jobs in proportion to their flows' bytes spread evenly over each flow's start..end
-    (the engine keeps no per-job load). None when too big to tabulate."""
+    (the engine keeps no per-job load). (bin edges ns, link of each row, job of each row, Gb/s
+[rows, bins]), or None when too big to tabulate."""
     f = run.flows
     r = f.rows
     rows, links, share = _route_entries(run)
@@ -180,12 +194,7 @@ def link_time_csv(run) -> str | None:
         fallback = whole / np.maximum(per_link[lk], 1e-300)
         shares = np.where(est[lk] > 0, acc / np.maximum(est[lk], 1e-300), fallback[:, None])
         acc = shares * total[lk]
-    names = [j.name for j in run.jobs]
-    lines = ["link,job," + ",".join(f"gbps_{int(a)}_{int(b)}" for a, b in zip(edges[:-1], edges[1:]))]
-    for k, row in zip(key.tolist(), acc):
-        lines.append(f"{run.fabric.link_dir_name(k // n_jobs)},{names[k % n_jobs]},"
-                     + ",".join(f"{x * 8 / width:.3f}" for x in row))
-    return "\n".join(lines) + "\n"
+    return edges, key // n_jobs, key % n_jobs, acc * 8 / width
 
 
 def summary_md(run) -> str:
@@ -202,7 +211,8 @@ def summary_md(run) -> str:
     return "\n".join(out)
 
 
-SCENARIO_FILES = ("scenario.json", "ops.csv", "link_bytes.csv", "link_time.csv", "summary.md")
+SCENARIO_FILES = ("scenario.json", "ops.csv", "link_bytes.csv", "link_time.csv", "summary.md", "jobs_gantt.png",
+                  "slowdowns.png", "link_load_by_job.png")
 
 
 def scenario_files(run) -> dict[str, str]:
