@@ -372,3 +372,20 @@ def test_two_jobs_interleaved_on_2to1_ns3_agrees_within_10_percent():
         assert s["analytic_iteration_ns"] == max(j["end_ns"] for j in data["jobs"])
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_straggler_slows_its_tp_group_only(tmp_path):
+    from tracegen.scenario.events import apply_stragglers, tp_group
+    from tracegen.scenario.spec import Event
+    from tracegen.workload import build_commops
+    write(tmp_path, "tp.yaml", "model: tiny\nparallelism: {dp: 2, tp: 2, pp: 1, micro_batch: 1, global_batch: 2}\n"
+                               "cluster: {gpus_per_node: 2}\n")
+    ops = build_commops(load_job(tmp_path / "tp.yaml"))
+    assert list(tp_group(ops, 1)) == [0, 1]
+    slow = apply_stragglers(ops, [Event("straggler", "events[0]", job=0, rank=1, factor=2.0)], 0)
+    touches = np.array([bool(set(ops.groups[o].tolist()) & {0, 1}) for o in range(len(ops))])
+    gap, new = ops.rows["gap_ns"], slow.rows["gap_ns"]
+    assert (gap[touches] > 0).any()
+    assert np.array_equal(new[touches], 2 * gap[touches])      # its TP group's compute, doubled
+    assert np.array_equal(new[~touches], gap[~touches])        # the other TP group's, as it was
+    assert np.array_equal(apply_stragglers(ops, [], 0).rows, ops.rows)
