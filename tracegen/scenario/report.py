@@ -56,12 +56,20 @@ def _event_text(e, sc) -> str:
     return f"{sc.jobs[e.job].name} rank {e.rank} x{e.factor:g} compute"
 
 
+def _event_json(e, sc) -> dict:
+    if e.type == "down":
+        return {"type": "down", **({"switch": e.switch} if e.switch else {"link": e.link})}
+    if e.type == "degrade":
+        return {"type": "degrade", "link": e.link, "gbps": e.gbps}
+    return {"type": "straggler", "job": sc.jobs[e.job].name, "rank": e.rank, "factor": e.factor}
+
+
 def scenario_json(run) -> dict:
     sc = run.scenario
     return {
         "scenario": sc.name, "nodes": sc.nodes, "gpus_per_node": sc.hardware.cluster.gpus_per_node,
         "placement": sc.placement, "seed": sc.seed, "ecmp_on_failure": sc.ecmp_on_failure, "detail": run.detail,
-        "events": [{k: v for k, v in vars(e).items() if k != "where" and v not in ("", -1)} for e in sc.events],
+        "events": [_event_json(e, sc) for e in sc.events],
         "fairness_jain": run.fairness,
         "jobs": [{"name": j.name, "source": e.source, "nodes": [int(x) for x in j.nodes], "start_ns": j.start_ns,
                   "iterations": j.iterations, "end_ns": j.end_ns, "jct_ns": j.jct_ns, "alone_jct_ns": j.alone_jct_ns,
