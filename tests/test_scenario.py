@@ -153,7 +153,14 @@ def test_generate_writes_the_tables(tmp_path):
         if row[0].startswith("node"):
             moved = sum(float(x) * (b - a) / 8 for x, (a, b) in zip(row[2:], bins))
             assert moved == pytest.approx(total[(row[0], row[1])], rel=1e-3)
-    names = ("scenario.json", "ops.csv", "link_bytes.csv", "link_time.csv", "summary.md")
+    # flows.csv (the schedule's rows) agrees with ops.csv: an op ends with its last row
+    flow_end: dict[int, int] = {}
+    for row in csv.DictReader((d / "flows.csv").open()):
+        o = int(row["op_id"])
+        flow_end[o] = max(flow_end.get(o, 0), int(row["end_ns"]))
+    ops_rows = list(csv.DictReader((d / "ops.csv").open()))
+    assert ops_rows and all(flow_end[int(r["op_id"])] == int(r["end_ns"]) for r in ops_rows)
+    names = ("scenario.json", "ops.csv", "flows.csv", "link_bytes.csv", "link_time.csv", "summary.md")
     first = {n: (d / n).read_bytes() for n in names}
     again = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", str(s), "--no-pcap", "-o", "out", "-q"],
                            capture_output=True, text=True, env=ENV, cwd=tmp_path)
@@ -256,7 +263,7 @@ def test_the_committed_example_is_what_generate_writes(tmp_path):
     assert out.returncode == 0, out.stderr
     committed = ROOT / "traces" / "examples" / "two-tenants"
     how = f"regenerate it: tracegen generate --scenario {src.relative_to(ROOT)} --no-pcap --no-ns3 -o traces/examples/two-tenants"
-    for name in ("scenario.json", "ops.csv", "link_bytes.csv", "link_time.csv", "summary.md"):
+    for name in ("scenario.json", "ops.csv", "flows.csv", "link_bytes.csv", "link_time.csv", "summary.md"):
         assert (tmp_path / "x" / name).read_bytes() == (committed / name).read_bytes(), f"{name} is stale; {how}"
     # pictures: by their pixel size (PNG bytes depend on the matplotlib version)
     import struct

@@ -132,6 +132,10 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
         def fill(tmp):
             for name, text in texts.items():
                 (tmp / name).write_text(text, encoding="utf-8")
+            from ..emit.tables.flows import fabric_columns, write_flows_csv
+            with stages(quiet) as stage:       # the schedule's rows (op_id: ops.csv's, the job beside it)
+                stage(f"flows.csv: {len(done.flows):,} rows", "rows")
+                write_flows_csv(done.flows, tmp / "flows.csv", extra=fabric_columns(done.flows))
             if pcaps:
                 from ..emit.views.pcap import write_pcaps
                 (tmp / "pcap").mkdir()
