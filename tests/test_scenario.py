@@ -396,3 +396,16 @@ def test_a_straggler_slows_its_tp_group_only(tmp_path):
     assert np.array_equal(new[touches], 2 * gap[touches])      # its TP group's compute, doubled
     assert np.array_equal(new[~touches], gap[~touches])        # the other TP group's, as it was
     assert np.array_equal(apply_stragglers(ops, [], 0).rows, ops.rows)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_placements_hold_the_validator_and_jobs_on_other_leaves_never_interfere(tmp_path, seed):
+    from schedule_validator import assert_valid, fabric_routes
+    s = scenario(tmp_path, f"placement: random\nseed: {seed}\nnodes: 8\n"
+                           "jobs: [{job: dp.yaml, name: a}, {job: dp.yaml, name: b, start_ns: 20000}]\n",
+                 dp=2, fabric="{kind: leaf-spine, nodes_per_leaf: 2, spines: 2, oversubscription: 2.0}")
+    run = run_scenario(load_scenario(s))
+    assert_valid(run.flows, run.fabric, run.scenario.hardware.output, fabric_routes, exact=False)
+    leaves = [set((j.nodes // 2).tolist()) for j in run.jobs]            # 2 nodes per leaf
+    if leaves[0].isdisjoint(leaves[1]):                                 # no link carries both
+        assert [j.slowdown for j in run.jobs] == [1.0, 1.0]
