@@ -409,3 +409,28 @@ def test_random_placements_hold_the_validator_and_jobs_on_other_leaves_never_int
     leaves = [set((j.nodes // 2).tolist()) for j in run.jobs]            # 2 nodes per leaf
     if leaves[0].isdisjoint(leaves[1]):                                 # no link carries both
         assert [j.slowdown for j in run.jobs] == [1.0, 1.0]
+
+
+def test_a_preset_job_brings_its_presets_hardware(tmp_path):
+    """`preset: default` (mini-h100: 2 GPUs per node) runs on its own cluster, and alone it is
+    exactly `tracegen plan --preset default`."""
+    s = write(tmp_path, "s.yaml", "jobs: [{preset: default}]\n")
+    sc = load_scenario(s)
+    job = load_job(preset="default")
+    assert sc.hardware.cluster == job.cluster and sc.hardware.fabric == job.fabric
+    run = run_scenario(sc)
+    assert run.jobs[0].jct_ns == run_pipeline(job, emit=False).report.iteration_ns
+    # a job file starting from the preset, overriding one cluster key: the preset's cluster beneath
+    write(tmp_path, "j.yaml", "preset: default\ncluster: {nic_gbps: 200}\n")
+    sc = load_scenario(write(tmp_path, "s2.yaml", "jobs: [{job: j.yaml}, {preset: default, name: d}]\n"))
+    assert [e.job.cluster.nic_gbps for e in sc.jobs] == [200, 200]
+    assert sc.jobs[1].job.cluster.gpus_per_node == job.cluster.gpus_per_node
+    # a preset whose cluster and fabric are not the built-in defaults keeps them
+    # ... and gives them to every other job (a job's own node count follows from its parallelism)
+    import dataclasses
+    big = load_job(preset="gpt2-small")
+    sc = load_scenario(write(tmp_path, "s3.yaml", "jobs: [{preset: gpt2-small}, {preset: default, name: d}]\n"))
+    for e in sc.jobs:
+        assert dataclasses.replace(e.job.cluster, nodes=0) == dataclasses.replace(big.cluster, nodes=0)
+        assert e.job.fabric == big.fabric
+    assert big.cluster.gpus_per_node != job.cluster.gpus_per_node

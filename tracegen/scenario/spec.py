@@ -41,6 +41,7 @@ from typing import Any
 
 from ..config import Job, check_field, job_from_dict, read_yaml_file, show, show_path
 from ..config.paths import rebase
+from ..config.presets import read_preset
 from ..errors import ConfigError
 
 TOP_KEYS = ("name", "description", "cluster", "fabric", "nodes", "placement", "seed", "ecmp_on_failure",
@@ -162,8 +163,9 @@ def _build(doc: dict, path: Path, shown: str) -> Scenario:
     for i, item in enumerate(jobs_doc):
         entries.append(_job_entry(i, item, path.parent, hardware, explicit=placement == "explicit"))
         if entries[-1][1] is not None and not any(e[1] is not None for e in entries[:-1]):
-            for sec in ("cluster", "fabric"):    # without the scenario's own: the first job's, as written
-                hardware.setdefault(sec, entries[-1][1].get(sec, {}))
+            first = _hardware_of(entries[-1][1])  # without the scenario's own: the first job's, as written
+            for sec in ("cluster", "fabric"):
+                hardware.setdefault(sec, first.get(sec, {}))
     loaded = {i: _loaded(i, e, hardware) for i, e in enumerate(entries) if e[1] is not None}
     if len(loaded) < len(entries):
         hw = next(iter(loaded.values())).job if loaded else _hardware_job(hardware)
@@ -181,7 +183,7 @@ def _build(doc: dict, path: Path, shown: str) -> Scenario:
         nodes = max(need, explicit_max)
     else:
         nodes = check_field("nodes", nodes, int, 1, MAX_NODES)
-    cl = hardware.get("cluster")
+    cl = doc.get("cluster")          # the scenario's own cluster.nodes (a job's is the job's)
     if isinstance(cl, dict) and "nodes" in cl:
         given = check_field("cluster.nodes", cl["nodes"], int, 1, MAX_NODES)
         if "nodes" in doc and given != nodes:
@@ -250,6 +252,23 @@ def _job_entry(i: int, item: Any, base: Path, hardware: dict, explicit: bool) ->
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
             raise ConfigError(f"{where}.name: {show(name)} — letters, digits, '.', '_', '-'")
     return (where, raw, source, name, default_name, start, nodes, pattern if raw is None else None)
+
+
+def _hardware_of(raw: dict, stack: tuple = ()) -> dict:
+    """A job mapping's cluster and fabric sections as written, with those of the job preset it
+    starts from (`preset:`) beneath: what the job runs on, to be given to every job."""
+    out: dict = {}
+    if isinstance(raw.get("preset"), str):
+        name = raw["preset"]
+        out = _hardware_of(read_preset("jobs", name, stack), stack + (("jobs", name),))
+    for sec in ("cluster", "fabric"):
+        if sec not in raw:
+            continue
+        value, base = raw[sec], out.get(sec)
+        if isinstance(value, dict) and "preset" not in value and base is not None:
+            value = {**({"preset": base} if isinstance(base, str) else base), **value}
+        out[sec] = value
+    return out
 
 
 def _hardware_job(hardware: dict) -> Job:
