@@ -12,9 +12,9 @@ straggler a GPU computes `factor` times slower: the compute before every op its 
 
 ecmp_on_failure (what a switch does with the flows of an ECMP group that lost a member):
   rehash     the group is rebuilt with n-1 members and every flow is hashed again (h mod (n-1)):
-             flows on surviving members move too - plain modulo-N ECMP next-hop selection,
-             RFC 2992 section 4 ("Modulo-N Hash": a change in the number of next hops disturbs
-             flows on every next hop).
+             flows on surviving members move too - plain modulo-N next-hop selection as
+             routing.py does it (RFC 2991 "Modulo-N Hash": a change in the number of next hops
+             remaps flows on every next hop; RFC 2992 analyses the disruption).
   resilient  flows whose path avoided the failed member keep it; only the failed member's flows
              are hashed again over the survivors - resilient hashing of the ASICs' ECMP member
              tables (NVIDIA Cumulus Linux "Resilient Hashing", Arista EOS "Resilient ECMP").
