@@ -13,7 +13,7 @@ from ...config import Nccl, Network, Output
 from ...tables import Flows
 from ...fabric.topology import Fabric
 from ... import progress
-from . import congestion, hops, roce, routes
+from . import congestion, hops, queue_marks, roce, routes
 from .capture_file import comment_option_bytes
 from .ports import running_max, serialize
 from .plan import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
@@ -29,11 +29,60 @@ def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nc
     p = build(flows, fabric, out, qps, nccl)
     if p is None or not times:
         return p
-    if len(p.ce_g):
+    if out.ecn_marking == "queue":
+        queue_marks_and_cnps(p, fabric, network if network is not None else Network(), dcqcn)
+    elif len(p.ce_g):
         add_cnps(p, fabric, dcqcn)
     else:
         schedule(p)
     return p
+
+
+QUEUE_ROUNDS = 6     # output.ecn_marking=queue: mark, answer with CNPs, reschedule, mark again
+
+
+def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> None:
+    """CE marks from the switch egress queues (queue_marks.py): schedule, mark, insert the CNPs
+    (and with dcqcn pace after them), reschedule, and mark again on the new schedule until the
+    marks stay the same. The CNPs move frames a little (they slip in between packets), so the
+    marks are re-drawn on the schedule the trace is written from; p.queue_rounds and
+    p.queue_stable say how it ended (stable: every CNP answers a mark of the final schedule)."""
+    base = {k: getattr(p, k) for k in ("k_kind", "k_msg", "k_pkt", "k_tx_nic", "k_rx_nic", "k_wire_ns",
+                                       "k_rec_bytes", "k_nominal_ns", "k_route", "k_frame")}
+    args = (network.kmin_bytes, network.kmax_bytes, network.pmax, p.out.ecn_seed)
+    schedule(p)
+    p.ce_g, p.ce_pos = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    for r in range(QUEUE_ROUNDS):
+        f = queue_marks.port_frames(p)
+        g, pos = queue_marks.marks(p, f, *args)
+        p.queue_rounds = r + 1
+        if np.array_equal(g, p.ce_g) and np.array_equal(pos, p.ce_pos):
+            p.queue_stable = True
+            return
+        if r == QUEUE_ROUNDS - 1:
+            break
+        for k, v in base.items():
+            setattr(p, k, v)
+        p.m_cap = None
+        p.ce_g, p.ce_pos = g, pos
+        if len(g):
+            add_cnps(p, fabric, dcqcn)
+        else:
+            schedule(p)
+    # Not settled: the marks drawn on the written schedule, and those the CNPs of the trace
+    # answer where their port's queue is still above Kmin (marks only ever above Kmin; a CNP
+    # whose mark the last reschedule moved below Kmin is left unanswered: p.queue_stable False).
+    cnp = np.flatnonzero(p.k_kind == CNP)
+    ans = p.m_pkt0[p.k_msg[cnp]] + p.k_pkt[cnp]
+    at = np.flatnonzero((f.g >= 0) & (f.queue_bytes > network.kmin_bytes))
+    L = p.c_route.shape[1]
+    prev = np.isin(f.g[at] * L + f.pos[at], (p.ce_g * L + p.ce_pos)[np.isin(p.ce_g, ans)])
+    g2, pos2 = np.r_[g, f.g[at][prev]], np.r_[pos, f.pos[at][prev]]
+    o = np.lexsort((pos2, g2))
+    g2, pos2 = g2[o], pos2[o]
+    first = np.r_[True, g2[1:] != g2[:-1]] if len(g2) else np.zeros(0, bool)
+    p.ce_g, p.ce_pos = g2[first], pos2[first]
+    p.queue_stable = False
 
 
 def cnp_estimate(p: Plan) -> np.ndarray:
