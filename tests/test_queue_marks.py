@@ -34,7 +34,7 @@ FCS = 4
 
 
 def _run(out: Path, kmin: int, extra=()) -> Path:
-    args = ["generate", "-q", "--no-ns3", "-o", str(out), "--switch", "leaf0"]
+    args = ["generate", "-q", "--no-ns3", "-o", str(out), "--switch", "leaf0", "--set", "output.tables=csv,parquet"]
     for s in JOB + [f"network.kmin_bytes={kmin}", f"network.kmax_bytes={KMAX}", f"network.pmax={PMAX}", *extra]:
         args += ["--set", s]
     res = CliRunner().invoke(main, args)
@@ -160,3 +160,38 @@ def test_same_input_same_bytes(runs, tmp_path):
     again = _run(tmp_path / "again", 20_000)
     for f in sorted((runs[20_000] / "pcap").glob("*.pcap")):
         assert f.read_bytes() == (again / "pcap" / f.name).read_bytes(), f.name
+
+
+def test_expected_counters_equal_the_captures(runs):
+    """port_counters.csv / .parquet against an own count of every leaf0 port file: frames and
+    bytes (orig_len + FCS) per direction (sent by leaf0: its router MAC as source) and 802.1p
+    priority, CE set by the port (leaf0's uplinks are the first switch port of every frame on
+    them: all CE data there; its NIC ports do not mark)."""
+    import csv
+    import pyarrow.parquet as pq
+    out = runs[20_000]
+    pcap = out / "pcap"
+    macs = [{h[0] for _, _, h in _frames(f) if h} for f in sorted(pcap.glob("leaf0-node*.pcap"))]
+    leaf_mac = set.intersection(*macs).pop()
+    want = {}
+    for f in sorted(pcap.glob("leaf0-*.pcap")):
+        uplink = "spine" in f.name
+        for t, orig, h in _frames(f):
+            assert h, f"{f.name}: a frame the reader does not know"
+            row = want.setdefault((f.stem, h[1]), [0] * 5)
+            tx = h[0] == leaf_mac
+            row[0 if tx else 2] += 1
+            row[1 if tx else 3] += orig + FCS
+            row[4] += tx and uplink and h[5] == 3 and h[6] <= 0x0B
+    with open(out / "port_counters.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    got = {(r["port"], int(r["priority"])): [int(r[c]) for c in ("tx_frames", "tx_bytes", "rx_frames", "rx_bytes",
+                                                                  "ecn_marked")] for r in rows}
+    assert got == want
+    assert all(r["switch"] == "leaf0" and r["pfc_pause_tx"] == "0" for r in rows)
+    table = pq.read_table(out / "port_counters.parquet").to_pylist()
+    assert [{k: str(v) for k, v in r.items()} for r in table] == rows
+    marked = sum(v[4] for v in want.values())
+    print(f"\nport_counters: {len(rows)} rows, {sum(v[0] for v in want.values())} frames sent by leaf0, "
+          f"{marked} CE marked at its uplinks")
+    assert marked > 100

@@ -136,6 +136,15 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     return paths
 
 
+def port_counters(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                  network: Network | None = None) -> list[tuple]:
+    """The switch view's expected counters (views/counters.py: counters.COLUMNS rows), from the
+    plan write_pcaps wrote (kept: not scheduled again)."""
+    from .counters import switch_counters
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
+    return [] if p is None else switch_counters(p, fabric, views.files(p, fabric))
+
+
 def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
                progress: Callable[[int], None] | None = None) -> tuple[Path, int]:
     """One capture file of the view, written whole (to .part, then renamed): (path, bytes)."""
