@@ -30,12 +30,14 @@ from wire_check import check_wire, read_records, tags
 JOB = ["parallelism.dp=8", "parallelism.global_batch=32", "model.layers=2", "fabric=leaf-spine-4to1",
        "output.ecn_marking=queue", "output.pictures=false", "output.perfetto=false"]
 KMAX, PMAX = 100_000, 0.2
+XOFF, RESUME = 150_000, 3072             # PFC: pause above Xoff, until the queue is down to Xoff - RESUME
 FCS = 4
 
 
 def _run(out: Path, kmin: int, extra=()) -> Path:
     args = ["generate", "-q", "--no-ns3", "-o", str(out), "--switch", "leaf0", "--set", "output.tables=csv,parquet"]
-    for s in JOB + [f"network.kmin_bytes={kmin}", f"network.kmax_bytes={KMAX}", f"network.pmax={PMAX}", *extra]:
+    for s in JOB + [f"network.kmin_bytes={kmin}", f"network.kmax_bytes={KMAX}", f"network.pmax={PMAX}",
+                    f"network.pfc_xoff_bytes={XOFF}", f"network.pfc_resume_offset_bytes={RESUME}", *extra]:
         args += ["--set", s]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
@@ -69,8 +71,22 @@ def _frames(path):
     return [(t, orig, _parse(fr)) for _, t, orig, fr in recs]
 
 
+def _pauses(path):
+    """(t_ns, priority, quanta, source MAC) of the 802.1Qbb PFC frames of a capture."""
+    out = []
+    for t, orig, fr in ((t, o, fr) for _, t, o, fr in read_records(path)[1]):
+        if fr[12:14] == b"\x88\x08" and fr[14:16] == b"\x01\x01":
+            cev = struct.unpack_from(">H", fr, 16)[0]
+            times = struct.unpack_from(">8H", fr, 18)
+            assert orig == 60 and fr[:6] == bytes.fromhex("0180c2000001") and bin(cev).count("1") == 1
+            c = cev.bit_length() - 1
+            out.append((t, c, times[c], fr[6:12]))
+    return out
+
+
 def _replay(out: Path):
-    """Per uplink frame leaving leaf0: (file, pcp, arrival, departure, bytes, is data, ce, queue)."""
+    """Per uplink frame leaving leaf0: (file, pcp, arrival, departure, bytes, is data, ce, queue
+    it found, the NIC port file it was sent from)."""
     pcap = out / "pcap"
     lat = yaml.safe_load((out / "job.resolved.yaml").read_text())["fabric"]["link_latency_ns"]
     nic_files = sorted(pcap.glob("leaf0-node*.pcap"))
@@ -79,11 +95,13 @@ def _replay(out: Path):
     assert len(leaf_mac) == 1, "the leaf's router MAC is the one MAC every NIC port file shares"
     leaf_mac = leaf_mac.pop()
     sent = defaultdict(list)          # key -> NIC send times, in file order
+    origin = defaultdict(list)        # key -> the NIC port file it was sent from
     sent_ce = 0
     for f in nic_files:
         for t, orig, h in _frames(f):
             if h and h[0] != leaf_mac:                # sent by the NIC
                 sent[h[2:5] + h[6:]].append(t)
+                origin[h[2:5] + h[6:]].append(f.stem)
                 sent_ce += h[5] == 3
     rows = []
     for f in sorted(pcap.glob("leaf0-spine*.pcap")):
@@ -96,7 +114,7 @@ def _replay(out: Path):
             seen[key] += 1
             a = sent[key][n] + lat
             assert a <= t, f"{f.name}: a frame leaves the uplink {a - t} ns before it arrived"
-            rows.append([f.name, h[1], a, t, orig + FCS, h[6] <= 0x0B, h[5] == 3, 0])
+            rows.append([f.name, h[1], a, t, orig + FCS, h[6] <= 0x0B, h[5] == 3, 0, origin[key][n]])
     by_port = defaultdict(list)
     for r in rows:
         by_port[r[0], r[1]].append(r)
@@ -177,7 +195,8 @@ def test_expected_counters_equal_the_captures(runs):
     for f in sorted(pcap.glob("leaf0-*.pcap")):
         uplink = "spine" in f.name
         for t, orig, h in _frames(f):
-            assert h, f"{f.name}: a frame the reader does not know"
+            if h is None:
+                continue                      # PFC frames: counted below
             row = want.setdefault((f.stem, h[1]), [0] * 5)
             tx = h[0] == leaf_mac
             row[0 if tx else 2] += 1
@@ -188,10 +207,55 @@ def test_expected_counters_equal_the_captures(runs):
     got = {(r["port"], int(r["priority"])): [int(r[c]) for c in ("tx_frames", "tx_bytes", "rx_frames", "rx_bytes",
                                                                   "ecn_marked")] for r in rows}
     assert got == want
-    assert all(r["switch"] == "leaf0" and r["pfc_pause_tx"] == "0" for r in rows)
+    assert all(r["switch"] == "leaf0" and r["pfc_pause_rx"] == "0" for r in rows)
+    pauses = {(f.stem, p[1]): 0 for f in sorted(pcap.glob("leaf0-node*.pcap")) for p in _pauses(f)}
+    for f in sorted(pcap.glob("leaf0-node*.pcap")):
+        for p in _pauses(f):
+            pauses[f.stem, p[1]] += 1
+    assert {k: int(r["pfc_pause_tx"]) for r in rows if int(r["pfc_pause_tx"])
+            for k in [(r["port"], int(r["priority"]))]} == pauses
+    assert sum(pauses.values()) > 10, pauses
     table = pq.read_table(out / "port_counters.parquet").to_pylist()
     assert [{k: str(v) for k, v in r.items()} for r in table] == rows
     marked = sum(v[4] for v in want.values())
     print(f"\nport_counters: {len(rows)} rows, {sum(v[0] for v in want.values())} frames sent by leaf0, "
-          f"{marked} CE marked at its uplinks")
+          f"{marked} CE marked at its uplinks, {sum(pauses.values())} PFC pauses sent to its NICs")
     assert marked > 100
+
+
+def test_pauses_only_above_xoff_and_the_nic_waits(runs):
+    """Every PAUSE a leaf0 NIC port receives: one link latency earlier a frame of that NIC
+    reached a leaf0 uplink whose replayed queue (of the paused priority, that frame included)
+    was above Xoff; its quanta are the time that queue needs to drain to Xon at the uplink's
+    rate, in 512-bit times at the NIC's rate (rates: summary.json's links); and the NIC starts
+    no frame while the pause lasts."""
+    import json
+    from wire_check import folder_rates
+    out = runs[20_000]
+    pcap = out / "pcap"
+    summary = json.loads((out / "summary.json").read_text())
+    lat = yaml.safe_load((out / "job.resolved.yaml").read_text())["fabric"]["link_latency_ns"]
+    rows, _ = _replay(out)
+    by_arrival = {(r[8], r[2]): r for r in rows}
+    xon = XOFF - RESUME
+    n = 0
+    for f in sorted(pcap.glob("leaf0-node*.pcap")):
+        nic_gbps = folder_rates(summary, f.stem)
+        pz = _pauses(f)
+        leaf = {p[3] for p in pz}
+        sends = sorted(t for t, _, h in _frames(f) if h and h[0] not in leaf)
+        for t, prio, quanta, _ in pz:
+            r = by_arrival.get((f.stem, t - lat))
+            assert r is not None, f"{f.name}: a PAUSE at {t} ns follows no frame of this NIC at an uplink"
+            assert prio == r[1] == 3
+            queued = r[7] + r[4]
+            assert queued > XOFF, f"{f.name}: PAUSE at {t} ns with the uplink queue at {queued} B"
+            up_gbps = folder_rates(summary, r[0].rsplit(".", 1)[0])
+            drain = -(-(queued - xon) * 8 // up_gbps)
+            assert quanta == -(-drain * nic_gbps // 512), (quanta, drain)
+            end = t + -(-quanta * 512 // nic_gbps)
+            inside = [s for s in sends if t <= s < end]
+            assert not inside, f"{f.name}: the NIC sends at {inside[:3]} during a pause {t}..{end}"
+            n += 1
+    assert n > 10
+    print(f"\n{n} PFC pauses judged")

@@ -44,9 +44,9 @@ def _peer_links(fabric, node: int) -> dict[str, tuple[int, bool]]:
     return out
 
 
-def switch_counters(p: Plan, fabric, fset: FileSet, pauses=None) -> list[tuple]:
+def switch_counters(p: Plan, fabric, fset: FileSet) -> list[tuple]:
     """Rows (COLUMNS) of every port file of the switch view (p.out.switch), one per priority with
-    a frame. pauses: per file name, (pause frames sent, received) per priority (pfc.py)."""
+    a frame."""
     sw = switch_index(fabric, p.out.switch)
     name, node = fabric.sw_name[sw], fabric.node_id(sw)
     kind_bytes, kind_pcp = _kind_bytes_pcp(p)
@@ -74,7 +74,8 @@ def switch_counters(p: Plan, fabric, fset: FileSet, pauses=None) -> list[tuple]:
                 marked = data & tx & (p.ce_g[at] == gl) & (p.ce_pos[at] == link)
             for col, sel, w in ((0, tx, 1), (1, tx, nbytes), (2, ~tx, 1), (3, ~tx, nbytes), (4, marked, 1)):
                 np.add.at(acc[:, col], pcp[sel], np.broadcast_to(w, len(g))[sel])
-        ptx, prx = (pauses or {}).get(spec.name, (np.zeros(8, np.int64), np.zeros(8, np.int64)))
+        ptx, prx = np.zeros(8, np.int64), np.zeros(8, np.int64)
+        ptx[p.out.pcp] = len(spec.pauses)       # PFC frames the switch sent the NIC (pfc.py; NICs send none)
         for prio in range(8):
             if acc[prio].any() or ptx[prio] or prx[prio]:
                 rows.append((name, spec.name, peer, prio, *(int(x) for x in acc[prio]), int(ptx[prio]), int(prx[prio])))

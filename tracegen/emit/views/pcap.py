@@ -191,8 +191,25 @@ def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
     packets = items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES, spec.t0_ns)
     if spec.port_gbps:
         packets = port_queue.queued(p, it, packets, p.line_gbps, spec.port_gbps)
+    if not spec.pauses:
+        for pos, li, j, t in packets:
+            yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+        return
+    # PFC PAUSE frames (pfc.py) go in between, in time order (after frames of the same ns)
+    pause_t = np.array([t for t, _ in spec.pauses], np.int64) - spec.t0_ns
+    k = 0
     for pos, li, j, t in packets:
-        yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+        a = 0
+        while k < len(pause_t) and pause_t[k] < t[-1]:
+            b = int(np.searchsorted(t, pause_t[k], "right"))
+            if b > a:
+                yield frames.records(p, fset.addressing, it, pos, li[a:b], j[a:b], t[a:b], scratch)
+            yield p.fmt.record(int(pause_t[k]), spec.pauses[k][1])
+            a, k = b, k + 1
+        if a < len(t):
+            yield frames.records(p, fset.addressing, it, pos, li[a:], j[a:], t[a:], scratch)
+    for i in range(k, len(pause_t)):
+        yield p.fmt.record(int(pause_t[i]), spec.pauses[i][1])
 
 
 def _write_all(f, buf: np.ndarray) -> None:
