@@ -259,3 +259,25 @@ def test_pauses_only_above_xoff_and_the_nic_waits(runs):
             n += 1
     assert n > 10
     print(f"\n{n} PFC pauses judged")
+
+
+def test_host_view_shows_the_pauses_its_nic_receives(runs, tmp_path):
+    """The same job's host view: every NIC file holds the PAUSE frames of its leaf0 port file
+    (same times, quanta, source), and the summary's pcap bytes are the files' (pauses counted)."""
+    import json
+    host = tmp_path / "host"
+    args = ["generate", "-q", "--no-ns3", "-o", str(host)]
+    for s in JOB + [f"network.kmin_bytes=20000", f"network.kmax_bytes={KMAX}", f"network.pmax={PMAX}",
+                    f"network.pfc_xoff_bytes={XOFF}", f"network.pfc_resume_offset_bytes={RESUME}"]:
+        args += ["--set", s]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    n = 0
+    for f in sorted((runs[20_000] / "pcap").glob("leaf0-node*.pcap")):
+        mine = host / "pcap" / (f.name[len("leaf0-"):])
+        assert _pauses(mine) == _pauses(f)
+        n += len(_pauses(f))
+    assert n > 10
+    est = json.loads((host / "summary.json").read_text())["pcap_estimate"]
+    files = sorted((host / "pcap").glob("*.pcap"))
+    assert est["bytes"] == sum(f.stat().st_size for f in files), est

@@ -54,7 +54,7 @@ def view_name(out: Output) -> str:
 
 def needs_schedule(out: Output) -> bool:
     """Can this view be counted from the plan alone (host view, no time window)?"""
-    return bool(out.time_window) or view_name(out) != "nic"
+    return bool(out.time_window) or view_name(out) != "nic" or out.ecn_marking == "queue"     # marks: from the schedule
 
 
 def files(p: Plan, fabric: Fabric) -> FileSet:

@@ -48,8 +48,17 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
         return 0, 0
     if p.tx is None:
         return _host_counts_unscheduled(p, fabric)
-    counts = [items.count(p, spec) for spec in views.files(p, fabric).specs]
+    counts = [_count(p, spec) for spec in views.files(p, fabric).specs]
     return sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0)
+
+
+def _count(p: Plan, spec) -> tuple[int, int]:
+    """items.count, with the file's PFC PAUSE records (pfc.py)."""
+    n, nbytes = items.count(p, spec)
+    if spec.pauses:
+        n += len(spec.pauses)
+        nbytes += sum(len(p.fmt.record(t, fr)) for t, fr in spec.pauses)
+    return n, nbytes
 
 
 def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
@@ -119,7 +128,7 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     if p is None:
         return []
     fset = views.files(p, fabric)
-    counts = [items.count(p, spec) for spec in fset.specs]
+    counts = [_count(p, spec) for spec in fset.specs]
     specs = [spec for spec, c in zip(fset.specs, counts) if c[0] > 0]
     select.check_budget(sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0), out)
     total_bytes = sum(c[1] for c in counts if c[0] > 0)
