@@ -52,7 +52,7 @@ def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool | None = No
     (tracegen/output/folder.py): refused before any work unless new or tracegen's own (force: beside a
     user's files, never over one), filled in a temp folder and swapped in by one rename, so an
     error or a signal leaves the earlier folder as it was."""
-    from tracegen.output import folder as outdir
+    from tracegen.output import folder as outdir, place
     t_wall = time.perf_counter()
     sc = load_scenario(path)
     if len(sc) == 0:
@@ -69,7 +69,7 @@ def run_scenario(path: str | Path, *, gap: str = "zero", dcqcn: bool | None = No
         sc, None if dcqcn_state is None else dcqcn_state == "message")
     if pcap:
         _check_pcap_budget(sc, max_bytes)
-    target, shown = (outdir.choose(str(out), "", "sim") if out is not None else
+    target, shown = (place.choose(str(out), "", "sim") if out is not None else
                      (sc.dir / "sim", str(sc.dir / "sim")))
     say = progress or (lambda msg: None)
     said: dict = {}

@@ -228,7 +228,7 @@ def _numeric_keys():
 
 def test_every_numeric_key_has_a_documented_range():
     missing = [k for k in _numeric_keys() if k not in _RANGES and k not in _CHOICES]
-    assert not missing, f"declare a range (lo, hi) in tracegen/config/schema.py for: {missing}"
+    assert not missing, f"declare a range (lo, hi) in tracegen/config/keys/ (its section) for: {missing}"
     for k, row in _RANGES.items():
         lo, hi = row[:2]
         assert lo <= hi and abs(hi) < 2**62, k

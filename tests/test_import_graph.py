@@ -38,7 +38,7 @@ STAGE_OF = {
     "tracegen.timing.detail": "timing",
     "tracegen.output": "output", "tracegen.output.folder": "output", "tracegen.output.ownership": "output",
     "tracegen.output.guard": "output",
-    "tracegen.report.build": "report", "tracegen.report.kpi": "report",
+    "tracegen.report": "report", "tracegen.report.build": "report", "tracegen.report.kpi": "report",
     "tracegen.emit": "emit", "tracegen.emit.sims.ns3_compare": "emit",
     "tracegen.pipeline": "pipeline",
     "tracegen.corpus": "corpus",

@@ -16,7 +16,7 @@ from tracegen.config import load_job
 from tracegen.emit.tables.summary import write_summaries
 from tracegen.cli.collective import Row, format_table, run_collective
 from tracegen.pipeline import run_pipeline
-from tracegen.report.build import link_table
+from tracegen.report.render import link_table
 
 # nccl-tests' bus factors (src/*.cu GetBw: AllReduceGetBw 2(n-1)/n; ReduceScatter, AllGather,
 # AlltoAll (n-1)/n; Broadcast, Reduce, SendRecv 1), for n = 8

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tracegen.output.folder import MANIFEST, MARKER
+from tracegen.output.ownership import MANIFEST, MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

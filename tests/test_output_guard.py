@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from test_outdir import FAST, cli, digest, error_line, tmpfs, user_project
-from tracegen.output.folder import MANIFEST, MARKER, write_folder
+from tracegen.output.folder import write_folder
+from tracegen.output.ownership import MANIFEST, MARKER
 from tracegen.output.ownership import png_is_ours, read_manifest
 
 

@@ -10,7 +10,8 @@ import pytest
 from tg_helpers import cluster_job, run_ops
 from tracegen.config import job_from_dict
 from tracegen.pipeline import run_pipeline
-from tracegen.report.build import build_report, render_markdown, report_tables
+from tracegen.report.build import build_report
+from tracegen.report.render import render_markdown, report_tables
 from tracegen.tables import CollKind, Dim, Flows, Phase, Ragged
 
 S = 3 << 20

@@ -97,8 +97,8 @@ def fmt_count(n: int) -> str:
 
 
 def fmt_bytes(n: int) -> str:
-    """As `tracegen plan` prints the pcap estimate (report._short_bytes)."""
-    from tracegen.report.build import _short_bytes
+    """As `tracegen plan` prints the pcap estimate (report/render.py _short_bytes)."""
+    from tracegen.report.render import _short_bytes
     return _short_bytes(n)
 
 

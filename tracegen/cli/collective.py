@@ -259,7 +259,7 @@ def collective(name, minbytes, maxbytes, stepfactor, stepbytes, datatype, nodes,
                protocol, channels, out_dir, max_bytes, nics, force, max_work):
     """Time one NCCL collective over sizes like nccl-tests' *_perf (e.g. `tracegen collective
     all_reduce -b 8M -e 1G -f 2 --nodes 16`) and print its table; -o writes the capture."""
-    from ..output import folder as outdir
+    from ..output import place
     from .common import command_errors
     from ..timing.work import parse_work
     with command_errors():
@@ -273,8 +273,8 @@ def collective(name, minbytes, maxbytes, stepfactor, stepbytes, datatype, nodes,
         target = None
         if out_dir:
             out = _output(name, cluster, nodes, algorithm, channels, protocol, max_bytes, nics)
-            path, shown = outdir.choose(out_dir, "", name)
-            target = outdir.inspect(path, shown, force)
+            path, shown = place.choose(out_dir, "", name)
+            target = place.inspect(path, shown, force)
         elif max_bytes is not None or nics is not None or force:
             raise ConfigError("--max-bytes, --nics and --force shape what -o writes; add -o DIR or leave them out")
         rows, run = run_collective(name, cluster, nodes, lo, hi, stepfactor, step, datatype, algorithm, channels,

@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import click
 
-from ..output import folder as outdir
+from ..output import place
+from ..output.guard import signals_as_interrupts
 from ..config import Job, load_job, validate
 from ..errors import ConfigError, Interrupted, OutputError
 from ..timing.work import DEFAULT_MAX_WORK
@@ -27,7 +28,7 @@ def command_errors():
     """The body of a command that reads or writes: SIGINT/SIGTERM/SIGHUP become Interrupted (temp
     files removed on the way out); ConfigError and OutputError are one line, exit 2 (WriteError:
     exit 1); Interrupted says whether the output was already in place, exit 128 + signal."""
-    with outdir.signals_as_interrupts():
+    with signals_as_interrupts():
         try:
             yield
         except (ConfigError, OutputError) as e:
@@ -118,9 +119,9 @@ def output_options(f):
 
 
 def choose_target(out_dir, job, job_file, force):
-    """The folder generate writes (outdir.choose), inspected: refused or what it holds."""
-    path, shown = outdir.choose(out_dir, job.output.dir, job.name)
-    return outdir.inspect(path, shown, force, protect=(job_file, job.output.lab))
+    """The folder generate writes (place.choose), inspected: refused or what it holds."""
+    path, shown = place.choose(out_dir, job.output.dir, job.name)
+    return place.inspect(path, shown, force, protect=(job_file, job.output.lab))
 
 
 def run_job(job, quiet: bool, pcap: bool = True, budget: bool = True):

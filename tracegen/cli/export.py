@@ -44,7 +44,7 @@ def _common(f):
 def _export(fmt: str, job_file, preset, sets, detail, out_dir, force, fill) -> None:
     """Load the job, check where it goes (before any work), then build its CommOps and write them
     with fill(job, ops, tmp) -> (message, notes) into a temp folder swapped into place."""
-    from ..output import folder as outdir
+    from ..output import folder as outdir, place
     from .common import command_errors, load
     from ..workload import build_commops
     with command_errors():
@@ -55,11 +55,11 @@ def _export(fmt: str, job_file, preset, sets, detail, out_dir, force, fill) -> N
             from ..fabric.topology_file import read_topology
             read_topology(job.fabric, job.nodes, job.cluster.nics, job.cluster.nic_gbps)
         if out_dir:
-            path, shown = outdir.choose(out_dir, "", job.name)
+            path, shown = place.choose(out_dir, "", job.name)
         else:
-            trace, trace_shown = outdir.choose(None, job.output.dir, job.name)
+            trace, trace_shown = place.choose(None, job.output.dir, job.name)
             path, shown = trace / fmt, f"{trace_shown}/{fmt}"
-        target = outdir.inspect(path, shown, force, protect=(job_file,), names=())
+        target = place.inspect(path, shown, force, protect=(job_file,), names=())
         said: dict = {}
         with outdir.Writer(target, force, what="export", names=()) as w:
             ops = build_commops(job)
@@ -109,7 +109,7 @@ OTG_NAMES = ("otg.json", "otg.yaml", "otg-schedule.json")
                    "per QP and message size, then per QP (see README).")
 def otg(job_file, preset, sets, detail, out_dir, force, lab, max_flows):
     """The job's RoCEv2 traffic as an Open Traffic Generator config (snappi) for a closed-loop tester."""
-    from ..output import folder as outdir
+    from ..output import folder as outdir, place
     from .common import command_errors, load, pcap_options
     from ..timing.work import DEFAULT_MAX_WORK, estimate
     with command_errors():
@@ -123,9 +123,9 @@ def otg(job_file, preset, sets, detail, out_dir, force, lab, max_flows):
             raise ConfigError("export otg: output.time_window cuts messages into packets; an OTG flow holds "
                               "whole messages - leave it out")
         if out_dir:
-            path, shown = outdir.choose(out_dir, "", job.name)
+            path, shown = place.choose(out_dir, "", job.name)
         else:
-            trace, trace_shown = outdir.choose(None, job.output.dir, job.name)
+            trace, trace_shown = place.choose(None, job.output.dir, job.name)
             path, shown = trace / "otg", f"{trace_shown}/otg"
         said, got = {}, {}
 

@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..output import folder as outdir
+from ..output.guard import signals_as_interrupts
 from ..errors import ConfigError, Interrupted, OutputError
 from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
 from .common import (check_environment, choose_target, fail, job_options, load, output_options, pcap_options,
@@ -51,7 +52,7 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
              collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, workers,
              scheduler, force, max_work, quiet):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
-    with outdir.signals_as_interrupts():
+    with signals_as_interrupts():
         try:
             job = load(job_file, preset, sets, detail)
             job = pcap_options(job, snaplen=snaplen, payload=payload, max_bytes=max_bytes,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..output import folder as outdir
+from ..output.put import check_file, write_file
 from .common import command_errors
 
 
@@ -87,10 +87,10 @@ def ns3_compare(trace_dir, fct_path, sport, png_path):
         png = Path(png_path) if png_path else \
             (Path(fct_path).parent if fct_path else scenario_dir(trace_dir) / "sim") / "compare.png"
         shown = png_path or show_path(str(png))
-        outdir.check_file(png, shown)          # never over a user's file: refused before any work
+        check_file(png, shown)          # never over a user's file: refused before any work
         j = join(trace_dir, fct_path, sport)
         k = joined_kpis(j)
-        png = outdir.write_file(png, shown, lambda tmp: plot(j, tmp))
+        png = write_file(png, shown, lambda tmp: plot(j, tmp))
     from rich import box
     from rich.console import Console
     from rich.table import Table

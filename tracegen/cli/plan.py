@@ -39,7 +39,7 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
         run = run_job(job, as_json, budget=False)
         if as_json:
             import json
-            from ..report.build import plan_json
+            from ..report.plan_json import plan_json
             click.echo(json.dumps(plan_json(run), indent=1))
             return
         corpus_lines = []
@@ -62,7 +62,7 @@ def _print_plan(run) -> None:
     file (no terminal width to respect) each table is as wide as it needs: nothing is cut."""
     from rich import box
     from rich.console import Console
-    from ..report.build import report_tables
+    from ..report.render import report_tables
     from rich.table import Table
     console = Console()
     if not console.is_terminal:

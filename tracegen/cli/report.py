@@ -3,7 +3,7 @@ flows.csv, ops.*) and summary.json — after editing a picture's code, or for a 
 `output.pictures: false`.
 
 The pictures go into the trace folder itself (default) or `-o DIR`, through the output guard
-(outdir.put_files): into a folder tracegen wrote, each picture replaces the old one by a rename and
+(output/put.py put_files): into a folder tracegen wrote, each picture replaces the old one by a rename and
 the folder's manifest is updated; a new folder is written whole; any other folder (the current one,
 one holding a user's timeline.png, ...) is refused before anything is read, unless --force, which
 writes beside the user's files and never over one. A damaged trace is one line (trace_read.py).
@@ -27,7 +27,7 @@ from ..errors import ConfigError, OutputError
                    "beside what is there; never over a file tracegen did not write.")
 def report(trace_dir, out_dir, only, force):
     """Redraw the pictures of a trace folder (timeline, Gantt, traffic matrix) from its tables."""
-    from ..output import folder as outdir
+    from ..output.put import check_put, put_files
     from .common import command_errors
     from ..config import show_path
     from ..emit.pictures.plots import PICTURES, TraceView
@@ -48,9 +48,9 @@ def report(trace_dir, out_dir, only, force):
         read_summary(src)                   # is it a trace at all (small: summary.json)
         dest = Path(out_dir) if out_dir else src
         shown = show_path(out_dir) if out_dir else show_path(trace_dir)
-        outdir.check_put(dest, shown, names, force=force)      # refused before the tables are read
+        check_put(dest, shown, names, force=force)      # refused before the tables are read
         view = TraceView.from_dir(src)
         # each picture is drawn into a temp folder and renamed into place: never a half-written PNG
         files = {name: (lambda path, n=name: PICTURES[n](view, path)) for name in names}
-        for path in outdir.put_files(dest, shown, files, force=force):
+        for path in put_files(dest, shown, files, force=force):
             click.echo(f"wrote {Path(shown) / path.name}")

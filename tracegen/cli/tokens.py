@@ -62,7 +62,7 @@ def run_tokens(corpus_specs, tokenizer_specs, reference, bpe_vocab, job_file, pr
 
     if png_path:                  # refused before reading: a corpus may take minutes
         from ..config import show_path
-        from ..output.folder import check_file
+        from ..output.put import check_file
         check_file(Path(png_path), show_path(png_path))
     corpora = _distinct_corpora([open_corpus(s) for s in corpus_specs])
     toks = _distinct_tokenizers([resolve_tokenizer(s) for s in tokenizer_specs])
@@ -93,7 +93,7 @@ def run_tokens(corpus_specs, tokenizer_specs, reference, bpe_vocab, job_file, pr
     if png_path:                  # over nothing or a picture tracegen wrote, by a rename (outdir)
         from ..config import show_path
         from ..corpus.plot import plot_premiums
-        from ..output.folder import write_file
+        from ..output.put import write_file
         res["png"] = write_file(Path(png_path), show_path(png_path), lambda tmp: plot_premiums(rows, tmp))
     return res
 

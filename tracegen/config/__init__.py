@@ -4,7 +4,8 @@ Sections: model, parallelism, cluster, fabric, nccl, network, output. Every key 
 (type, default, range, doc); a YAML file names only what differs. Megatron argument names are
 accepted as aliases. A module per idea, each importing only those above it in this list:
 
-  schema      every key's declaration, the limits table and the JSON Schema text
+  keys        every key's declaration, a module per section (keys/model.py, ...; keys/declare.py: key())
+  schema      the tables read off the declarations, the limits table and the JSON Schema text
   sections    the sections' dataclasses and the sizes derived from them
   values      one value: display in messages, type and range checks, time and integer text
   yaml_files  the strict, capped YAML reader
@@ -26,8 +27,8 @@ from .load import job_from_dict, job_to_dict, load_job, with_options
 from .paths import job_relative
 from .presets import list_presets
 from .rules import table_formats, validate
-from .schema import (ALIASES, DTYPE_BYTES, GPU_MEMORY_BYTES, GPU_PEAK_TFLOPS, bounds, limits_markdown,
-                     limits_rows)
+from .keys.declare import DTYPE_BYTES, GPU_MEMORY_BYTES, GPU_PEAK_TFLOPS
+from .schema import ALIASES, bounds, limits_markdown, limits_rows
 # The tables under their old private names: tests read them so (tests/test_bad_input.py, test_fuzz.py).
 from .schema import CHOICES as _CHOICES, RANGES as _RANGES, SCALARS as _SCALARS, TYPES as _TYPES
 from .sections import (SECTIONS, Cluster, FabricConfig, Job, Model, Nccl, Network, Output, Parallelism,

@@ -1,10 +1,11 @@
 """Validation: every key's type and range again on a built Job, then the rules between keys
 (Megatron's divisibility rules, the cluster filling the parallel world, network thresholds, ...).
-May import: config.schema, config.sections, config.values, errors.
+May import: config.keys, config.schema, config.sections, config.values, errors.
 """
 from __future__ import annotations
 
-from .schema import SCALARS, TYPES, WORLD_MAX
+from .keys.declare import WORLD_MAX
+from .schema import SCALARS, TYPES
 from .sections import SECTIONS, Cluster, FabricConfig, Job, Model, Network, Output, Parallelism
 from .values import check_value, show, show_tail, small_int
 from ..errors import ConfigError

@@ -1,20 +1,27 @@
-"""The job's sections as frozen dataclasses: each section's keys (declared in config/schema.py) and
+"""The job's sections as frozen dataclasses: each section's keys (declared in config/keys/) and
 the sizes derived from them (padded vocabulary, head width, world size, NIC of each GPU, ...).
-May import: config.schema.
+May import: config.keys.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .schema import (DTYPE_BYTES, ClusterKeys, FabricKeys, JobKeys, ModelKeys, NcclKeys, NetworkKeys,
-                     OutputKeys, ParallelismKeys)
+from .keys.cluster import ClusterKeys
+from .keys.declare import DTYPE_BYTES
+from .keys.fabric import FabricKeys
+from .keys.job import JobKeys
+from .keys.model import ModelKeys
+from .keys.nccl import NcclKeys
+from .keys.network import NetworkKeys
+from .keys.output import OutputKeys
+from .keys.parallelism import ParallelismKeys
 
 
-# The sections: their keys are declared in config/schema.py (type, default, range, doc); here
+# The sections: their keys are declared in config/keys/ (type, default, range, doc); here
 # they gain what is derived from them.
 
 class Model(ModelKeys):
-    """A transformer: its keys (schema.ModelKeys) and the sizes derived from them."""
+    """A transformer: its keys (keys/model.py) and the sizes derived from them."""
 
     @property
     def bytes_per_elem(self) -> int:
@@ -65,7 +72,7 @@ class Model(ModelKeys):
 
 
 class Parallelism(ParallelismKeys):
-    """How the job is split: degrees, batches, sharding (schema.ParallelismKeys)."""
+    """How the job is split: degrees, batches, sharding (keys/parallelism.py)."""
 
     @property
     def world(self) -> int:
@@ -96,7 +103,7 @@ def grad_elem_bytes(model: "Model", par: Parallelism) -> int:
 
 
 class Cluster(ClusterKeys):
-    """Nodes, GPUs and NICs (schema.ClusterKeys)."""
+    """Nodes, GPUs and NICs (keys/cluster.py)."""
 
     def node_count(self, world: int) -> int:
         return self.nodes or world // self.gpus_per_node
@@ -114,25 +121,25 @@ class Cluster(ClusterKeys):
 
 class FabricConfig(FabricKeys):
     """The switch fabric the NICs plug into (topology.py builds it; routing.py routes over it);
-    kinds and keys: schema.FabricKeys."""
+    kinds and keys: keys/fabric.py."""
 
 
 class Nccl(NcclKeys):
-    """NCCL's algorithm, protocol and chunking (schema.NcclKeys)."""
+    """NCCL's algorithm, protocol and chunking (keys/nccl.py)."""
 
 
 class Network(NetworkKeys):
     """Settings for the simulators (ns-3 export, `tracegen ns3 run`) and switch labs
-    (schema.NetworkKeys)."""
+    (keys/network.py)."""
 
 
 class Output(OutputKeys):
-    """What generate writes and how (schema.OutputKeys)."""
+    """What generate writes and how (keys/output.py)."""
 
 
 @dataclass(frozen=True)
 class Job(JobKeys):
-    """A whole job: the top-level keys (schema.JobKeys) and one value per section."""
+    """A whole job: the top-level keys (keys/job.py) and one value per section."""
     model: Model = field(default_factory=Model)
     parallelism: Parallelism = field(default_factory=Parallelism)
     cluster: Cluster = field(default_factory=Cluster)

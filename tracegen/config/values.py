@@ -1,7 +1,7 @@
 """One value of a job or of any YAML input: its display in messages (show, show_path, show_tail),
 its type and range (check_value for job keys, check_field for other files' values), and the text
 forms read by hand (output.time_window, output.start_time, small integers).
-May import: config.schema, errors.
+May import: config.keys, config.schema, errors.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import math
 import re
 from typing import Any
 
-from .schema import (CHOICES, JOB_NAME, NAME_MAX, POSITIVE, RANGES, STR_MAX, TIME_KEYS, TIME_MAX_NS,
-                     ZERO_OR, bounds)
+from .keys.declare import JOB_NAME, NAME_MAX, STR_MAX
+from .schema import CHOICES, POSITIVE, RANGES, TIME_KEYS, TIME_MAX_NS, ZERO_OR, bounds
 from ..errors import ConfigError
 
 

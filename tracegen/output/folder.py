@@ -28,154 +28,26 @@ Every command that writes goes through here (issues 13 and 22: never lose a user
     raise `Interrupted` (signals_as_interrupts), so the temp folder is removed on the way out.
   * An OSError while writing (ENOSPC, EROFS, EACCES, EBUSY, ENAMETOOLONG, ...) becomes a one-line
     WriteError (exit 1) naming the errno; the temp folder is removed, the earlier output untouched.
+
+This module writes a folder whole (Writer, write_folder); place.py decides where and whether,
+put.py writes files one by one into a folder of ours and standalone pictures.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from .. import __version__
-from ..config import show, show_path
-from ..errors import ConfigError, Interrupted, OutputError
-from .guard import Lock, exchange, signals_as_interrupts, signals_deferred, write_error
-from .ownership import (MANIFEST, MARKER, PNG_SOFTWARE, clean_stale, foreign, is_reg, manifest_doc,
-                        owned, png_is_ours, read_manifest, remove_ours, sub_outputs, write_manifest)
+from ..config import show_path
+from ..errors import Interrupted, OutputError
+from .guard import Lock, exchange, signals_deferred, write_error
+from .ownership import MANIFEST, MARKER, clean_stale, owned, read_manifest, remove_ours, sub_outputs, write_manifest
+from .place import FORCE_PREFIX, TRACE_NAMES, Target, inspect
 
-__all__ = ["MANIFEST", "MARKER", "PNG_SOFTWARE", "Target", "Writer", "choose", "check_file", "check_put", "inspect", "put_files",
-           "signals_as_interrupts", "write_error", "write_file", "write_folder"]
-
-FORCE_PREFIX = ".tracegen.tmp-"     # temp folders inside the target (--force, put_files)
-# Top-level names a trace uses (checked against the user's files before a --force run; the
-# files actually written are checked again before anything is moved).
-TRACE_NAMES = ("flows.csv", "flows.parquet", "ops.csv", "ops.parquet", "pcap", "ns3", "summary.md",
-               "summary.json", "job.resolved.yaml", "timeline.png", "gantt.png", "traffic_matrix.png", "link_utilisation.png",
-               "perfetto.json", MANIFEST)
-NAME_MAX = 255
-PATH_MAX = 4000
-
-
-# --- where ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Target:
-    path: Path              # absolute, symlinks resolved
-    shown: str              # as the user would write it
-    state: str              # "new" (absent or empty), "ours" (our manifest, nothing else), "force"
-    note: str               # one phrase for `plan`: what generate would do there
-    protect: tuple[Path, ...] = ()
-
-    @property
-    def stem(self) -> str:
-        return _stem(self.path.name)
-
-
-def _stem(name: str) -> str:
-    """The target's name as used in temp and lock names (short enough for NAME_MAX)."""
-    if len(os.fsencode(name)) <= 200:
-        return name
-    return name[:150] + "~" + hashlib.sha1(os.fsencode(name)).hexdigest()[:10]
-
-
-def choose(out_opt: str | None, output_dir: str, job_name: str) -> tuple[Path, str]:
-    """(path as given, shown): -o, else output.dir (a relative path below the current folder),
-    else traces/<job name>."""
-    if out_opt:
-        path, shown = Path(out_opt), show_path(out_opt)
-    elif output_dir:
-        p = Path(output_dir)
-        if p.is_absolute() or ".." in p.parts or not p.parts or str(p) == ".":
-            raise ConfigError(f"output.dir={show(output_dir)}: a job file may only name a folder below "
-                              f"the current one (e.g. traces/{job_name}); to write there, say so with "
-                              f"-o {show(output_dir)[1:-1]}")
-        path, shown = p, show_path(output_dir)
-    else:
-        path = Path("traces") / job_name
-        shown = str(path)
-    if "\0" in str(path):
-        raise OutputError("the output path contains a NUL character")
-    for part in path.parts:
-        if len(os.fsencode(part)) > NAME_MAX:
-            raise OutputError(f"output path {show(shown, 60)}: a name of {len(os.fsencode(part))} bytes; "
-                              f"file systems allow {NAME_MAX}")
-    if len(os.fsencode(os.path.abspath(path))) > PATH_MAX:
-        raise OutputError(f"output path {show(shown, 60)} is longer than {PATH_MAX} bytes")
-    return path, shown
-
-
-def _resolve(path: Path) -> Path:
-    try:
-        return Path(os.path.realpath(path))
-    except (OSError, RuntimeError, ValueError) as e:
-        raise OutputError(f"output path {show(str(path), 60)}: cannot resolve it ({e})") from None
-
-
-def _within(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
-
-
-def inspect(path: Path, shown: str, force: bool = False, protect=(), names=TRACE_NAMES,
-            flag: str = "-o") -> Target:
-    """Decide what a command may do at `path` (nothing is touched); OutputError if refused,
-    WriteError if the file system will not even let it look (EACCES, EIO, ...). `names`: the
-    top-level names the output uses (a --force run refuses a user's file there)."""
-    try:
-        return _inspect(path, shown, force, protect, names, flag)
-    except OSError as e:
-        raise write_error(e, shown, kept=False, flag=flag) from None
-
-
-def _inspect(path: Path, shown: str, force: bool, protect, names, flag: str) -> Target:
-    p = _resolve(path)
-    protect = tuple(_resolve(Path(x)) for x in protect if x)
-    cwd = _resolve(Path.cwd())
-    home = _resolve(Path.home())
-    why = None
-    if _within(cwd, p):
-        why = "it is the current folder" if p == cwd else "it contains the current folder"
-    elif _within(home, p):
-        why = "it is your home folder" if p == home else "it contains your home folder"
-    else:
-        held = [f for f in protect if p in f.parents]
-        if held:
-            why = f"it holds {held[0].name}, which this run reads"
-    if why is None and p.exists() and os.path.ismount(p):
-        why = "it is a mount point (a folder of output is replaced as a whole)"
-    if why is None and (p.exists() or p.is_symlink()) and not p.is_dir():
-        raise OutputError(f"{shown} exists and is not a folder; choose another {flag}")
-    state, note = "new", "a new folder"
-    if why is None and p.is_dir():
-        bad = foreign(p)
-        if bad is None:
-            state, note = "new", "an empty folder, replaced"
-        elif not bad:
-            state, note = "ours", "replacing the trace tracegen wrote there before"
-            subs = sub_outputs(p)
-            if subs:
-                note += f", with {', '.join(s + '/' for s in subs[:3])} written into it since"
-        else:
-            more = f", ... {len(bad)} in all" if len(bad) > 3 else ""
-            why = (f"it holds files tracegen did not write "
-                   f"({', '.join(show_path(f) for f in bad[:3])}{more})")
-    if why is not None:
-        if not force:
-            raise OutputError(f"refusing to write into {shown}: {why}; choose another {flag} (e.g. "
-                              f"{flag} traces/NAME), or add --force to write beside what is there "
-                              "(tracegen deletes only files it wrote)")
-        blocked = [n for n in names if os.path.lexists(p / n) and not owned(p, n)]
-        if blocked:
-            raise OutputError(f"--force into {shown}: {show_path(blocked[0])} there is not tracegen's and a "
-                              f"file of ours goes there; move it or choose another {flag}")
-        state, note = "force", f"--force: beside what is there ({why})"
-    return Target(p, shown, state, note, protect)
-
-
-# --- writing a folder ----------------------------------------------------------------------------
 
 class Writer:
     """Holds the target's lock from before the pipeline until the output is in place.
@@ -324,115 +196,3 @@ def write_folder(path: Path, shown: str, fill: Callable[[Path], object], *, forc
             work()
         w.write(fill)
     return w
-
-
-# --- writing files into a folder of ours ---------------------------------------------------------
-
-def check_put(folder: Path, shown: str, names, *, force: bool = False, protect=(), flag: str = "-o") -> None:
-    """put_files' refusals, before any work: OutputError unless `folder` is new, empty or ours
-    (a manifest) with `names` absent or ours there, or --force with `names` absent or ours."""
-    p = _resolve(Path(folder))
-    if (p.exists() or p.is_symlink()) and not p.is_dir():
-        raise OutputError(f"{shown} exists and is not a folder; choose another {flag}")
-    try:
-        if p.is_dir() and os.listdir(p) and read_manifest(p) is not None:
-            blocked = [n for n in names if os.path.lexists(p / n) and not owned(p, n)]
-            if blocked:
-                raise OutputError(f"refusing to write {show_path(os.path.join(shown, blocked[0]))}: a file "
-                                  f"tracegen did not write is there; move it or choose another {flag}")
-            return
-    except OSError as e:
-        raise write_error(e, shown, kept=False, flag=flag) from None
-    inspect(Path(folder), shown, force, protect, tuple(names), flag)
-
-
-def put_files(folder: Path, shown: str, files: dict[str, Callable[[Path], object]], *,
-              force: bool = False, protect=(), what: str = "pictures", flag: str = "-o") -> list[Path]:
-    """Write `files` (top-level name -> fill(path)) into `folder`: a new or empty folder is
-    written whole (write_folder); a folder with our manifest gets each file replaced by a rename
-    and its manifest updated (a file there must be absent or ours); anything else is refused
-    unless --force (then beside the user's files, never over one). Returns the paths written."""
-    folder = Path(folder)
-    check_put(folder, shown, tuple(files), force=force, protect=protect, flag=flag)
-    p = _resolve(folder)
-    if not p.is_dir() or not os.listdir(p):
-        write_folder(folder, shown, lambda tmp: [fill(tmp / n) for n, fill in files.items()],
-                     force=force, protect=protect, names=tuple(files), what=what, flag=flag)
-        return [folder / n for n in files]
-    ours = read_manifest(p) is not None
-    lock_at = p.parent / f".{_stem(p.name)}.lock" if ours else p / ".tracegen.lock"
-    try:
-        with Lock(lock_at, shown):
-            check_put(folder, shown, tuple(files), force=force, protect=protect, flag=flag)   # again, locked
-            return _put(p, shown, files, flag)
-    except OSError as e:
-        raise write_error(e, shown, kept=True, what=what, flag=flag) from None
-
-
-def _put(p: Path, shown: str, files: dict, flag: str) -> list[Path]:
-    man = read_manifest(p) or {"files": {}, "dirs": []}
-    tmp = None
-    try:
-        with signals_deferred():
-            tmp = Path(tempfile.mkdtemp(prefix=FORCE_PREFIX, dir=p))
-            (tmp / MARKER).write_text(f"{os.getpid()}\n")
-        for name, fill in files.items():
-            fill(tmp / name)
-            os.chmod(tmp / name, 0o644)
-        sizes = {n: (tmp / n).stat().st_size for n in files}
-        with signals_deferred():             # the files and the manifest that lists them
-            for name in files:
-                os.replace(tmp / name, p / name)
-            man["files"].update(sizes)
-            (tmp / MANIFEST).write_text(manifest_doc(man["files"], man["dirs"], __version__))
-            os.replace(tmp / MANIFEST, p / MANIFEST)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return [p / n for n in files]
-
-
-def check_file(path: Path, shown: str, flag: str = "--png") -> None:
-    """write_file's refusals, before any work."""
-    path = Path(path)
-    if "\0" in str(path) or not path.name or path.name in (".", ".."):
-        raise OutputError(f"{flag} {show(str(path))}: not a file name")
-    parent = _resolve(path.parent)
-    if parent.is_dir() and read_manifest(parent) is not None:
-        check_put(parent, show_path(str(path.parent)), [path.name], flag=flag)
-        return
-    if path.is_dir():
-        raise OutputError(f"{flag} {shown}: it is a folder; give a file name")
-    if os.path.lexists(path) and not png_is_ours(path):
-        raise OutputError(f"refusing to overwrite {shown}: tracegen did not write it; move it or "
-                          f"choose another {flag}")
-
-
-def write_file(path: Path, shown: str, fill: Callable[[Path], object], *, flag: str = "--png") -> Path:
-    """One standalone picture at `path` (`tokens --png`): into a folder of ours it is put_files;
-    elsewhere written by a rename, and only over nothing or a PNG tracegen wrote (fill must mark
-    it: PNG text chunk Software = PNG_SOFTWARE)."""
-    path = Path(path)
-    check_file(path, shown, flag)
-    parent = path.parent
-    if parent.is_dir() and read_manifest(_resolve(parent)) is not None:
-        return put_files(parent, show_path(str(parent)), {path.name: fill}, flag=flag, what="picture")[0]
-    tmp = None
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with signals_deferred():
-            fd, name = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=path.suffix[:20], dir=parent)
-            os.close(fd)
-            tmp = Path(name)
-        fill(tmp)
-        os.chmod(tmp, 0o644)
-        with signals_deferred():
-            os.replace(tmp, path)
-            tmp = None
-    except OSError as e:
-        raise write_error(e, shown, kept=os.path.lexists(path), what="picture", flag=flag) from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-    return path

@@ -102,7 +102,7 @@ def parse(out: Output, fabric: Fabric) -> Selection:
     return Selection(nic_mask, window, dims, kinds, out.iteration)
 
 
-MAX_BYTES_LIMIT = 1 << 50     # output.max_bytes's upper bound (config_schema.OutputKeys)
+MAX_BYTES_LIMIT = 1 << 50     # output.max_bytes's upper bound (config/keys/output.py)
 
 
 def parse_bytes(text: str) -> int:

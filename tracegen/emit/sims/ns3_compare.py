@@ -326,7 +326,7 @@ def _fmt(x):
 
 
 def plot(j: Joined, png: Path) -> Path:
-    """Draw into `png` (the caller writes it through outdir.write_file: a temp file renamed into
+    """Draw into `png` (the caller writes it through output/put.py write_file: a temp file renamed into
     place, never over a user's file). Two panels: flow end times and flow completion times, analytic (x) vs simulated (y), one
     colour per dim/collective, y = x dashed; log axes where the points span two decades or more."""
     import matplotlib

@@ -10,7 +10,7 @@ import yaml
 
 from ... import __version__
 from ...config import job_to_dict, parse_start_time
-from ...report.build import render_markdown
+from ...report.render import render_markdown
 
 
 def summary_data(run, files: dict | None = None, extra: dict | None = None) -> dict:
