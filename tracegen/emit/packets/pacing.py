@@ -39,7 +39,7 @@ def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nc
 
 
 QUEUE_ROUNDS = 6     # output.ecn_marking=queue: mark, answer with CNPs, reschedule, mark again
-PFC_ROUNDS = 24      # more with PFC: each round settles the pauses up to the first that changed
+PFC_ROUNDS = 24      # more with PFC: pauses recomputed on the schedule they shaped until they stay the same
 
 
 def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> None:
@@ -54,7 +54,8 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
     p.pfc = pfc.Pauses.none() if network.pfc else None
     schedule(p)
     p.ce_g, p.ce_pos = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    rounds = QUEUE_ROUNDS + (PFC_ROUNDS if network.pfc else 0)
+    # with DCQCN every round paces and picks CNPs again (add_cnps' own rounds): no PFC rounds more
+    rounds = QUEUE_ROUNDS + (PFC_ROUNDS if network.pfc and dcqcn is None else 0)
     for r in range(rounds):
         f = queue_marks.port_frames(p)
         g, pos = queue_marks.marks(p, f, *args)

@@ -15,8 +15,11 @@ The paused NIC port sends nothing from the PAUSE's arrival until it ends: the sc
 the port (pacing.schedule: a pause is a frame-long silence that, like a control frame, goes in
 at the next packet boundary), so the NIC finishes the frame on the wire and then waits - all
 its priorities (a real NIC pauses only the one named; CNPs at priority 6 wait here too). The
-pauses are chosen on the schedule they shape (pacing.queue_marks_and_cnps: a pause triggered
-earlier in time is never undone by one triggered later).
+pauses are chosen on the schedule they shape (pacing.queue_marks_and_cnps: recomputed from the
+queues of the schedule the last pauses shaped, until they stay the same - 4 rounds on the 4:1
+test job; with output.dcqcn they may not settle); the captures show those the written schedule's
+queues call for during which their NIC starts no frame (pacing._pauses_shown: a block goes in
+at a packet boundary of the nominal schedule, which a train running late can pass).
 Not modelled: pauses towards a switch (ports deeper in the route, whose upstream is another
 switch's egress port), the leaf's ports towards receiving NICs, and the PAUSE frame's own slot on
 the leaf-to-NIC link (it is not serialised with the frames the leaf sends the NIC).
