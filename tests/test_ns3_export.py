@@ -697,7 +697,7 @@ def test_qps_are_the_pcap_writers_connections(tmp_path):
     """manifest `qps`: one RC QP per NCCL connection with the QPNs and UDP source port the pcap
     writer gives that connection, so the ns-3 packets hash like the captured ones; every line
     names its connection's QP."""
-    from tracegen.emit.packets.plan import build
+    from tracegen.emit.packets.plan_build import build
     from tracegen.pipeline import run_pipeline
     from tracegen.config import job_from_dict
     job = job_from_dict({"parallelism": {"dp": 4, "tp": 2, "pp": 2, "global_batch": 16},

@@ -5,8 +5,10 @@ re-derived on other paths so the test does not only compare the generator with i
 default row from `tracegen plan --json` in a subprocess, formatted here; every preset row from
 the pipeline in-process; the samples' arithmetic (busbw = algbw x 2(n-1)/n, epoch bytes =
 iterations x the bytes of one iteration, byte tokens = the file's UTF-8 length) from the README
-text alone. deepseek-v3's pcap cell (~17 GB, minutes) and bench_scale's counts (minutes): checked
-with TRACEGEN_LONG=1 only (--quick otherwise); deepseek-v3's transfer count always."""
+text alone. deepseek-v3's pcap cell (~17 GB, minutes), bench_scale's counts (minutes), the leaf0
+pcaps and the ns-3 cells of the k=8 fat-tree and bench_ns3's job (minutes): checked with
+TRACEGEN_LONG=1 only (--quick otherwise); deepseek-v3's transfer count, the uplink waits and the
+other ns-3 numbers always."""
 from __future__ import annotations
 
 import json
@@ -73,11 +75,39 @@ def test_default_row_is_what_plan_json_says(tmp_path):
     # the README's table of plan --json keys names exactly the keys plan prints
     keys = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|$", README.split("| key | what |")[1].split("\n\n")[0], re.M))
     names = lambda text: {k.strip() for k in re.sub(r"\(.*?\)", "", text).split(":")[-1].split(",")}
-    assert set(doc) == {"schema", *keys, "transfers", "net_transfers", "pcap"}
+    assert set(doc) | {"corpus"} == {"schema", *keys, "transfers", "net_transfers", "pcap"}   # corpus: --corpus
+    assert names(keys["output"]) == set(doc["output"]) and doc["output"]["dir"] == "traces/default"
     assert names(keys["job"]) == set(doc["job"])
     assert names(keys["memory"]) == set(doc["memory"])
     assert names(keys["dims"]) == set(doc["dims"][0]) - {"dim"}
     assert set(doc["ops"][0]) >= {"busiest_rank", "rank0"} and set(doc["pcap"]) == {"packets", "bytes"}
+
+
+def test_plan_json_corpus_key_names_what_it_holds(tmp_path):
+    """`plan --json --corpus` carries the corpus under the key the README's table names; its
+    numbers are the text plan's lines (tests/test_tokens.py checks them against tiktoken)."""
+    res = subprocess.run([sys.executable, "-m", "tracegen.cli", "plan", "--json", "--corpus", "dante-en",
+                          "--tokenizer", "bytes"], cwd=tmp_path, capture_output=True, text=True, env=ENV,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    keys = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|$", README.split("| key | what |")[1].split("\n\n")[0], re.M))
+    names = {k.strip() for k in re.sub(r"\(.*?\)", "", keys["corpus"]).split(":")[-1].split(",")}
+    assert names == set(doc["corpus"])
+    c = doc["corpus"]
+    assert c["tokenizer"] == "bytes" and c["tokens"] == c["utf8_bytes"]
+
+
+def test_the_long_commands_shown_are_the_ones_generated():
+    """The leaf0 cell counts what the README's own command writes (its -o aside)."""
+    assert "tracegen " + " ".join(readme_numbers.LEAF0_ARGS) in README
+    # the DCQCN table's last row is the job tests/test_ns3_run.py calls OVERSUBSCRIBED, as it says
+    from test_ns3_run import OVERSUBSCRIBED
+    from tracegen.config import job_from_dict, load_job
+    text, sets = readme_numbers.NS3_JOBS[-1]
+    assert "OVERSUBSCRIBED" in text
+    assert load_job(None, sets=list(sets)).fabric == job_from_dict(OVERSUBSCRIBED).fabric
+    assert load_job(None, sets=list(sets)).parallelism == job_from_dict(OVERSUBSCRIBED).parallelism
 
 
 def test_every_preset_row_is_what_the_pipeline_counts():
@@ -125,6 +155,8 @@ def test_collective_sample_is_consistent():
     for nodes, ring, tree, ratio in ring_tree:
         assert f"{float(tree) / float(ring):.2f}" == ratio.strip()
     assert float(ring_tree[-1][1]) == pytest.approx(float(rows[-1][-1]), abs=0.01)   # 16 nodes, 1 GiB
+    assert "Ring sits in the measured 366–396 GB/s band" in README                      # nccl-tests' DGX H100
+    assert all(366 <= float(ring) <= 396 for _, ring, _, _ in ring_tree)
 
 
 def test_tokens_sample_is_consistent():
@@ -222,6 +254,22 @@ def test_the_jobs_the_readme_describes():
     big = load_job(None, preset="llama3-405b", sets=[])
     assert (big.world, big.parallelism.tp, big.parallelism.pp, big.parallelism.dp) == (16384, 8, 16, 128)
     assert "`llama3-405b` (16,384 H100: tp 8, pp 16, dp 128" in README
+    assert (big.parallelism.sp, big.parallelism.zero, big.parallelism.global_batch, big.model.seq_len) == \
+        (True, 1, 2048, 8192) and "SP,\nZeRO-1, 2,048 × 8K sequences" in README
+    # the preset table's "what it shows" column (prose kept in tools/readme_numbers.py)
+    what = {p: w for p, w, _ in readme_numbers.PRESET_ROWS}
+    j = load_job(None, preset="gpt3-175b", sets=[]).parallelism
+    assert f"tp={j.tp}, pp={j.pp}, dp={j.dp}" in what["gpt3-175b"]
+    j = load_job(None, preset="llama3-70b", sets=[]).parallelism
+    assert f"(vpp={j.vpp}), SP, ZeRO-{j.zero}" in what["llama3-70b"] and j.sp
+    ds = load_job(None, preset="deepseek-v3", sets=[])
+    assert f"{ds.model.experts} experts over ep={ds.parallelism.ep}, pp={ds.parallelism.pp}, " \
+           f"ZeRO-{ds.parallelism.zero}" in what["deepseek-v3"]
+    su_job = load_job(None, sets=["fabric=dgx-h100-su"])
+    su = su_job.fabric
+    assert f"`dgx-h100-su` ({su.nodes_per_leaf}-node scalable units, {su.spines} × {su.leaf_spine_gbps}G " \
+           "spines, non-blocking)" in README
+    assert su.nodes_per_leaf * su_job.cluster.nic_gbps <= su.spines * su.leaf_spine_gbps   # a rail leaf's NICs
 
 
 def test_a_table_into_a_pipe_keeps_every_value_whole():

@@ -246,6 +246,37 @@ def test_corpus_plan_lines_name_the_same_numbers():
     assert f"{iterations * int(report.nic_tx_bytes.sum()):,} B" in joined
 
 
+def test_plan_json_carries_the_corpus_and_text_plan_says_the_same(tmp_path):
+    """`plan --json --corpus` holds the corpus (it was silently left out); every number is the
+    text plan's, the tokens tiktoken's own count, the epoch's bytes iterations x the plan's
+    per-iteration bytes (the sum of its dims' network bytes)."""
+    job = load_job()
+    r = runner().invoke(main, ["plan", "--json", "--corpus", "dante-it"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    c = doc["corpus"]
+    n_tokens = len(tiktoken_cl100k().encode(sample_path("dante-it").read_text("utf-8")))
+    per_it = sum(d["net_bytes"] for d in doc["dims"])
+    iterations = math.ceil(math.ceil(n_tokens / job.model.seq_len) / job.parallelism.global_batch)
+    assert (c["corpus"], c["tokenizer"], c["tokens"]) == ("dante-it", "cl100k_base", n_tokens)
+    assert c["iteration"]["aggregate_bytes"] == per_it
+    assert c["epoch"]["iterations"] == iterations
+    assert c["epoch"]["aggregate_bytes"] == iterations * per_it
+    text = runner().invoke(main, ["plan", "--corpus", "dante-it"])
+    assert text.exit_code == 0, text.output
+    assert f"{n_tokens:,} tokens (cl100k_base)" in text.stdout
+    assert f"per epoch on the fabric: {iterations * per_it:,} B" in text.stdout
+    assert runner().invoke(main, ["plan", "--json"]).stdout.count('"corpus"') == 0
+
+
+@pytest.mark.parametrize("argv", [["plan", "--tokenizer", "bytes"], ["plan", "--json", "--tokenizer", "bytes"]])
+def test_plan_tokenizer_without_a_corpus_is_refused(argv):
+    r = runner().invoke(main, argv)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "error: --tokenizer sizes the corpus of --corpus, and none is given; add --corpus PATH or drop --tokenizer"]
+
+
 def test_five_stages_closed_forms_and_tracegen_agree_where_tracegen_can_run():
     fs = five_stages(words=2842, tokens=5344, corpus="dante-it", tokenizer="cl100k_base")
     assert fs.s_act_bytes == 32 * 1024 * 768 * 2 == 50_331_648           # FORMULAS.md's example

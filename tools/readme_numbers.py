@@ -11,7 +11,12 @@ in-process), the samples from the commands they show (their output into a pipe, 
 stripped), the example's frame count from the committed pcap that tests/test_examples.py
 regenerates byte for byte.
 
-Long cells: deepseek-v3's pcap estimate needs its whole wire plan (26 M network messages: minutes
+ns-3 cells (the incast of tests/test_ns3_fabric.py, the default job's run) need the pip package
+ns3 (the test extra) and load it once: about a minute. Speeds and wall times are the machine's:
+the README names them as measurements, never between markers.
+
+Long cells: the llama3-405b leaf0 command's pcaps (minutes, ~2.5 GB); the ns-3 cells of the
+fat-tree k=8 and of bench_ns3.py's job (minutes); deepseek-v3's pcap estimate needs its whole wire plan (26 M network messages: minutes
 and ~17 GB); bench/bench_scale.py's table, four llama3-405b plans of 2,048-16,384 GPUs (minutes;
 its wall time and memory columns are the machine's and stay as measured). With --quick
 (tests/test_readme_numbers.py without TRACEGEN_LONG=1) both are kept as the README has them, and
@@ -161,6 +166,39 @@ def example_frames(old: str, quick: bool) -> str:
     return fmt_count(n)
 
 
+TABLES_PRESET = "gpt2-small"
+
+
+def table_sizes(old: str, quick: bool) -> str:
+    """flows.parquet and flows.csv of one preset, as `generate --set output.tables=csv,parquet`
+    writes them (no pcap, ns-3 or pictures: they do not change the tables)."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        cli(["generate", "-q", "--preset", TABLES_PRESET, "--set", "output.tables=csv,parquet", "--set",
+             "output.pictures=false", "--no-pcap", "--no-ns3", "-o", f"{tmp}/t"])
+        pq, csv = (Path(tmp, "t", f"flows.{ext}").stat().st_size for ext in ("parquet", "csv"))
+    return (f"for {TABLES_PRESET} ({plan_json(TABLES_PRESET)['transfers']:,} transfers) flows.parquet is "
+            f"{fmt_bytes(pq)}, flows.csv {fmt_bytes(csv)}")
+
+
+def otg_lab(old: str, quick: bool) -> str:
+    """`tracegen export otg --lab lab.yaml` for the default job, lab.yaml as the README shows it:
+    the ports, flows and payload bytes it reports (tests/test_export_otg.py counts the same bytes
+    in the lab pcaps with its own parser)."""
+    import tempfile
+    text = README.read_text("utf-8")
+    m = re.search(r"```yaml\n# lab.yaml\n(.*?)```", text, re.S)
+    if not m:
+        raise SystemExit("README.md has no lab.yaml block")
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        Path(tmp, "lab.yaml").write_text(m.group(1), "utf-8")
+        said = cli(["export", "otg", "--lab", f"{tmp}/lab.yaml", "-o", f"{tmp}/otg"])
+    got = re.search(r"(\d+) ports, ([\d,]+) flows \(level \w[\w-]*\), ([\d,]+) B of RDMA WRITE payload", said)
+    if not got:
+        raise SystemExit(f"export otg said: {said[-300:]}")
+    return f"{got.group(1)} ports, {got.group(2)} flows, {got.group(3)} B"
+
+
 def gpt3_transfers(old: str, quick: bool) -> str:
     return fmt_count(plan_json("gpt3-175b")["transfers"])
 
@@ -200,11 +238,287 @@ def ecmp_spread(old: str, quick: bool) -> str:
     return " or ".join(parts)
 
 
+def ecmp_qp_spread(old: str, quick: bool) -> str:
+    """fabric.ecmp_hash: qp - the same 1,000 consecutive QPs, hashed on their BTH DestQP: the largest
+    distance of any spine's count from its share, in QPs, over 4 and 8 spines and seeds 0-5."""
+    import numpy as np
+    from tracegen.config import job_from_dict
+    from tracegen.timing.connections import udp_sport
+    from tracegen.fabric.topology import build_fabric
+    worst = 0.0
+    for spines in (4, 8):
+        for seed in ECMP_SEEDS:
+            job = job_from_dict({"model": {"layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32},
+                                 "parallelism": {"dp": 4, "tp": 1, "pp": 1, "global_batch": 4},
+                                 "cluster": {"gpus_per_node": 1},
+                                 "fabric": {"nodes_per_leaf": 1, "spines": spines, "ecmp_seed": seed,
+                                            "ecmp_hash": "qp"}})
+            f = build_fabric(job)
+            qpn = np.arange(0x100, 0x100 + ECMP_QPS)
+            route = f.router.routes(np.zeros(ECMP_QPS, int), np.full(ECMP_QPS, 3), udp_sport(qpn, qpn + 0x40), 0,
+                                    dest_qpn=qpn + 0x40)
+            counts = np.bincount(f.router.node_after(route, 1) - f.spine_node_id(0), minlength=spines)
+            worst = max(worst, float(np.abs(counts - ECMP_QPS / spines).max()))
+    n = int(np.ceil(worst))
+    return "exactly uniform" if n == 0 else "within one QP of uniform" if n == 1 else f"within {n} QPs of uniform"
+
+
 def deepseek_messages(old: str, quick: bool) -> str:
     """The network messages deepseek-v3's pcap estimate expands (plan's net msgs, all dims): long."""
     if quick:
         return old
     return f"{sum(d['net_messages'] for d in plan_json('deepseek-v3')['dims']) / 1e6:.1f} M"
+
+
+# The port-queue example: the default job's PP and DP traffic, dp 8 on 2 nodes per leaf, leaf0's
+# switch view; waits of the frames leaf0's NICs send onto its uplinks.
+WAIT_ARGS = ["--collective", "pp,dp", "--set", "parallelism.dp=8", "--set", "parallelism.global_batch=32",
+             "--set", "fabric.nodes_per_leaf=2", "--switch", "leaf0", "--no-ns3"]
+WAIT_FABRICS = ("leaf-spine-2to1", "leaf-spine-4to1")
+
+
+def _roce_key(frame: bytes):
+    """(src IP, dst IP, IP id, BTH opcode, dest QP, PSN) of an IPv4 RoCEv2 frame: one sent frame,
+    whichever copy of it a file holds (a router changes MACs and TTL, never these)."""
+    off = 14 + (4 if frame[12:14] == b"\x81\x00" else 0)
+    if frame[off - 2:off] != b"\x08\x00":
+        return None
+    ip = frame[off:off + 20]
+    bth = frame[off + (ip[0] & 15) * 4 + 8:][:12]
+    return ip[12:20], ip[4:6], bth[0], bth[5:8], bth[9:12]
+
+
+def _pcap_records(path: Path):
+    import struct
+    data = path.read_bytes()
+    off = 24
+    while off < len(data):
+        sec, nsec, incl = struct.unpack_from("<III", data, off)
+        yield sec * 10**9 + nsec, data[off + 16:off + 16 + incl]
+        off += 16 + incl
+
+
+def uplink_waits(fabric: str) -> tuple[int, float, float]:
+    """(frames, p50 ns, max ns) of leaf0's uplink waits: the time a frame leaves on a leaf0-spine
+    port less the time its NIC sent it less the NIC link's latency (the port files are cut-through:
+    0 when the port was free). From the pcaps `tracegen generate` writes, read here."""
+    import tempfile
+    import numpy as np
+    from tracegen.config import load_job
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        cli(["generate", "-q", "--set", f"fabric={fabric}", *WAIT_ARGS, "-o", f"{tmp}/v"])
+        files = sorted(Path(tmp, "v", "pcap").glob("*.pcap"))
+        sent = {}
+        for f in files:
+            if "spine" not in f.name:
+                for t, fr in _pcap_records(f):
+                    if fr[6:8] == b"\x02\x00":                    # a NIC's source MAC: as it sent it
+                        sent[_roce_key(fr)] = t
+        up = [(t, _roce_key(fr)) for f in files if "spine" in f.name
+              for t, fr in _pcap_records(f) if fr[6:8] == b"\x02\x4c"]   # leaf0 -> spine
+    job = load_job(None, sets=[f"fabric={fabric}", *[a for a in WAIT_ARGS if "=" in a]])
+    waits = np.array([t - sent[k] - job.fabric.link_latency_ns for t, k in up])
+    if len(waits) == 0 or waits.min() < 0:
+        raise SystemExit(f"uplink waits on {fabric}: {len(waits)} frames, min {waits.min() if len(waits) else '-'}")
+    return len(waits), float(np.median(waits)), float(waits.max())
+
+
+def port_waits(old: str, quick: bool) -> str:
+    (n, p50, mx), (n4, p50_4, mx4) = (uplink_waits(f) for f in WAIT_FABRICS)
+    us = lambda ns: f"{ns / 1000:.1f}"
+    return (f"waits p50 {us(p50)} µs, max {us(mx)} µs at the uplink over {n:,} frames (4:1: {us(p50_4)} / "
+            f"{us(mx4)} µs, {n4:,} frames)")
+
+
+@functools.lru_cache(maxsize=None)
+def _ns3_runs() -> dict:
+    """The incast of tests/test_ns3_fabric.py (six 8 MiB writes into host 0 over 4:1 uplinks) under
+    DCQCN+PFC, PFC alone and neither, and the default job (nic auto): sim/summary.json of each.
+    ns-3 (pip) loads once here: its import and first compile are most of the time."""
+    import tempfile
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from ns3_scenarios.scenario import load_ns3
+        load_ns3()
+    except Exception as e:   # the README's ns-3 numbers need it: say so, as the test extra's absence
+        raise SystemExit(f"the ns-3 numbers need the pip package ns3 (pip install -e '.[test]'): {e}")
+    from test_ns3_fabric import simulate, write_incast
+    from test_ns3_run import make_trace
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:   # no "test" in the path (pip ns3)
+        root = write_incast(Path(tmp) / "incast")
+        for name, kw in {"dcqcn_pfc": dict(dcqcn=True), "pfc": dict(dcqcn=False),
+                         "none": dict(dcqcn=False, pfc=False)}.items():
+            out[name] = simulate(root, **kw).s
+        (Path(tmp) / "default").mkdir()
+        make_trace(Path(tmp) / "default", {})
+        out["default"] = simulate(Path(tmp) / "default").s
+    return out
+
+
+def ns3_default(old: str, quick: bool) -> str:
+    s = _ns3_runs()["default"]
+    return (f"iteration {s['sim_over_analytic']:.4f} × the analytic, per-flow duration / analytic p50 "
+            f"{s['flow_vs_schedule_p50']:.4f}, p99 {s['flow_vs_schedule_p99']:.4f} (slowdown vs standalone on "
+            f"the wire p50 {s['slowdown_on_wire_p50']:.2f}, p99 {s['slowdown_on_wire_p99']:.2f}; from posting "
+            f"p50 {s['slowdown_p50']:.2f}, p99 {s['slowdown_p99']:.2f})")
+
+
+def ns3_incast(old: str, quick: bool) -> str:
+    runs = _ns3_runs()
+    mb = lambda s: f"{s['max_switch_buffer_bytes'] / 1e6:.1f} MB"
+    done = lambda s: f"done after {s['sim_iteration_ns'] / 1e6:.3g} ms"
+    pauses = lambda s: (f"{s['pfc']['pause_frames']:,} PAUSE frames, {s['pfc']['paused_us_total'] / 1000:.1f} ms "
+                        "paused in total" if s["pfc"]["pause_frames"] else "no PAUSE frame")
+    both, pfc, none = runs["dcqcn_pfc"], runs["pfc"], runs["none"]
+    if any(s["completed"] != s["flows"] for s in (both, pfc, none)):
+        raise SystemExit("the ns-3 incast left flows unfinished")
+    return (f"DCQCN+PFC {both['ce_packets']:,} CE-marked packets, {both['dcqcn_rate_cuts']:,} rate cuts, "
+            f"{pauses(both)}, buffer peak {mb(both)}, {done(both)}; PFC only {pfc['ce_packets']:,} CE, "
+            f"{pauses(pfc)}, buffer peak {mb(pfc)}, {done(pfc)}; neither: {mb(none)} peak, {done(none)}")
+
+
+LEAF0_ARGS = ["generate", "--preset", "llama3-405b", "--nics", "0,8,16,24,32,40,48,56", "--iteration", "0",
+              "--time-window", "80000000:400000000", "--no-ns3", "-o", "traces/leaf0"]
+
+
+def leaf0_counts(old: str, quick: bool) -> str:
+    """The README's llama3-405b leaf0 command (long: minutes, ~2.5 GB): its pcaps' frames and
+    flows.csv's rows (one per connection-level flow), written into a temp folder."""
+    if quick:
+        return old
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        cli([*LEAF0_ARGS[:-1], f"{tmp}/leaf0"])
+        frames = [sum(1 for _ in _pcap_records(f)) for f in sorted(Path(tmp, "leaf0", "pcap").glob("*.pcap"))]
+        with open(Path(tmp, "leaf0", "flows.csv"), "rb") as f:
+            flows = sum(1 for _ in f) - 1
+        clean = _tshark_clean(sorted(Path(tmp, "leaf0", "pcap").glob("*.pcap")))
+    each = (f"{len(frames)} pcaps of {frames[0]:,} frames each" if len(set(frames)) == 1 else
+            f"{len(frames)} pcaps of {min(frames):,}-{max(frames):,} frames")
+    return f"{each}, {clean}; flows.csv of {flows / 1e6:.1f} M connection-level flows"
+
+
+def _tshark_clean(files: list[Path]) -> str:
+    """"tshark clean" when tshark finds no malformed frame in any file (what the README claims)."""
+    import shutil
+    import subprocess
+    if not shutil.which("tshark"):
+        raise SystemExit("the leaf0 cell says its pcaps are tshark clean: install tshark to check it")
+    bad = 0
+    for f in files:
+        res = subprocess.run(["tshark", "-n", "-r", str(f), "-Y", "_ws.malformed", "-T", "fields", "-e",
+                              "frame.number"], capture_output=True, text=True, timeout=1800)
+        if res.returncode != 0:
+            raise SystemExit(f"tshark on {f.name}: {res.stderr.strip()[-300:]}")
+        bad += len(res.stdout.split())
+    return "tshark clean" if bad == 0 else f"{bad:,} frames tshark calls malformed"
+
+
+# How DCQCN's state moves the iteration in ns-3: seconds a simulation once ns-3 is loaded, except the
+# fat-tree's and bench_ns3's (~30-60 s each here): those are long cells.
+# (row text, the job's --set keys). {hosts} and {flows} are the scenario's.
+NS3_JOBS = [
+    ("default job ({hosts} hosts, {flows:,} flows; rail-optimised, non-blocking: no ECN mark)", ()),
+    ("leaf-spine 2:1 (`--set fabric=leaf-spine-2to1`, dp 8, tp 2, pp 2, global batch 32; {flows:,} flows)",
+     ("fabric=leaf-spine-2to1", "parallelism.dp=8", "parallelism.tp=2", "parallelism.pp=2",
+      "parallelism.global_batch=32")),
+    ("leaf-spine 4:1 (`leaf-spine-4to1`, dp 8, tp 2, pp 1, global batch 8; {flows:,} flows)",
+     ("fabric=leaf-spine-4to1", "parallelism.dp=8", "parallelism.tp=2", "parallelism.pp=1",
+      "parallelism.global_batch=8")),
+    ("fat-tree k=8 (`fat-tree-k8`, dp 16, tp 2, pp 2, global batch 32; {flows:,} flows)",
+     ("fabric=fat-tree-k8", "parallelism.dp=16", "parallelism.tp=2", "parallelism.pp=2",
+      "parallelism.global_batch=32")),
+    ("4:1, 2 nodes per leaf, 100G uplinks (`tests/test_ns3_run.py` OVERSUBSCRIBED; {flows:,} flows)",
+     ("parallelism.dp=4", "parallelism.tp=2", "parallelism.pp=2", "parallelism.global_batch=16",
+      "fabric.nodes_per_leaf=2", "fabric.spines=2", "fabric.leaf_spine_gbps=100")),
+]
+NS3_MODES = {"qp": dict(dcqcn=True, dcqcn_state="qp"), "message": dict(dcqcn=True, dcqcn_state="message"),
+             "off": dict(dcqcn=False)}
+NS3_QP_HASH = NS3_JOBS[3][1] + ("fabric.ecmp_hash=qp",)
+# bench/bench_ns3.py's default job: 64 hosts, non-blocking
+NS3_BENCH = ("parallelism.dp=16", "parallelism.tp=2", "parallelism.pp=2", "parallelism.global_batch=64",
+             "fabric.nodes_per_leaf=8", "fabric.spines=8")
+
+
+@functools.lru_cache(maxsize=None)
+def _ns3_sim(sets: tuple, mode: str) -> dict:
+    """sim/summary.json of `tracegen generate --no-pcap` + `tracegen ns3 run` (nic auto) for the
+    default job with `sets`, DCQCN as `mode`: the functions those commands call, in-process."""
+    import tempfile
+    from ns3_scenarios import run_scenario
+    from tracegen.config import load_job
+    from tracegen.emit.sims.ns3 import write_ns3
+    from tracegen.pipeline import run_pipeline
+    _ns3_runs()                                    # loads ns-3 (and says so if it is absent)
+    job = load_job(None, sets=list(sets))
+    run = run_pipeline(job)
+    with tempfile.TemporaryDirectory(prefix="tg-readme-") as tmp:
+        write_ns3(run.flows, run.fabric, job, Path(tmp) / "ns3")
+        s = run_scenario(Path(tmp), **NS3_MODES[mode])
+    if s["completed"] != s["flows"]:
+        raise SystemExit(f"ns-3 {sets} {mode}: {s['flows'] - s['completed']} flows never completed")
+    return s
+
+
+def _ratio(x: float) -> str:
+    """4 decimals near 1 (0.9994, 1.0005), else 4 significant digits (1.829, 54.99)."""
+    import math
+    if abs(x - 1) < 0.1:
+        return f"{x:.4f}"
+    return f"{x:.{max(0, 3 - math.floor(math.log10(abs(x))))}f}"
+
+
+NS3_LONG_ROWS = {3}           # the fat-tree's 4,616 flows: ~30 s a simulation here; the others a few s
+
+
+def ns3_dcqcn_table(old: str, quick: bool) -> str:
+    """With --quick the fat-tree row is kept as the README has it, the others simulated."""
+    kept = {line.split("(")[0]: line for line in old.strip().splitlines()[2:]}
+    lines = ["| job | DCQCN, state per QP (default) | DCQCN, state per message | no DCQCN |", "|---|---|---|---|"]
+    for k, (text, sets) in enumerate(NS3_JOBS):
+        if quick and k in NS3_LONG_ROWS:
+            lines.append(kept.get("| " + text.split("(")[0], f"| {text.split('(')[0]}(run without --quick) |"))
+            continue
+        runs = [_ns3_sim(sets, m) for m in NS3_MODES]
+        lines.append(f"| {text.format(hosts=runs[0]['hosts'], flows=runs[0]['flows'])} | "
+                     + " | ".join(_ratio(r["sim_over_analytic"]) for r in runs) + " |")
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def ns3_oversubscribed(old: str, quick: bool) -> str:
+    """The table's last row in words: per-QP state's slowdown, the cuts per message vs per QP, and
+    how close per-message state comes to no DCQCN."""
+    sets = NS3_JOBS[-1][1]
+    qp, msg, off = (_ns3_sim(sets, m) for m in NS3_MODES)
+    pct = abs(msg["sim_iteration_ns"] / off["sim_iteration_ns"] - 1) * 100
+    close = "exactly" if pct == 0 else f"within {max(pct, 0.01):.2f} %"
+    return (f"takes {qp['sim_over_analytic']:.0f}× the schedule. Per message, the CNPs mostly arrive after their "
+            f"message's last packet ({msg['dcqcn_rate_cuts']:,} cuts instead of {qp['dcqcn_rate_cuts']:,} on that "
+            f"job) and the iteration is the no-DCQCN one {close}")
+
+
+def ns3_vs_schedule(old: str, quick: bool) -> str:
+    """No DCQCN, NICs as the schedule shares them: simulated / analytic on the oversubscribed
+    fabrics of the table and the fat-tree routed by the qp hash."""
+    if quick:
+        return old
+    runs = [(_ns3_sim(NS3_JOBS[k][1], "off")["sim_over_analytic"], what)
+            for k, what in ((1, "2:1 leaf-spine"), (2, "4:1"), (3, "k=8 fat-tree"))]
+    runs.append((_ns3_sim(NS3_QP_HASH, "off")["sim_over_analytic"], "k=8 fat-tree routed by the qp hash"))
+    import math
+    worst = math.ceil(max(abs(r - 1) for r, _ in runs) * 100)
+    return (f"within {worst} %: sim / analytic " + ", ".join(f"{r:.3f} ({what})" for r, what in runs))
+
+
+def ns3_bench(old: str, quick: bool) -> str:
+    """bench/bench_ns3.py's job: its size, and how far DCQCN per QP / per message moves it."""
+    if quick:
+        return old
+    qp, msg = _ns3_sim(NS3_BENCH, "qp"), _ns3_sim(NS3_BENCH, "message")
+    return (f"{qp['hosts']} hosts, {qp['flows']:,} flows, ~{qp['bytes_scheduled'] // 4096 / 1000:.0f}k packets, "
+            f"non-blocking; it ends {qp['sim_over_analytic']:.2f} × after the analytic schedule with DCQCN state "
+            f"per QP, {msg['sim_over_analytic']:.3f} × with state per message")
 
 
 BENCH_SIZES = ("2k", "4k", "8k", "16k")
@@ -243,11 +557,22 @@ BLOCKS = {
     "presets": Block(preset_table, "the preset table (tracegen plan --preset P --json)"),
     "gpt3-transfers": Block(gpt3_transfers, "gpt3-175b's transfers (tracegen plan)"),
     "example-frames": Block(example_frames, "frames of traces/examples/default-pp-nic0"),
+    "table-sizes": Block(table_sizes, "flows.parquet and flows.csv sizes (tracegen generate)"),
+    "otg-lab": Block(otg_lab, "export otg of the README's lab.yaml (tracegen export otg)"),
     "collective": Block(collective_sample, "the `tracegen collective` sample"),
     "ring-tree": Block(ring_tree_table, "ring vs tree busbw at 1 GiB (tracegen collective)"),
     "tokens": Block(tokens_sample, "the `tracegen tokens` sample"),
     "default-net-flows": Block(default_net_flows, "the default job's transfers on the fabric (tracegen plan)"),
     "ecmp-spread": Block(ecmp_spread, "spine shares of 1,000 consecutive QPs (routing.py)"),
+    "ecmp-qp-spread": Block(ecmp_qp_spread, "spine shares of 1,000 consecutive QPs, qp hash (routing.py)"),
+    "port-waits": Block(port_waits, "uplink waits of the port-queue example (tracegen generate --switch leaf0)"),
+    "ns3-default": Block(ns3_default, "the default job in ns-3 (tracegen ns3 run)"),
+    "ns3-incast": Block(ns3_incast, "the ns-3 incast of tests/test_ns3_fabric.py"),
+    "leaf0": Block(leaf0_counts, "the llama3-405b leaf0 command's frames and flows (tracegen generate, long)"),
+    "ns3-dcqcn-table": Block(ns3_dcqcn_table, "ns-3 iteration vs the schedule per DCQCN state (long)"),
+    "ns3-oversubscribed": Block(ns3_oversubscribed, "the oversubscribed job under DCQCN in ns-3 (long)"),
+    "ns3-vs-schedule": Block(ns3_vs_schedule, "ns-3 without DCQCN vs the schedule (long)"),
+    "ns3-bench": Block(ns3_bench, "bench/bench_ns3.py's job in ns-3 (long)"),
     "deepseek-messages": Block(deepseek_messages, "deepseek-v3's network messages (tracegen plan, long)"),
     "bench-scale": Block(bench_scale_table, "bench/bench_scale.py's counts (long)"),
 }

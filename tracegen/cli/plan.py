@@ -6,14 +6,14 @@ import click
 
 from ..errors import ConfigError, OutputError
 from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
-from .common import (check_environment, choose_target, fail, job_options, load, output_options, pcap_options,
-                     print_whole, retime, run_job, stages)
+from .common import (check_environment, choose_target, fail, job_options, load, output_options, place,
+                     pcap_options, print_whole, retime, run_job, stages)
 
 
 @click.command("plan")
 @job_options
 @click.option("--corpus", metavar="PATH", help="Also size one epoch of this corpus (file, folder, or dante-it/dante-en).")
-@click.option("--tokenizer", default="cl100k_base", show_default=True, help="Tokenizer for --corpus.")
+@click.option("--tokenizer", default=None, help="Tokenizer for --corpus (default cl100k_base).")
 @click.option("--json", "as_json", is_flag=True, help="The plan as JSON on stdout (keys in the README).")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
               help="Where generate would write (default traces/<job name>): plan says what it would do there.")
@@ -23,6 +23,10 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
     try:
         job = retime(pcap_options(load(job_file, preset, sets, detail)))
         check_environment()
+        if tokenizer is not None and not corpus:    # it would change nothing: say so, as inert keys
+            raise ConfigError("--tokenizer sizes the corpus of --corpus, and none is given; "
+                              "add --corpus PATH or drop --tokenizer")
+        tokenizer = tokenizer or "cl100k_base"
         if corpus:                          # a missing corpus or tokenizer: before any work
             from ..corpus.reader import open_corpus
             from ..corpus.tokenizers import resolve_tokenizer
@@ -31,21 +35,28 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
         try:
             target = choose_target(out_dir, job, job_file, force)
             where = f"generate would write {target.shown}/ ({target.note})"
+            output = {"dir": target.shown, "generate": "write", "note": target.note}
         except OutputError as e:
             where = f"generate would refuse: {e}"
+            output = {"dir": place.choose(out_dir, job.output.dir, job.name)[1], "generate": "refuse",
+                      "note": str(e)}
         with stages(as_json) as stage:
             stage("work estimate: the job's collectives")
             estimate(job, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK, pcap=True, emit=False)
         run = run_job(job, as_json, budget=False)
-        if as_json:
+        corpus_doc, corpus_lines = None, []
+        if corpus:                          # read whole (a bad byte is an error) before anything is printed
+            from ..corpus.traffic import corpus_plan, corpus_plan_lines
+            corpus_doc = corpus_plan(job, corpus, tokenizer, report=run.report)
+            corpus_lines = corpus_plan_lines(job, corpus, tokenizer, doc=corpus_doc)
+        if as_json:                         # every flag has its key: -o/--force "output", --corpus "corpus"
             import json
             from ..report.plan_json import plan_json
-            click.echo(json.dumps(plan_json(run), indent=1))
+            doc = {**plan_json(run), "output": output}
+            if corpus_doc is not None:
+                doc["corpus"] = corpus_doc
+            click.echo(json.dumps(doc, indent=1))
             return
-        corpus_lines = []
-        if corpus:                          # read whole (a bad byte is an error) before anything is printed
-            from ..corpus.traffic import corpus_plan_lines
-            corpus_lines = corpus_plan_lines(job, corpus, tokenizer, report=run.report)
         _print_plan(run)
         for note in run.report.notes:
             click.echo(f"warning: {note}", err=True)

@@ -115,10 +115,11 @@ def fmt_ns(ns: int) -> str:
     return f"{ns:,} ns"
 
 
-def corpus_plan_lines(job: Job, corpus_path: str, tokenizer: str = "cl100k_base",
-                      report: Report | None = None) -> list[str]:
-    """Lines for `tracegen plan JOB --corpus PATH`: the corpus as epochs of this job. Pass the
-    plan's report to avoid running the pipeline twice."""
+def corpus_plan(job: Job, corpus_path: str, tokenizer: str = "cl100k_base",
+                report: Report | None = None) -> dict:
+    """The corpus as epochs of this job, as `tracegen plan --json --corpus PATH` prints it under
+    "corpus" (README): the counts, one iteration's traffic and one epoch's. Pass the plan's
+    report to avoid running the pipeline twice."""
     from .reader import open_corpus
     from .stats import count_corpus
     from .tokenizers import resolve_tokenizer
@@ -126,16 +127,35 @@ def corpus_plan_lines(job: Job, corpus_path: str, tokenizer: str = "cl100k_base"
     c = count_corpus(corpus, [tok])
     it = iteration_traffic(job, report)
     e = epoch_traffic(c.tokens[tok.name], it, corpus.label, tok.name)
+    return {
+        "corpus": corpus.label, "files": c.files, "utf8_bytes": c.utf8_bytes, "words": c.words,
+        "chars": c.chars, "tokenizer": tok.name, "tokens": e.tokens,
+        "iteration": {"seq_len": it.seq_len, "global_batch": it.global_batch, "tokens": it.tokens,
+                      "nics": len(it.nic_tx_bytes), "nic_gbps": it.nic_gbps,
+                      "aggregate_bytes": it.aggregate_bytes, "busiest_nic_bytes": it.busiest_nic_bytes},
+        "epoch": {"sequences": e.sequences, "iterations": e.iterations,
+                  "iterations_exact": e.iterations_exact, "aggregate_bytes": e.aggregate_bytes,
+                  "busiest_nic_bytes": e.busiest_nic_bytes, "wire_ns": e.wire_ns,
+                  "compute_ns": e.compute_ns, "scheduled_ns": e.scheduled_ns},
+    }
+
+
+def corpus_plan_lines(job: Job, corpus_path: str, tokenizer: str = "cl100k_base",
+                      report: Report | None = None, doc: dict | None = None) -> list[str]:
+    """Lines for `tracegen plan JOB --corpus PATH`: corpus_plan's numbers (`doc`, computed when
+    not given) in words."""
+    d = doc if doc is not None else corpus_plan(job, corpus_path, tokenizer, report)
+    it, e = d["iteration"], d["epoch"]
     return [
-        f"corpus {corpus.label} ({c.files} file(s), {fmt_bytes(c.utf8_bytes)}): {c.words:,} words, "
-        f"{c.chars:,} characters -> {e.tokens:,} tokens ({tok.name}), "
-        f"{e.tokens / c.words:.3f} tokens/word",
-        f"one epoch at s={it.seq_len}, global batch {it.global_batch} ({it.tokens:,} tokens/iteration): "
-        f"{e.sequences:,} sequences -> {e.iterations:,} iterations ({e.iterations_exact:,.3f} exact)",
-        f"per iteration on the fabric: {it.aggregate_bytes:,} B all NICs, {it.busiest_nic_bytes:,} B "
-        f"busiest NIC ({len(it.nic_tx_bytes)} NICs)",
-        f"per epoch on the fabric: {e.aggregate_bytes:,} B ({fmt_bytes(e.aggregate_bytes)}) all NICs, "
-        f"{e.busiest_nic_bytes:,} B ({fmt_bytes(e.busiest_nic_bytes)}) busiest NIC",
-        f"per epoch: wire {fmt_ns(e.wire_ns)} at {it.nic_gbps} Gb/s (busiest NIC), compute "
-        f"{fmt_ns(e.compute_ns)} (busiest stage), scheduled {fmt_ns(e.scheduled_ns)}",
+        f"corpus {d['corpus']} ({d['files']} file(s), {fmt_bytes(d['utf8_bytes'])}): {d['words']:,} words, "
+        f"{d['chars']:,} characters -> {d['tokens']:,} tokens ({d['tokenizer']}), "
+        f"{d['tokens'] / d['words']:.3f} tokens/word",
+        f"one epoch at s={it['seq_len']}, global batch {it['global_batch']} ({it['tokens']:,} tokens/iteration): "
+        f"{e['sequences']:,} sequences -> {e['iterations']:,} iterations ({e['iterations_exact']:,.3f} exact)",
+        f"per iteration on the fabric: {it['aggregate_bytes']:,} B all NICs, {it['busiest_nic_bytes']:,} B "
+        f"busiest NIC ({it['nics']} NICs)",
+        f"per epoch on the fabric: {e['aggregate_bytes']:,} B ({fmt_bytes(e['aggregate_bytes'])}) all NICs, "
+        f"{e['busiest_nic_bytes']:,} B ({fmt_bytes(e['busiest_nic_bytes'])}) busiest NIC",
+        f"per epoch: wire {fmt_ns(e['wire_ns'])} at {it['nic_gbps']} Gb/s (busiest NIC), compute "
+        f"{fmt_ns(e['compute_ns'])} (busiest stage), scheduled {fmt_ns(e['scheduled_ns'])}",
     ]

@@ -34,238 +34,16 @@ qp (RoCE queue-pair hashing: the BTH destination QP as a hash field - "RDMA Queu
 
 All arithmetic is on uint32, so a C++ replica gives the same choices. The schedule, every pcap
 view and the ns-3 scenario (which pins each QP's path, emit/sims/ns3.py) route with this one function.
+
+This module holds the Router; ecmp_hash.py the hash functions, route_graph.py the graph kernels.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from ..errors import ConfigError
-
-ROCE_UDP_PORT = 4791
-_POLY = 0xEDB88320
-
-
-def _crc_table() -> np.ndarray:
-    t = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        t = np.where(t & 1, (t >> np.uint32(1)) ^ np.uint32(_POLY), t >> np.uint32(1)).astype(np.uint32)
-    return t
-
-
-CRC_TABLE = _crc_table()
-
-
-def crc32_rows(data: np.ndarray) -> np.ndarray:
-    """zlib.crc32 of every row of a [n, k] uint8 array (vectorized over rows)."""
-    data = np.asarray(data, dtype=np.uint8)
-    crc = np.full(len(data), 0xFFFFFFFF, dtype=np.uint32)
-    for j in range(data.shape[1]):
-        crc = CRC_TABLE[(crc ^ data[:, j]) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
-    return crc ^ np.uint32(0xFFFFFFFF)
-
-
-def fmix32(h) -> np.ndarray:
-    """MurmurHash3's 32-bit finaliser."""
-    h = np.asarray(h, dtype=np.uint64) & np.uint64(0xFFFFFFFF)
-    h ^= h >> np.uint64(16)
-    h = (h * np.uint64(0x85EBCA6B)) & np.uint64(0xFFFFFFFF)
-    h ^= h >> np.uint64(13)
-    h = (h * np.uint64(0xC2B2AE35)) & np.uint64(0xFFFFFFFF)
-    h ^= h >> np.uint64(16)
-    return h.astype(np.uint32)
-
-
-def switch_seeds(n_switches: int, ecmp_seed: int) -> np.ndarray:
-    s = np.arange(n_switches, dtype=np.uint64)
-    return fmix32((np.uint64(ecmp_seed) * np.uint64(0x9E3779B1) + s * np.uint64(0x85EBCA77) + np.uint64(1))
-                  & np.uint64(0xFFFFFFFF))
-
-
-def ip_bytes(ipv4: np.ndarray, ip_version: int) -> np.ndarray:
-    """[n, 4] or [n, 16] network-order address bytes; IPv6 is fd00::<IPv4> (the address plan)."""
-    v4 = np.asarray(ipv4, dtype=np.uint32)
-    b4 = np.stack([(v4 >> np.uint32(s)) & np.uint32(0xFF) for s in (24, 16, 8, 0)], axis=1).astype(np.uint8)
-    if ip_version == 4:
-        return b4
-    out = np.zeros((len(v4), 16), np.uint8)
-    out[:, 0] = 0xFD
-    out[:, 12:] = b4
-    return out
-
-
-def tuple_crc(src_ip: np.ndarray, dst_ip: np.ndarray, sport: np.ndarray, ip_version: int,
-              dport: int = ROCE_UDP_PORT) -> np.ndarray:
-    """CRC-32 of each packet's 5-tuple (src IP, dst IP, protocol 17, sport, dport)."""
-    n = len(sport)
-    sport = np.asarray(sport, dtype=np.uint32)
-    rows = np.concatenate([
-        ip_bytes(src_ip, ip_version), ip_bytes(dst_ip, ip_version), np.full((n, 1), 17, np.uint8),
-        np.stack([sport >> np.uint32(8), sport & np.uint32(0xFF)], axis=1).astype(np.uint8),
-        np.tile(np.array([dport >> 8, dport & 0xFF], np.uint8), (n, 1))], axis=1)
-    return crc32_rows(rows)
-
-
-def qp_crc(src_ip: np.ndarray, dst_ip: np.ndarray, dest_qpn: np.ndarray, ip_version: int) -> np.ndarray:
-    """CRC-32 of each packet's (src IP, dst IP, BTH DestQP) - the `qp` ECMP hash's fields."""
-    q = np.asarray(dest_qpn, dtype=np.uint32)
-    rows = np.concatenate([
-        ip_bytes(src_ip, ip_version), ip_bytes(dst_ip, ip_version),
-        np.stack([(q >> np.uint32(s)) & np.uint32(0xFF) for s in (16, 8, 0)], axis=1).astype(np.uint8)],
-        axis=1)
-    return crc32_rows(rows)
-
-
-ECMP_HASHES = ("5-tuple", "qp")
-
-
-# --- the tables routes are chosen from ----------------------------------------------------------
-# Sparse, so a fabric costs its links, not its switches squared: the adjacency is CSR (a leaf with
-# 65,536 spines holds 65,536 entries, not every switch a row that wide), and distances are kept per
-# class of twin leaves (same neighbours: every leaf of a two-tier plane, every leaf of a fat-tree
-# pod), one BFS each, instead of one column per leaf. Routes are the same as over dense tables.
-
-@numba.njit(cache=True)
-def _bfs(ptr: np.ndarray, nbr: np.ndarray, source: int, dist: np.ndarray) -> None:
-    """dist[v] = hops from switch `source` to switch v (-1: unreachable), over the CSR adjacency."""
-    dist[:] = -1
-    queue = np.empty(len(dist), np.int64)
-    queue[0] = source
-    dist[source] = 0
-    head, tail = 0, 1
-    while head < tail:
-        u = queue[head]
-        head += 1
-        for k in range(ptr[u], ptr[u + 1]):
-            v = nbr[k]
-            if dist[v] < 0:
-                dist[v] = dist[u] + 1
-                queue[tail] = v
-                tail += 1
-
-
-@numba.njit(cache=True)
-def _components(ptr: np.ndarray, nbr: np.ndarray) -> np.ndarray:
-    """Connected component number of every switch."""
-    n = len(ptr) - 1
-    comp = np.full(n, -1, np.int64)
-    queue = np.empty(max(n, 1), np.int64)
-    c = 0
-    for s in range(n):
-        if comp[s] >= 0:
-            continue
-        comp[s] = c
-        queue[0] = s
-        head, tail = 0, 1
-        while head < tail:
-            u = queue[head]
-            head += 1
-            for k in range(ptr[u], ptr[u + 1]):
-                v = nbr[k]
-                if comp[v] < 0:
-                    comp[v] = c
-                    queue[tail] = v
-                    tail += 1
-        c += 1
-    return comp
-
-
-@numba.njit(cache=True)
-def _same_neighbours(ptr: np.ndarray, nbr: np.ndarray, a: int, b: int) -> bool:
-    if ptr[a + 1] - ptr[a] != ptr[b + 1] - ptr[b]:
-        return False
-    for k in range(ptr[a + 1] - ptr[a]):
-        if nbr[ptr[a] + k] != nbr[ptr[b] + k]:
-            return False
-    return True
-
-
-@numba.njit(cache=True)
-def _twin_leaves(ptr: np.ndarray, nbr: np.ndarray, leaves: np.ndarray) -> np.ndarray:
-    """rep[i]: the first leaf (position in `leaves`) whose neighbours are exactly leaf i's, i
-    itself if none before it has them or it has none. Twins G, H are two hops apart (a common
-    neighbour, no link between them: H would be its own neighbour) and every other switch is
-    equally far from both - a shortest path to G ends through a neighbour of G, which is one of
-    H's - so one BFS serves the whole class."""
-    n = len(leaves)
-    h = np.empty(n, np.uint64)
-    for i in range(n):
-        x = np.uint64(14695981039346656037)          # FNV-1a over the sorted neighbour list
-        u = leaves[i]
-        for k in range(ptr[u], ptr[u + 1]):
-            x = (x ^ np.uint64(nbr[k])) * np.uint64(1099511628211)
-        h[i] = x
-    order = np.argsort(h, kind="mergesort")
-    rep = np.arange(n)
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and h[order[j]] == h[order[i]]:
-            j += 1
-        for a in range(i, j):                         # a run of equal hashes: compare exactly
-            la = order[a]
-            if rep[la] != la or ptr[leaves[la] + 1] == ptr[leaves[la]]:
-                continue
-            for b in range(a + 1, j):
-                lb = order[b]
-                if rep[lb] == lb and _same_neighbours(ptr, nbr, leaves[la], leaves[lb]):
-                    rep[lb] = la
-        i = j
-    return rep
-
-
-@numba.njit(cache=True)
-def _farthest(ptr: np.ndarray, nbr: np.ndarray, sources: np.ndarray, keep: np.ndarray) -> int:
-    """The most hops any switch is from any source (BFS from each); source k's distances are
-    left in keep[k] while k < len(keep)."""
-    scratch = np.empty(len(ptr) - 1, np.int32)
-    far = -1
-    for k in range(len(sources)):
-        dist = keep[k] if k < len(keep) else scratch
-        _bfs(ptr, nbr, sources[k], dist)
-        far = max(far, dist.max())
-    return far
-
-
-@numba.njit(cache=True)
-def _hops_to(dist: np.ndarray, v: int, goal: int, twin: int) -> int:
-    """Hops from switch v to leaf `goal`; dist is the BFS of goal's class representative `twin`."""
-    if v == goal:
-        return 0
-    if v == twin:
-        return 2
-    return dist[v]
-
-
-@numba.njit(cache=True)
-def _next_hops(ptr, nbr, ndir, dist, row, cur, goal, twin, h, out_sw, out_dir) -> None:
-    """Per packet at switch cur[i] bound for leaf goal[i]: of the n neighbours one hop closer to
-    the goal, in ascending switch order, the (h[i] mod n)-th (out_sw -1 if there is none)."""
-    for i in range(len(cur)):
-        c, g, t = cur[i], goal[i], twin[i]
-        d = dist[row[i]]
-        want = _hops_to(d, c, g, t) - 1
-        out_sw[i], out_dir[i] = -1, -1
-        if want == 0:       # the goal itself (a spine's 16,384 leaves need no scan): its link(s)
-            lo = ptr[c] + np.searchsorted(nbr[ptr[c]:ptr[c + 1]], g)
-            n = ptr[c] + np.searchsorted(nbr[ptr[c]:ptr[c + 1]], g, side="right") - lo
-            if n > 0:
-                k = lo + np.int64(h[i]) % n
-                out_sw[i], out_dir[i] = nbr[k], ndir[k]
-            continue
-        n = 0
-        for k in range(ptr[c], ptr[c + 1]):
-            if _hops_to(d, nbr[k], g, t) == want:
-                n += 1
-        if n == 0:
-            continue
-        pick = np.int64(h[i]) % n
-        for k in range(ptr[c], ptr[c + 1]):
-            if _hops_to(d, nbr[k], g, t) == want:
-                if pick == 0:
-                    out_sw[i], out_dir[i] = nbr[k], ndir[k]
-                    break
-                pick -= 1
+from .ecmp_hash import ECMP_HASHES, fmix32, qp_crc, switch_seeds, tuple_crc
+from .route_graph import bfs, components, farthest, next_hops, twin_leaves
 
 
 class Router:
@@ -316,7 +94,7 @@ class Router:
         self.shift[self.leaves] = 0
         self._check_connected()
         # twin classes of the leaves, the switch whose BFS serves each, and every leaf's twin
-        classes, self.leaf_class = np.unique(_twin_leaves(self.ptr, self.nbr, self.leaves), return_inverse=True)
+        classes, self.leaf_class = np.unique(twin_leaves(self.ptr, self.nbr, self.leaves), return_inverse=True)
         self.class_source = self.leaves[classes]
         self.cls = np.full(n_sw, -1, np.int64)
         self.cls[self.leaves] = self.leaf_class
@@ -328,7 +106,7 @@ class Router:
         self._row = np.full(len(classes), -1, np.int64)      # distance row of each class, -1: none
         self._row[:keep] = np.arange(keep)
         # the longest route: 2 NIC links + the farthest any switch is from a leaf
-        far = _farthest(self.ptr, self.nbr, self.class_source, self._dist)
+        far = farthest(self.ptr, self.nbr, self.class_source, self._dist)
         self.max_links = far + 2 if len(self.leaves) else 2
 
     def _check_connected(self) -> None:
@@ -336,7 +114,7 @@ class Router:
         fabric, leaves = self.fabric, self.leaves
         if not len(leaves):
             return
-        comp = _components(self.ptr, self.nbr)[leaves]
+        comp = components(self.ptr, self.nbr)[leaves]
         plane = fabric.sw_plane[leaves].astype(np.int64)
         pairs = np.unique(np.column_stack([plane, comp]), axis=0)        # (plane, component) in use
         split = np.isin(plane, pairs[np.r_[False, pairs[1:, 0] == pairs[:-1, 0]], 0])
@@ -360,7 +138,7 @@ class Router:
                 missing = need
             new = np.empty((len(missing), n_sw), np.int32)
             for k, c in enumerate(missing.tolist()):
-                _bfs(self.ptr, self.nbr, int(self.class_source[c]), new[k])
+                bfs(self.ptr, self.nbr, int(self.class_source[c]), new[k])
             self._row[missing] = len(self._dist) + np.arange(len(missing))
             self._dist = np.concatenate([self._dist, new])
         return self._row[classes]
@@ -427,7 +205,7 @@ class Router:
             c = cur[r]
             h = np.ascontiguousarray(self.choose(crc[r], c), np.uint32)
             nxt, dirs = np.empty(len(r), np.int64), np.empty(len(r), np.int64)
-            _next_hops(self.ptr, self.nbr, self.ndir, self._dist, row[r], c, goal[r], twin[r], h, nxt, dirs)
+            next_hops(self.ptr, self.nbr, self.ndir, self._dist, row[r], c, goal[r], twin[r], h, nxt, dirs)
             if (nxt < 0).any():
                 raise RuntimeError("routing: a switch without a next hop on a shortest path")
             out[r, k[r]] = dirs

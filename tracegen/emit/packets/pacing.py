@@ -16,7 +16,8 @@ from ... import progress
 from . import congestion, hops, pfc, queue_marks, roce, routes
 from .capture_file import comment_option_bytes
 from .ports import running_max, serialize
-from .plan import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, build, incl_cap, wire_ns
+from .plan import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, incl_cap, wire_ns
+from .plan_build import build
 from .roce import Opcode
 
 
