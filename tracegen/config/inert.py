@@ -19,7 +19,7 @@ from ..errors import ConfigError
 # in by a preset (a cluster preset's spines under a fat-tree), it is reset to its default, so
 # job.resolved.yaml shows what acts and replays. Rows: (key, other key, acts(other's value),
 # what the key does, the other key's setting that makes it act) - read off where the pipeline
-# uses each key (fabric_kinds.py, workload/params.py, emit/packets.py, emit/sims/ns3.py).
+# uses each key (fabric/kinds.py, workload/params.py, emit/packets/plan_build.py, emit/sims/ns3.py).
 
 _TWO_TIER = ("rail-optimised", "leaf-spine")
 _BUILT, _TWO_TIER_S = "rail-optimised, leaf-spine or fat-tree", "rail-optimised or leaf-spine"

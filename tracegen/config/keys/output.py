@@ -44,7 +44,7 @@ class OutputKeys:
     ecn_seed: int = key(0, "32-bit seed", 0, 2**32 - 1)
     dcqcn: bool = key(False, "open loop: after a CNP a QP's later messages are paced at DCQCN's rate "
                              "(network.cc_mode dcqcn)")
-    # capture files and views (emit/packets/capture_file.py, emit/views.py)
+    # capture files and views (emit/packets/capture_file.py, emit/views/files.py)
     format: str = key("pcap", "pcap (nanosecond) or pcapng (one interface block per NIC / port)",
                       choices=("pcap", "pcapng"))
     comments: bool = key(False, "pcapng: a comment per packet naming collective, op, step, chunk")

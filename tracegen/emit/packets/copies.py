@@ -1,5 +1,5 @@
 """Which copies of the wire plan's items a capture file records: the shared vocabulary of the
-views (views.py, lab.py) and of the per-file packet plan (items.py).
+views (emit/views/files.py, emit/views/lab.py) and of the per-file packet plan (items.py).
 
 Every scheduled item has a sent copy (as it leaves the sender NIC) and a received copy (as it
 arrives); a file records copies of items on one link of their route (0 = leaving the sender, hops-1

@@ -1,4 +1,4 @@
-"""The wire plan's packet-exact schedule, per NIC and direction (see packets.py for the rules).
+"""The wire plan's packet-exact schedule, per NIC and direction (see plan.py for the rules).
 
 Timing, per NIC and direction: t_i = max(nominal_i, t_{i-1} + wire_{i-1}) over frames in order.
 A message's packets go back to back unless a control frame (CTS/ACK/CNP) is due: it slips in at

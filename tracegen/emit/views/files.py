@@ -6,20 +6,20 @@
     (a frame between two selected NICs twice: sent and received, told apart by interface id);
     classic pcap: every frame of the selected NICs once, as sent (replays put it on the wire once);
   * switch ports (`output.switch`, e.g. leaf3, spine0): one file per port of that switch, every
-    packet whose route (routes.py) crosses the port's link;
+    packet whose route (emit/packets/routes.py) crosses the port's link;
   * lab (`output.lab`): one file per tester port, what its host transmits (lab.py).
 
 Switch views: a leaf's port to a NIC holds exactly that NIC's own capture (its sent and received
 copies, at the NIC's timestamps; on a multi-plane fabric the QPs of the leaf's plane). A port
 between two switches (leaf-spine, spine-core, any link of a file fabric) holds every packet whose
-route crosses that link, in either direction, at the times the schedule gave it there (hops.py:
+route crosses that link, in either direction, at the times the schedule gave it there (emit/packets/hops.py:
 it reaches route position k one link latency after it started on the link before - cut-through,
 as data-centre switch ASICs forward - and leaves the port's egress queue for its direction at
 the link's rate: two NICs bursting into one uplink queue there, as on a real port, so a capture
 never holds more than the link's rate, and the receiver gets the frames after they came
-through), with the Ethernet addresses (the two routers the link joins, topology.py's MAC plan)
+through), with the Ethernet addresses (the two routers the link joins, fabric/topology.py's MAC plan)
 and TTL (255 less the routers crossed) of that link. Routes are routing.Router's ECMP choices
-(routes.py), the schedule's and ns-3's.
+(emit/packets/routes.py), the schedule's and ns-3's.
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def switch_index(fabric: Fabric, name: str) -> int:
 
 def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
     """One file per port of switch `name`: NIC ports hold their NIC's own capture (on a
-    multi-plane fabric, the QPs of that plane), switch-to-switch ports what routes.py sends over
+    multi-plane fabric, the QPs of that plane), switch-to-switch ports what emit/packets/routes.py sends over
     that link in either direction (see the module doc)."""
     sw = switch_index(fabric, name)
     name, node, mac = fabric.sw_name[sw], fabric.node_id(sw), bytes(fabric.sw_mac[sw])
@@ -152,7 +152,7 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
 
 
 def _on_plane(p: Plan, part: Part, plane: int, planes: int) -> Part:
-    """The items of a part whose QP is on `plane` (connections.py: sender QPN mod planes)."""
+    """The items of a part whose QP is on `plane` (timing/connections.py: sender QPN mod planes)."""
     keep = p.c_qpn_src[item_conn(p, part.src, part.idx)] % planes == plane
     link = np.asarray(part.link)[keep] if np.ndim(part.link) else part.link
     return Part(part.src, part.idx[keep], link, part.dt_ns, part.iface, part.queue)

@@ -1,9 +1,10 @@
 """The capture writer: the wire plan -> pcap / pcapng files, written window by window from one
 reused buffer (bounded memory).
 
-One direction through emit/: packets.py + timing.py (the wire plan and its schedule) ->
-views.py (which files, which copies: host, merged, switch port, lab) -> items.py (per file: its
-packets and their times, window by window) -> frames.py (record bytes) -> this module (files).
+One direction through emit/: packets/plan.py + packets/pacing.py (the wire plan and its
+schedule) -> views/files.py (which files, which copies: host, merged, switch port, lab) ->
+packets/items.py (per file: its packets and their times, window by window) -> packets/frames.py
+(record bytes) -> this module (files).
 """
 from __future__ import annotations
 
