@@ -221,6 +221,11 @@ class Plan:
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
     m_cap: np.ndarray | None = None        # per message: line rate / the rate DCQCN lets its QP send
                                            # at (>= 1; pacing.pace), None: no DCQCN reaction
+    ce_pos: np.ndarray | None = None  # output.ecn_marking=queue: per mark, the route position that set CE
+    pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.Pauses (the NICs paused)
+    pfc_shown: np.ndarray | None = None    # per pause: written in the captures (pacing._pauses_shown)
+    queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (pacing.queue_marks_and_cnps)
+    queue_stable: bool = True
     m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)
 
     def pace_of(self, m) -> np.ndarray:

@@ -49,8 +49,17 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
         return 0, 0
     if p.tx is None:
         return _host_counts_unscheduled(p, fabric)
-    counts = [items.count(p, spec) for spec in views.files(p, fabric).specs]
+    counts = [_count(p, spec) for spec in views.files(p, fabric).specs]
     return sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0)
+
+
+def _count(p: Plan, spec) -> tuple[int, int]:
+    """items.count, with the file's PFC PAUSE records (pfc.py)."""
+    n, nbytes = items.count(p, spec)
+    if spec.pauses:
+        n += len(spec.pauses)
+        nbytes += sum(len(p.fmt.record(t, fr)) for t, fr in spec.pauses)
+    return n, nbytes
 
 
 def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
@@ -120,7 +129,7 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     if p is None:
         return []
     fset = views.files(p, fabric)
-    counts = [items.count(p, spec) for spec in fset.specs]
+    counts = [_count(p, spec) for spec in fset.specs]
     specs = [spec for spec, c in zip(fset.specs, counts) if c[0] > 0]
     select.check_budget(sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0), out)
     total_bytes = sum(c[1] for c in counts if c[0] > 0)
@@ -135,6 +144,15 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
         done_bytes += nbytes
         paths.append(path)
     return paths
+
+
+def port_counters(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                  network: Network | None = None) -> list[tuple]:
+    """The switch view's expected counters (views/counters.py: counters.COLUMNS rows), from the
+    plan write_pcaps wrote (kept: not scheduled again)."""
+    from .counters import switch_counters
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
+    return [] if p is None else switch_counters(p, fabric, views.files(p, fabric))
 
 
 def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
@@ -183,8 +201,25 @@ def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
     packets = items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES, spec.t0_ns)
     if spec.port_gbps:
         packets = port_queue.queued(p, it, packets, p.line_gbps, spec.port_gbps)
+    if not spec.pauses:
+        for pos, li, j, t in packets:
+            yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+        return
+    # PFC PAUSE frames (pfc.py) go in between, in time order (after frames of the same ns)
+    pause_t = np.array([t for t, _ in spec.pauses], np.int64) - spec.t0_ns
+    k = 0
     for pos, li, j, t in packets:
-        yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+        a = 0
+        while k < len(pause_t) and pause_t[k] < t[-1]:
+            b = int(np.searchsorted(t, pause_t[k], "right"))
+            if b > a:
+                yield frames.records(p, fset.addressing, it, pos, li[a:b], j[a:b], t[a:b], scratch)
+            yield p.fmt.record(int(pause_t[k]), spec.pauses[k][1])
+            a, k = b, k + 1
+        if a < len(t):
+            yield frames.records(p, fset.addressing, it, pos, li[a:], j[a:], t[a:], scratch)
+    for i in range(k, len(pause_t)):
+        yield p.fmt.record(int(pause_t[i]), spec.pauses[i][1])
 
 
 def _write_all(f, buf: np.ndarray) -> None:
