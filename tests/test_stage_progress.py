@@ -17,8 +17,8 @@ M = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 4096, "seq_len": 512}
 
 
 def test_workload_and_schedule_report_progress(monkeypatch):
-    from tracegen.timing import fluid
-    monkeypatch.setattr(fluid, "PROGRESS_EVERY", 64)
+    from tracegen.timing import fluid_engine
+    monkeypatch.setattr(fluid_engine, "PROGRESS_EVERY", 64)
     seen = []
     progress.hook = lambda done, total: seen.append((done, total))
     try:
@@ -64,8 +64,8 @@ def _phases_of(job, dest, monkeypatch):
     from tracegen.emit.bundle import with_pcap_estimate, write_bundle
     monkeypatch.setattr(progress, "BLOCK_ROWS", 16)
     monkeypatch.setattr(progress, "BLOCK_OPS", 2)
-    from tracegen.timing import fluid
-    monkeypatch.setattr(fluid, "PROGRESS_EVERY", 64)        # the engine runs as Python below 2,000 items
+    from tracegen.timing import fluid_engine
+    monkeypatch.setattr(fluid_engine, "PROGRESS_EVERY", 64)        # the engine runs as Python below 2,000 items
     seen = []
     progress.stage_hook = lambda text, unit="": seen.append((text, []))
     progress.hook = lambda done, total: seen[-1][1].append((done, total)) if seen else None

@@ -332,11 +332,11 @@ MUTATIONS = [
     ('narayanan-bias-once', 'tracegen/workload/params.py',
      'return 12 * l * h * h + 13 * l * h +',
      'return 12 * l * h * h + 13 * h +'),
-    # --- tracegen/timing/fluid.py
-    ('transfer-dep-dropped', 'tracegen/timing/fluid.py',  # *
+    # --- tracegen/timing/fluid_engine.py, fluid_solve.py (the engine: fluid.py)
+    ('transfer-dep-dropped', 'tracegen/timing/fluid_engine.py',  # *
      '                    if e > ready[d]:\n                        ready[d] = e\n',
      ''),
-    ('links-not-shared', 'tracegen/timing/fluid.py',  # *
+    ('links-not-shared', 'tracegen/timing/fluid_solve.py',  # *
      '            wsum[ln] += lk_w[k]\n',
      '            wsum[ln] = lk_w[k]\n'),
     # --- tracegen/timing/schedule.py
@@ -487,23 +487,23 @@ MUTATIONS = [
     ('nccl-tests-algbw-bits', 'tracegen/cli/collective.py',
      'return self.size_bytes / self.time_ns if self.time_ns else 0.0',
      'return self.size_bytes * 8 / self.time_ns if self.time_ns else 0.0'),
-    # --- tracegen/timing/fluid.py (more): the engine's rules, judged by an independent max-min solver
-    ('fluid-capacity-used-unweighted', 'tracegen/timing/fluid.py',
+    # --- tracegen/timing/fluid_solve.py, fluid_engine.py (more): the engine's rules, judged by an independent max-min solver
+    ('fluid-capacity-used-unweighted', 'tracegen/timing/fluid_solve.py',
      'rcap[ln] -= best * wsum[ln]',
      'rcap[ln] -= best'),
-    ('fluid-rate-cap-ignored', 'tracegen/timing/fluid.py',
+    ('fluid-rate-cap-ignored', 'tracegen/timing/fluid_solve.py',
      'if not frozen[i] and rate_cap[i] - level < best:',
      'if False and rate_cap[i] - level < best:'),
-    ('fluid-gap-after-deps-dropped', 'tracegen/timing/fluid.py',
+    ('fluid-gap-after-deps-dropped', 'tracegen/timing/fluid_engine.py',
      'rel_op[n_rel], rel_t[n_rel] = p, op_ready[p] + gap[p]',
      'rel_op[n_rel], rel_t[n_rel] = p, op_ready[p]'),
-    ('fluid-arrival-latency-dropped', 'tracegen/timing/fluid.py',
+    ('fluid-arrival-latency-dropped', 'tracegen/timing/fluid_engine.py',
      '                e = t + extra[i]\n',
      '                e = t\n'),
-    ('fluid-link-weights-not-reset', 'tracegen/timing/fluid.py',
+    ('fluid-link-weights-not-reset', 'tracegen/timing/fluid_solve.py',
      '        wsum[ln] = 0.0\n        rcap[ln] = cap[ln]\n',
      '        rcap[ln] = cap[ln]\n'),
-    ('fluid-queue-lifo', 'tracegen/timing/fluid.py',
+    ('fluid-queue-lifo', 'tracegen/timing/fluid_engine.py',
      '                    if q_tail[q] >= 0:\n                        q_next[q_tail[q]] = it\n'
      '                    else:\n                        q_head[q] = it\n                    q_tail[q] = it\n',
      '                    q_next[it] = q_head[q]\n                    q_head[q] = it\n'
@@ -841,6 +841,31 @@ MUTATIONS = [
     ('schema-us-unit-ns', 'tracegen/config/schema.py',
      '("_us", "µs")',
      '("_us", "ns")'),
+    # --- tracegen/scenario/ (issue 23: several jobs on one fabric)
+    ('scenario-interleave-no-round-robin', 'tracegen/scenario/place.py',
+     'node, i = node + 1, (i + 1) % len(need)',
+     'node, i = node + 1, i'),
+    ('scenario-start-offset-lost', 'tracegen/scenario/run.py',
+     'rows["gap_ns"][ops.deps.lengths() == 0] += start_ns',
+     'rows["gap_ns"][ops.deps.lengths() == 0] += 0'),
+    ('scenario-slowdown-inverted', 'tracegen/scenario/run.py',
+     'return self.jct_ns / self.alone_jct_ns if self.alone_jct_ns else float("nan")',
+     'return self.alone_jct_ns / self.jct_ns if self.jct_ns else float("nan")'),
+    ('scenario-resilient-rehashes-all', 'tracegen/scenario/events.py',
+     'hit = (used & (nid < 0)).any(axis=1)',
+     'hit = used.any(axis=1)'),
+    ('scenario-straggler-ignored', 'tracegen/scenario/events.py',
+     'factor = np.where(hit, np.maximum(factor, e.factor), factor)',
+     'factor = np.where(hit, factor, factor)'),
+    ('scenario-nccl-not-compared', 'tracegen/scenario/spec.py',
+     'for f in fields(first.nccl):',
+     'for f in fields(first.nccl)[:0]:'),
+    ('scenario-incast-ring', 'tracegen/scenario/patterns.py',
+     'items = [(CollKind.SENDRECV, Dim.PP, [src, 0], 1) for src in range(1, ranks)]',
+     'items = [(CollKind.SENDRECV, Dim.PP, [src, (src + 1) % ranks], 1) for src in range(1, ranks)]'),
+    ('scenario-link-time-unscaled', 'tracegen/scenario/report.py',
+     'acc = shares * total[lk]',
+     'acc = acc + 0 * shares'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -851,6 +876,9 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 # Test files that judge a module through another one's API (so they do not name it): a partial
 # run (--related-only) runs them too.
 ALSO_RELATED = {
+    "tracegen/scenario/spec.py": ["tests/test_scenario.py", "tests/test_bad_commands.py"],
+    "tracegen/scenario/patterns.py": ["tests/test_scenario.py"],
+    "tracegen/scenario/report.py": ["tests/test_scenario.py"],
     "tracegen/emit/packets/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_pcap.py", "tests/test_pcap_congestion.py"],
     "tracegen/config/rules.py": ["tests/test_config.py", "tests/test_bad_input.py"],
@@ -865,6 +893,9 @@ ALSO_RELATED = {
     "tracegen/emit/packets/rate_curve.py": ["tests/test_pacing_trajectory.py", "tests/test_pcap.py"],
     "tracegen/emit/views/files.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],
     "tracegen/timing/fluid.py": ["tests/test_judge_fluid.py"],
+    "tracegen/timing/fluid_engine.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
+    "tracegen/timing/fluid_solve.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
+    "tracegen/timing/fluid_heap.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
     "tracegen/emit/packets/capture_file.py": ["tests/test_judge_pcapng_blocks.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/frames.py": ["tests/test_judge_ip_ids.py", "tests/test_psn_wrap.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/addresses.py": ["tests/test_switch_views.py"],

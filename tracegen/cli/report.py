@@ -6,7 +6,7 @@ The pictures go into the trace folder itself (default) or `-o DIR`, through the 
 (output/put.py put_files): into a folder tracegen wrote, each picture replaces the old one by a rename and
 the folder's manifest is updated; a new folder is written whole; any other folder (the current one,
 one holding a user's timeline.png, ...) is refused before anything is read, unless --force, which
-writes beside the user's files and never over one. A damaged trace is one line (trace_read.py).
+writes beside the user's files and never over one. A damaged trace is one line (emit/tables/read.py).
 """
 from __future__ import annotations
 

@@ -120,7 +120,7 @@ class Cluster(ClusterKeys):
 
 
 class FabricConfig(FabricKeys):
-    """The switch fabric the NICs plug into (topology.py builds it; routing.py routes over it);
+    """The switch fabric the NICs plug into (fabric/topology.py builds it; fabric/routing.py routes over it);
     kinds and keys: keys/fabric.py."""
 
 

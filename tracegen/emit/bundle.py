@@ -106,6 +106,13 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
         counts["pcaps"] = len(write_pcaps(flows, run.fabric, out, dest / "pcap", progress=progress,
                                           nccl=run.job.nccl, network=run.job.network, workers=workers,
                                           scheduler=scheduler))
+        if out.switch:              # the counters the switch should show (views/counters.py)
+            from .views.counters import COLUMNS
+            from .views.pcap import port_counters
+            from .tables.counters import write_counters
+            stage("port_counters")
+            rows = port_counters(flows, run.fabric, out, nccl=run.job.nccl, network=run.job.network)
+            write_counters(COLUMNS, rows, dest, formats, run.job.name)
     if out.ns3 and wire:
         from .sims.ns3 import NO_FLOWS_NOTE, write_ns3
         stage("ns-3 scenario")

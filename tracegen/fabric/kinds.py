@@ -11,7 +11,7 @@ Kinds (config `fabric.kind`, see config.FabricConfig):
                   need are built. Placement `node` fills leaves in NIC order (a node's NICs on
                   consecutive ports), `rail` in rail-major order (rail 0 of every node first).
   file            switches, links and each NIC's leaf from a YAML file (custom, uneven fabrics;
-                  read and checked by fabric_file.py).
+                  read and checked by topology_file.py).
 Multi-plane (`planes` = P > 1): the graph is built once per plane (switch names prefixed `pK-` for
 plane K > 0); each NIC has one port of nic_gbps / P on every plane.
 
@@ -137,7 +137,7 @@ def _two_tier(b: _Builder, fc: FabricConfig, plane: int, nodes: int, nics: int, 
 
 def link_count(fc: FabricConfig, nodes: int, nics: int) -> tuple[int, str]:
     """Links the fabric would have (NIC ports included) without building it, and what drives it:
-    lets a job be refused before any work (work.py)."""
+    lets a job be refused before any work (timing/work.py)."""
     n_nics = nodes * nics
     if fc.kind == "file":
         return n_nics, "the topology file"

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..config import Cluster, Job
 from ..errors import ConfigError
-from .kinds import CORE, LEAF, SPINE, TIER_NAMES, build_switch_graph
+from .kinds import CORE, LEAF, SPINE, build_switch_graph
 
 LINK_DTYPE = np.dtype([("a", "i4"), ("b", "i4"), ("gbps", "i8"), ("latency_ns", "i8")])
 
@@ -176,7 +176,7 @@ class Fabric:
 
     def qp_paths(self, src_nic, dst_nic, udp_sport, src_qpn, dst_qpn, reverse: bool = False) -> list[list[int]]:
         """Per QP, the route of its data packets as simulator node ids (the ns-3 export pins it),
-        one routing pass for all: the QP's plane is its sender QPN mod planes (connections.py),
+        one routing pass for all: the QP's plane is its sender QPN mod planes (timing/connections.py),
         its data carry the receiver's QPN as DestQP. reverse: the route of what the receiver
         returns (ACKs, CTS), dst -> src with the same UDP source port and the sender's QPN as
         DestQP (emit/copies.item_dest_qpn)."""

@@ -100,7 +100,7 @@ def _closed_forms(job: Job) -> tuple[int, int]:
     m, par, c = job.model, job.parallelism, job.cluster
     B = m.bytes_per_elem
     gB = DTYPE_BYTES[par.grad_dtype] if par.grad_dtype else B
-    world, mbs = par.world, par.microbatches
+    mbs = par.microbatches
     tokens = par.micro_batch * m.seq_len // par.cp
     sizes = {
         "an activation (micro_batch x seq_len x hidden)": tokens * m.hidden * B,

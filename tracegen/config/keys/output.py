@@ -34,13 +34,17 @@ class OutputKeys:
     ip_version: int = key(4, "RoCEv2 over IPv4, or IPv6 (fd00::<IPv4 plan>)", choices=(4, 6))
     pkey: int = key(0xFFFF, "16-bit BTH P_Key", 1, 0xFFFF, count=False)
     # congestion artefacts (emit/packets/congestion.py): CE marks and the CNPs receivers send back
+    ecn_marking: str = key("fraction", "where CE marks come from: fraction (ecn_mark_fraction, seeded) or queue "
+                                       "(RED on each switch-to-switch egress queue: network.kmin_bytes, kmax_bytes, "
+                                       "pmax; with network.pfc PFC pauses above Xoff; emit/packets/queue_marks.py)",
+                           choices=("fraction", "queue"))
     ecn_mark_fraction: float = key(0.0, "a fraction of data packets", 0.0, 1.0)
     ecn_pattern: str = key("random", "where CE marks go: random (seeded by ecn_seed) or periodic",
                            choices=("random", "periodic"))
     ecn_seed: int = key(0, "32-bit seed", 0, 2**32 - 1)
     dcqcn: bool = key(False, "open loop: after a CNP a QP's later messages are paced at DCQCN's rate "
                              "(network.cc_mode dcqcn)")
-    # capture files and views (emit/packets/capture_file.py, emit/views.py)
+    # capture files and views (emit/packets/capture_file.py, emit/views/files.py)
     format: str = key("pcap", "pcap (nanosecond) or pcapng (one interface block per NIC / port)",
                       choices=("pcap", "pcapng"))
     comments: bool = key(False, "pcapng: a comment per packet naming collective, op, step, chunk")

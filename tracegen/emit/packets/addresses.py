@@ -1,9 +1,9 @@
 """The Ethernet addresses frames carry on each link of their route.
 
-MAC plan (topology.py): NICs 02:00:<rail>:<node hi>:<node lo>:01, routers
+MAC plan (fabric/topology.py): NICs 02:00:<rail>:<node hi>:<node lo>:01, routers
 02:<4c leaf | 53 spine | 43 core>:<plane>:00:<index hi>:<index lo>. A frame on a link carries the
 MACs of the two nodes that link joins (every switch is an L3 router). Lab mode swaps in the lab's
-addresses (lab.py).
+addresses (emit/views/lab.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from . import routes
 
 @dataclass(frozen=True)
 class Addressing:
-    """The addresses frames carry: the fabric's (or a lab's, see lab.py); whether a sender's
+    """The addresses frames carry: the fabric's (or a lab's, see emit/views/lab.py); whether a sender's
     frames go straight to the receiver's MAC (a bridged lab DUT) instead of its leaf router; or,
     per sending NIC, the MAC its frames go to (a routed lab DUT's port)."""
     fabric: Fabric
@@ -31,7 +31,7 @@ class Addressing:
 
 
 def spine_mac(spine) -> np.ndarray:
-    """Plane 0's spine router MACs: 02:53:00:00:<spine hi>:<spine lo> (topology.py's router MACs)."""
+    """Plane 0's spine router MACs: 02:53:00:00:<spine hi>:<spine lo> (fabric/topology.py's router MACs)."""
     s = np.asarray(spine, dtype=np.int64)
     mac = np.zeros(s.shape + (6,), np.uint8)
     mac[..., 0], mac[..., 1], mac[..., 4], mac[..., 5] = 0x02, 0x53, s >> 8, s & 0xFF

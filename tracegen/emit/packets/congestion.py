@@ -11,7 +11,7 @@
     ICRC; IP DSCP 48, PCP 6, TTL 64, UDP source port 0 (WIRE.md, ConnectX-4 Lx capture).
   * Reaction (output.dcqcn, off by default): open loop - the CNPs of the trace, as they reach the
     sender, drive DCQCN's rate decrease and recovery for the QP they name; each later message of
-    that QP is paced at the rate DCQCN gives at its start (timing.py), nothing closes the loop
+    that QP is paced at the rate DCQCN gives at its start (pacing.py), nothing closes the loop
     back to the marks.
 Memory stays proportional to the marks, never to the packets.
 """

@@ -1,5 +1,5 @@
 """Which copies of the wire plan's items a capture file records: the shared vocabulary of the
-views (views.py, lab.py) and of the per-file packet plan (items.py).
+views (emit/views/files.py, emit/views/lab.py) and of the per-file packet plan (items.py).
 
 Every scheduled item has a sent copy (as it leaves the sender NIC) and a received copy (as it
 arrives); a file records copies of items on one link of their route (0 = leaving the sender, hops-1
@@ -58,6 +58,8 @@ class FileSpec:
     parts: list
     lead: list = field(default_factory=list)   # frames before the plan's: (t_ns in the file, bytes, iface)
     t0_ns: int = 0                              # subtracted from the plan's times (lab: the common t0)
+    pauses: list = field(default_factory=list)  # PFC PAUSE frames the file shows (pfc.records_for):
+                                                # (t_ns, frame), merged in time order
     port_gbps: int = 0                          # a lab tester port: one FIFO at this rate for what
                                                 # the NIC's planes sent (port_queue.py); 0: times as
                                                 # scheduled (NICs, switch links: hops.py)

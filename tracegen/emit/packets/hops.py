@@ -13,7 +13,7 @@ come through: its nominal arrival is the latest over its pieces of (leaving the 
 + the latencies of the last two links), less the piece's place in the segment at the NIC's
 spacing - every packet arrives after it left the last switch, ACKs and CTS after what they answer.
 
-Switch views write the frames of a link at these times (views.py); with no switch link on any
+Switch views write the frames of a link at these times (emit/views/files.py); with no switch link on any
 route (one leaf, or NICs of one leaf talking) nothing changes: arrival = sent + the route's
 latencies.
 """

@@ -1,5 +1,5 @@
 """Flows -> the wire plan: QPs, messages, control frames (CTS, ACK, CNP), never per packet.
-timing.py gives the plan its packet-exact schedule per NIC and direction; views.py / items.py /
+pacing.py gives the plan its packet-exact schedule per NIC and direction; emit/views/files.py / items.py /
 frames.py turn it into the records of each capture file.
 
 What goes on the wire for one NET flow (NCCL net_ib over RC, WIRE.md):
@@ -217,10 +217,15 @@ class Plan:
     k_frame: np.ndarray | None = None      # per control frame: its bytes (no FCS)
     hops: list | None = None               # filled by schedule: the frames at each switch link (hops.Hop)
     m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
-                                           # rate the schedule gave its flow (timing.paced_trains)
+                                           # rate the schedule gave its flow (pacing.paced_trains)
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
     m_cap: np.ndarray | None = None        # per message: line rate / the rate DCQCN lets its QP send
-                                           # at (>= 1; timing.pace), None: no DCQCN reaction
+                                           # at (>= 1; pacing.pace), None: no DCQCN reaction
+    ce_pos: np.ndarray | None = None  # output.ecn_marking=queue: per mark, the route position that set CE
+    pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.Pauses (the NICs paused)
+    pfc_shown: np.ndarray | None = None    # per pause: written in the captures (pacing._pauses_shown)
+    queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (pacing.queue_marks_and_cnps)
+    queue_stable: bool = True
     m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)
 
     def pace_of(self, m) -> np.ndarray:

@@ -165,7 +165,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     # curve: follow_rates) (its end less the route's flight and store-and-forward
     # packet times) in proportion to their bytes: a flow that shares a link at half its NIC's
     # rate sends a message every two message times, so its messages interleave with the other
-    # QPs' on the NIC (timing.py) and no link carries more than the schedule gave it, averaged
+    # QPs' on the NIC (pacing.py) and no link carries more than the schedule gave it, averaged
     # over a message. A flow alone at line rate keeps its messages back to back.
     burst = wire.span(m_npk, np.arange(M), 0, m_npk)
     excl = np.cumsum(burst) - burst
@@ -201,7 +201,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
 
     # A CTS is posted when the receiver's proxy sees the op (its release) - but never so late
     # that its message could not start on time (the schedule has no CTS round trip) - and once
-    # NCCL_STEPS allow it (timing.py waits for the slots); an ACK once its packet has arrived.
+    # NCCL_STEPS allow it (pacing.py waits for the slots); an ACK once its packet has arrived.
     f_cts, f_ack = frame(Opcode.RC_WRITE_ONLY, CTS_BYTES), frame(Opcode.RC_ACK, 0)
     w_cts, w_ack = int(wire_ns(f_cts, gbps)), int(wire_ns(f_ack, gbps))
     latest = m_nominal - cts_flight - w_cts - CTS_LEAD_FRAMES * wire.first

@@ -1,4 +1,4 @@
-"""One egress port's rule, for every port at once: a NIC port (timing.py) or a switch link's
+"""One egress port's rule, for every port at once: a NIC port (pacing.py) or a switch link's
 egress port (hops.py). Frames leave in order, each when it is due and the port is free:
 t_i = max(nominal_i, t_{i-1} + wire_{i-1}); a run of one message's packets (a train) is never
 interleaved with another, a control frame slips in at the next packet boundary."""

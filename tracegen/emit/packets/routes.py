@@ -2,8 +2,8 @@
 ask which links and switches a packet crosses.
 
 Every route is routing.Router's: shortest paths, ECMP by the 5-tuple hash at every switch - the
-same choice the schedule made for the connection (connections.py) and the ns-3 manifest pins.
-A QP's plane (multi-plane fabrics) is its sender QPN mod planes (connections.py); its control
+same choice the schedule made for the connection (timing/connections.py) and the ns-3 manifest pins.
+A QP's plane (multi-plane fabrics) is its sender QPN mod planes (timing/connections.py); its control
 frames use the same plane. Control frames travel their own way: CTS and ACKs from the receiver
 with the QP's source port (their 5-tuple has the addresses swapped, so they may take another
 spine), CNPs with port 0.
@@ -45,7 +45,7 @@ def dir_ends(fabric: Fabric, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def plane_of(fabric: Fabric, qpn_src) -> np.ndarray:
-    """The plane a QP's packets use (connections.py): its sender QPN mod planes."""
+    """The plane a QP's packets use (timing/connections.py): its sender QPN mod planes."""
     return np.asarray(qpn_src, np.int64) % fabric.planes
 
 

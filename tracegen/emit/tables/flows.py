@@ -1,7 +1,7 @@
 """Flow table and op table -> rows of named, typed columns: the schedule as data.
 
 One column list per table (`FLOW_COLUMNS`, `OP_COLUMNS`) is what every table writer reads:
-flows.csv / ops.csv here, flows.parquet / ops.parquet in `tables_out.py`. A column is read in
+flows.csv / ops.csv here, flows.parquet / ops.parquet in `parquet.py`. A column is read in
 batches of rows (`batch(lo, hi)`), so a table of millions of rows streams in bounded memory.
 
 Three kinds of column:

@@ -6,24 +6,23 @@
     (a frame between two selected NICs twice: sent and received, told apart by interface id);
     classic pcap: every frame of the selected NICs once, as sent (replays put it on the wire once);
   * switch ports (`output.switch`, e.g. leaf3, spine0): one file per port of that switch, every
-    packet whose route (routes.py) crosses the port's link;
+    packet whose route (emit/packets/routes.py) crosses the port's link;
   * lab (`output.lab`): one file per tester port, what its host transmits (lab.py).
 
 Switch views: a leaf's port to a NIC holds exactly that NIC's own capture (its sent and received
 copies, at the NIC's timestamps; on a multi-plane fabric the QPs of the leaf's plane). A port
 between two switches (leaf-spine, spine-core, any link of a file fabric) holds every packet whose
-route crosses that link, in either direction, at the times the schedule gave it there (hops.py:
+route crosses that link, in either direction, at the times the schedule gave it there (emit/packets/hops.py:
 it reaches route position k one link latency after it started on the link before - cut-through,
 as data-centre switch ASICs forward - and leaves the port's egress queue for its direction at
 the link's rate: two NICs bursting into one uplink queue there, as on a real port, so a capture
 never holds more than the link's rate, and the receiver gets the frames after they came
-through), with the Ethernet addresses (the two routers the link joins, topology.py's MAC plan)
+through), with the Ethernet addresses (the two routers the link joins, fabric/topology.py's MAC plan)
 and TTL (255 less the routers crossed) of that link. Routes are routing.Router's ECMP choices
-(routes.py), the schedule's and ns-3's.
+(emit/packets/routes.py), the schedule's and ns-3's.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +35,7 @@ from ..packets.select import switch_names
 from ..packets.capture_file import Interface
 from ..packets.copies import (CTL_SENT, DATA_SENT, FileSpec, Part, hop_source, host_parts, index_by_nic, item_conn,
                               item_endpoints, kept, nic_interface, nic_ip_text)
+from ..packets import pfc
 from ..packets.addresses import Addressing
 from ..packets.plan import Plan
 
@@ -53,7 +53,7 @@ def view_name(out: Output) -> str:
 
 def needs_schedule(out: Output) -> bool:
     """Can this view be counted from the plan alone (host view, no time window)?"""
-    return bool(out.time_window) or view_name(out) != "nic"
+    return bool(out.time_window) or view_name(out) != "nic" or out.ecn_marking == "queue"     # marks: from the schedule
 
 
 def files(p: Plan, fabric: Fabric) -> FileSet:
@@ -76,8 +76,8 @@ def files(p: Plan, fabric: Fabric) -> FileSet:
         parts = [part for k, nic in enumerate(nics) for part in host_parts(p, by_nic, nic, k)]
         specs = [FileSpec("merged", [nic_interface(fabric, n, v) for n in nics], parts)]
     else:
-        specs = [FileSpec(fabric.nic_name(nic), [nic_interface(fabric, nic, v)], host_parts(p, by_nic, nic, 0))
-                 for nic in nics]
+        specs = [FileSpec(fabric.nic_name(nic), [nic_interface(fabric, nic, v)], host_parts(p, by_nic, nic, 0),
+                          pauses=pfc.records_for(p, fabric, nic)) for nic in nics]
     return FileSet(specs, Addressing(fabric))
 
 
@@ -105,7 +105,7 @@ def switch_index(fabric: Fabric, name: str) -> int:
 
 def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
     """One file per port of switch `name`: NIC ports hold their NIC's own capture (on a
-    multi-plane fabric, the QPs of that plane), switch-to-switch ports what routes.py sends over
+    multi-plane fabric, the QPs of that plane), switch-to-switch ports what emit/packets/routes.py sends over
     that link in either direction (see the module doc)."""
     sw = switch_index(fabric, name)
     name, node, mac = fabric.sw_name[sw], fabric.node_id(sw), bytes(fabric.sw_mac[sw])
@@ -125,9 +125,11 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
             iface = Interface(f"{name}:{nm}", f"{name} port to NIC {nm} ({nic_ip_text(fabric, nic, p.out.ip_version)})",
                               mac, fabric.port_gbps * 10**9)
             parts = host_parts(p, by_nic, nic, 0)
+            plane = -1
             if fabric.planes > 1:
-                parts = [_on_plane(p, part, int(fabric.sw_plane[sw]), fabric.planes) for part in parts]
-            specs.append(FileSpec(f"{name}-{nm}", [iface], parts))
+                plane = int(fabric.sw_plane[sw])
+                parts = [_on_plane(p, part, plane, fabric.planes) for part in parts]
+            specs.append(FileSpec(f"{name}-{nm}", [iface], parts, pauses=pfc.records_for(p, fabric, nic, plane)))
     for link, other in zip(mine[~nic_port].tolist(), peer[~nic_port].tolist()):
         gbps = int(L["gbps"][link])
         parts = []
@@ -149,7 +151,7 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
 
 
 def _on_plane(p: Plan, part: Part, plane: int, planes: int) -> Part:
-    """The items of a part whose QP is on `plane` (connections.py: sender QPN mod planes)."""
+    """The items of a part whose QP is on `plane` (timing/connections.py: sender QPN mod planes)."""
     keep = p.c_qpn_src[item_conn(p, part.src, part.idx)] % planes == plane
     link = np.asarray(part.link)[keep] if np.ndim(part.link) else part.link
     return Part(part.src, part.idx[keep], link, part.dt_ns, part.iface, part.queue)

@@ -1,9 +1,10 @@
 """The capture writer: the wire plan -> pcap / pcapng files, written window by window from one
 reused buffer (bounded memory).
 
-One direction through emit/: packets.py + timing.py (the wire plan and its schedule) ->
-views.py (which files, which copies: host, merged, switch port, lab) -> items.py (per file: its
-packets and their times, window by window) -> frames.py (record bytes) -> this module (files).
+One direction through emit/: packets/plan.py + packets/pacing.py (the wire plan and its
+schedule) -> views/files.py (which files, which copies: host, merged, switch port, lab) ->
+packets/items.py (per file: its packets and their times, window by window) -> packets/frames.py
+(record bytes) -> this module (files).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
         return 0, 0
     if p.tx is None:
         return _host_counts_unscheduled(p, fabric)
-    counts = [items.count(p, spec) for spec in views.files(p, fabric).specs]
+    counts = [_count(p, spec) for spec in views.files(p, fabric).specs]
     return sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0)
 
 
@@ -114,6 +115,15 @@ def _with_headers(pk: np.ndarray, nbytes: np.ndarray, fmt, out: Output, fabric: 
     files = np.flatnonzero(pk > 0)
     headers = sum(len(fmt.file_header([nic_interface(fabric, int(k), out.ip_version)])) for k in files)
     return int(pk.sum()), int(nbytes.sum()) + headers
+
+
+def _count(p: Plan, spec) -> tuple[int, int]:
+    """items.count, with the file's PFC PAUSE records (pfc.py)."""
+    n, nbytes = items.count(p, spec)
+    if spec.pauses:
+        n += len(spec.pauses)
+        nbytes += sum(len(p.fmt.record(t, fr)) for t, fr in spec.pauses)
+    return n, nbytes
 
 
 def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
@@ -186,7 +196,7 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     if p is None:
         return []
     fset = views.files(p, fabric)
-    counts = [items.count(p, spec) for spec in fset.specs]
+    counts = [_count(p, spec) for spec in fset.specs]
     specs = [spec for spec, c in zip(fset.specs, counts) if c[0] > 0]
     select.check_budget(sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0), out)
     total_bytes = sum(c[1] for c in counts if c[0] > 0)
@@ -201,6 +211,15 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
         done_bytes += nbytes
         paths.append(path)
     return paths
+
+
+def port_counters(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                  network: Network | None = None) -> list[tuple]:
+    """The switch view's expected counters (views/counters.py: counters.COLUMNS rows), from the
+    plan write_pcaps wrote (kept: not scheduled again)."""
+    from .counters import switch_counters
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
+    return [] if p is None else switch_counters(p, fabric, views.files(p, fabric))
 
 
 def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
@@ -249,8 +268,25 @@ def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
     packets = items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES, spec.t0_ns)
     if spec.port_gbps:
         packets = port_queue.queued(p, it, packets, p.line_gbps, spec.port_gbps)
+    if not spec.pauses:
+        for pos, li, j, t in packets:
+            yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+        return
+    # PFC PAUSE frames (pfc.py) go in between, in time order (after frames of the same ns)
+    pause_t = np.array([t for t, _ in spec.pauses], np.int64) - spec.t0_ns
+    k = 0
     for pos, li, j, t in packets:
-        yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+        a = 0
+        while k < len(pause_t) and pause_t[k] < t[-1]:
+            b = int(np.searchsorted(t, pause_t[k], "right"))
+            if b > a:
+                yield frames.records(p, fset.addressing, it, pos, li[a:b], j[a:b], t[a:b], scratch)
+            yield p.fmt.record(int(pause_t[k]), spec.pauses[k][1])
+            a, k = b, k + 1
+        if a < len(t):
+            yield frames.records(p, fset.addressing, it, pos, li[a:], j[a:], t[a:], scratch)
+    for i in range(k, len(pause_t)):
+        yield p.fmt.record(int(pause_t[i]), spec.pauses[i][1])
 
 
 def _write_all(f, buf: np.ndarray) -> None:

@@ -85,7 +85,7 @@ def placed_flows(run) -> Flows:
         t_fin[ok] = np.clip(np.ceil(b[ok]).astype(np.int64), t_start[ok], f[ok])
     rates = None
     if flows.item_rates is not None and flows.row_item is not None:
-        # each chunk gets its stretch of its connection's curve: its packets follow it (packets.py)
+        # each chunk gets its stretch of its connection's curve: its packets follow it (emit/packets/rate_curve.py)
         rates = flows.item_rates.within(flows.row_item[row_s], t_start, t_fin)
     cols = {name: v[seq] for name, v in cols.items()}
     return _table(flows, ops, fabric, cols, t_start, t_fin + lat, t_fin, rates)

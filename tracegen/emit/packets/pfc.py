@@ -1,0 +1,164 @@
+"""PFC PAUSE frames from the switch egress queues (output.ecn_marking=queue with network.pfc).
+
+What is modelled: a switch-to-switch egress port whose frames come straight from NICs (route
+position 1: a leaf's uplink - the first switch port of their route) and whose queue of the
+data's priority (queue_marks.py) exceeds Xoff once a frame is enqueued pauses that frame's
+sending NIC port: the switch sends an 802.1Qbb PFC frame (MAC control, ethertype 0x8808,
+opcode 0x0101, class-enable vector with the data's priority, its time in quanta of 512 bit
+times at the NIC port's rate) that reaches the NIC one link latency later. The pause lasts until
+the queue, drained at the port's rate, would be down to Xon = Xoff - network.
+pfc_resume_offset_bytes (at most network.pfc_pause_quanta); while the queue stays above Xoff an
+arrival from a NIC whose pause has run out pauses it again (refresh); pauses run out by
+themselves (no XON frame). Xoff: network.pfc_xoff_bytes, 0: 1/8 of network.buffer_bytes.
+
+The paused NIC port sends nothing from the PAUSE's arrival until it ends: the schedule blocks
+the port (pacing.schedule: a pause is a frame-long silence that, like a control frame, goes in
+at the next packet boundary), so the NIC finishes the frame on the wire and then waits - all
+its priorities (a real NIC pauses only the one named; CNPs at priority 6 wait here too). The
+pauses are chosen on the schedule they shape (pacing.queue_marks_and_cnps: recomputed from the
+queues of the schedule the last pauses shaped, until they stay the same - 4 rounds on the 4:1
+test job; with output.dcqcn they may not settle); the captures show those the written schedule's
+queues call for during which their NIC starts no frame (pacing._pauses_shown: a block goes in
+at a packet boundary of the nominal schedule, which a train running late can pass).
+Not modelled: pauses towards a switch (ports deeper in the route, whose upstream is another
+switch's egress port), the leaf's ports towards receiving NICs, and the PAUSE frame's own slot on
+the leaf-to-NIC link (it is not serialised with the frames the leaf sends the NIC).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .plan import Plan
+
+PAUSE_DST = bytes.fromhex("0180c2000001")   # IEEE 802.1Qbb / 802.3x MAC control address
+ETHERTYPE_MAC_CONTROL = 0x8808
+OPCODE_PFC = 0x0101
+PAUSE_FRAME_BYTES = 60                       # the minimum frame, FCS not captured
+QUANTUM_BITS = 512
+
+
+@dataclass
+class Pauses:
+    """PAUSE frames, sorted by (nic port, time at the NIC)."""
+    port: np.ndarray        # NIC port paused (nic x planes + plane: pacing.ports)
+    nic: np.ndarray
+    t_ns: np.ndarray        # when the PAUSE reaches the NIC (its timestamp in the captures)
+    quanta: np.ndarray
+    block_ns: np.ndarray    # the pause in ns at the NIC port's rate
+    switch_port: np.ndarray  # the queue (link direction) that crossed Xoff: its switch sent it
+
+    FIELDS = ("port", "nic", "t_ns", "quanta", "block_ns", "switch_port")
+
+    @staticmethod
+    def none() -> "Pauses":
+        z = np.zeros(0, np.int64)
+        return Pauses(z, z, z, z, z, z)
+
+    def take(self, sel) -> "Pauses":
+        return Pauses(*(getattr(self, k)[sel] for k in self.FIELDS))
+
+    def key(self) -> np.ndarray:
+        return np.stack([self.port, self.t_ns, self.quanta]) if len(self.port) else np.zeros((3, 0), np.int64)
+
+
+def xoff_xon(network) -> tuple[int, int]:
+    xoff = network.pfc_xoff_bytes or network.buffer_bytes // 8
+    return xoff, max(xoff - network.pfc_resume_offset_bytes, 0)
+
+
+def pauses(p: Plan, f, network, m_port_tx: np.ndarray, k_port_tx: np.ndarray) -> Pauses:
+    """The PAUSE frames the queues of port_frames f call for (see the module doc). m_port_tx /
+    k_port_tx: the NIC port each message / control frame leaves by (pacing.ports)."""
+    if not network.pfc:
+        return Pauses.none()
+    xoff, xon = xoff_xon(network)
+    prio = p.out.pcp
+    first = (f.pos == 1) & (f.prio == prio)
+    over = np.flatnonzero(first & (f.queue_bytes + f.frame_bytes > xoff))
+    if not len(over):
+        return Pauses.none()
+    m = np.searchsorted(p.m_pkt0, f.g, "right") - 1
+    up = np.where(f.g >= 0, m_port_tx[np.maximum(m, 0)], k_port_tx[np.maximum(f.k, 0)])
+    src_nic = np.where(f.g >= 0, p.m_src[np.maximum(m, 0)], p.k_tx_nic[np.maximum(f.k, 0)])
+    route0 = np.where(f.g >= 0, p.c_route[p.m_conn[np.maximum(m, 0)], 0], p.k_route[np.maximum(f.k, 0), 0])
+    lat0 = p.link_lat[route0 >> 1]
+    port_gbps = p.link_gbps[f.port >> 1]
+    nic_gbps = p.line_gbps
+    qmax = network.pfc_pause_quanta
+    out = {k: [] for k in Pauses.FIELDS}
+    until: dict[int, int] = {}
+    for i in over[np.lexsort((f.depart_ns[over], f.arrive_ns[over]))].tolist():
+        u = int(up[i])
+        t_nic = int(f.arrive_ns[i] + lat0[i])
+        if until.get(u, -1) > t_nic:            # still paused: no refresh before it runs out
+            continue
+        drain_ns = -(-(int(f.queue_bytes[i] + f.frame_bytes[i]) - xon) * 8 // int(port_gbps[i]))
+        quanta = min(qmax, max(1, -(-drain_ns * nic_gbps // QUANTUM_BITS)))
+        block = -(-quanta * QUANTUM_BITS // nic_gbps)
+        until[u] = t_nic + block
+        for k, v in (("port", u), ("nic", int(src_nic[i])), ("t_ns", t_nic), ("quanta", quanta),
+                     ("block_ns", block), ("switch_port", int(f.port[i]))):
+            out[k].append(v)
+    res = Pauses(**{k: np.asarray(v, np.int64) for k, v in out.items()})
+    return res.take(np.lexsort((res.t_ns, res.port)))
+
+
+def settle(old: Pauses, new: Pauses) -> tuple[Pauses, bool]:
+    """The pauses to schedule next (all of new's) and whether they are old's (settled)."""
+    a, b = old.key(), new.key()
+    return new, a.shape == b.shape and np.array_equal(a, b)
+
+
+def agree(old: Pauses, new: Pauses) -> np.ndarray:
+    """Per pause of old: is it one of new's (same port, time and quanta)?"""
+    have = set(map(tuple, new.key().T.tolist()))
+    return np.array([t in have for t in map(tuple, old.key().T.tolist())], bool)
+
+
+def silent(p: Plan, pz: Pauses, m_port_tx: np.ndarray, k_port_tx: np.ndarray) -> np.ndarray:
+    """Per pause: does its NIC port start no frame while it lasts, on the written schedule? (A
+    block goes in at the first packet boundary the schedule's nominal times give, which a train
+    running late can put after a packet that starts inside the pause.)"""
+    if not len(pz.port):
+        return np.zeros(0, bool)
+    n = p.tx.kb - p.tx.ka
+    seg = np.repeat(np.arange(len(n)), n)
+    k = p.tx.ka[seg] + np.arange(int(n.sum())) - (np.cumsum(n) - n)[seg]
+    m = p.tx.msg[seg]
+    t = np.r_[p.tx.t[seg] + p.offset(m, k) - p.offset(m, p.tx.ka[seg]), p.k_tx_ns]
+    port = np.r_[m_port_tx[m], k_port_tx]
+    t0 = int(min(t.min(), pz.t_ns.min()))
+    span = int(max(t.max(), (pz.t_ns + pz.block_ns).max())) - t0 + 1
+    key = np.sort(port * span + (t - t0))
+    nxt = np.searchsorted(key, pz.port * span + (pz.t_ns - t0), "left")
+    after = np.where(nxt < len(key), key[np.minimum(nxt, len(key) - 1)], np.iinfo(np.int64).max)
+    return after >= pz.port * span + (pz.t_ns + pz.block_ns - t0)
+
+
+def frame(src_mac: bytes, prio: int, quanta: int) -> bytes:
+    """An 802.1Qbb PFC frame pausing priority prio for quanta (untagged: MAC control frames are
+    not VLAN tagged), padded to the 60-byte minimum."""
+    times = [0] * 8
+    times[prio] = quanta
+    body = (PAUSE_DST + src_mac + ETHERTYPE_MAC_CONTROL.to_bytes(2, "big") + OPCODE_PFC.to_bytes(2, "big")
+            + (1 << prio).to_bytes(2, "big") + b"".join(t.to_bytes(2, "big") for t in times))
+    return body + bytes(PAUSE_FRAME_BYTES - len(body))
+
+
+def records_for(p: Plan, fabric, nic: int, plane: int = -1) -> list[tuple[int, bytes]]:
+    """(time at the NIC, frame) of the PAUSE frames NIC `nic` receives (on NIC port plane
+    `plane`; -1: every plane) that the captures show (p.pfc_shown), in time order; each from the
+    router MAC of the NIC port's leaf."""
+    pz = p.pfc
+    if pz is None or not len(pz.port):
+        return []
+    P = fabric.planes
+    keep = p.pfc_shown & (pz.nic == nic) & ((plane < 0) | (pz.port % P == plane))
+    if p.sel.window_ns is not None:
+        keep &= (pz.t_ns >= p.sel.window_ns[0]) & (pz.t_ns < p.sel.window_ns[1])
+    sel = np.flatnonzero(keep)
+    sel = sel[np.argsort(pz.t_ns[sel], kind="stable")]
+    return [(int(pz.t_ns[i]), frame(bytes(fabric.sw_mac[int(fabric.nic_port_leaf[nic, int(pz.port[i]) % P])]),
+                                    p.out.pcp, int(pz.quanta[i]))) for i in sel.tolist()]
