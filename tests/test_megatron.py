@@ -341,7 +341,7 @@ def test_plan_json_keys_and_counts():
     doc = json.loads(res.output)
     assert doc["schema"] == "tracegen.plan/1"
     assert set(doc) == {"schema", "job", "iteration_ns", "memory", "warnings", "ops", "dims",
-                        "transfers", "net_transfers", "pcap"}
+                        "transfers", "net_transfers", "pcap", "output"}
     assert set(doc["memory"]) == {"model_states_bytes", "activations_bytes", "total_bytes",
                                   "gpu_bytes", "fits"}
     for row in doc["ops"]:
