@@ -34,6 +34,9 @@ DEFAULT_MAX_WORK = 40_000_000        # ~13 GB peak, a few minutes on the 2-core 
 BYTES_PER_UNIT = 330                 # peak memory per transfer (llama3-8b plan: 390 MB, 0.95 M transfers)
 BYTES_PER_MESSAGE = 430              # per network message held at once (deepseek-v3 plan before it
                                      # counted in blocks: 11.5 GB, 26.4 M messages)
+# The pcap estimate of a plan builds its wire plan a few sender NICs at a time beyond this many
+# network messages (emit/views/pcap.py; ~700 B each: deepseek-v3's 27 M messages held 17 GB whole)
+PCAP_BLOCK_MESSAGES = 1 << 21
 BASE_BYTES = 150 << 20               # interpreter, numpy, numba
 OP_UNITS = 4
 CONN_EDGE_BYTES = 380                # per connection-level row (op x connection): edge columns, its
@@ -341,11 +344,8 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     # A plan counts the pcaps' messages a few sender NICs at a time (emit/views/pcap.py): their
     # memory is one block's; generate's writer holds every message's plan.
     held = messages
-    if not emit and not job.output.ecn_mark_fraction:
-        from ..emit.views.files import needs_schedule
-        from ..emit.views.pcap import BLOCK_MESSAGES
-        if not needs_schedule(job.output):
-            held = min(messages, 2 * BLOCK_MESSAGES)
+    if not emit and not job.output.ecn_mark_fraction and not job.output.pcap_needs_schedule:
+        held = min(messages, 2 * PCAP_BLOCK_MESSAGES)
     w = Work(int(copies.sum()), transfers, messages, _memory(len(rows), transfers, held, entries, detail, edges),
              detail, timed_ops=len(rows), conn_edges=edges, cnp_units=_cnp_units(job, messages) if pcap else 0)
     if max_work and w.units > max_work:

@@ -48,12 +48,13 @@ class FileSet:
 
 
 def view_name(out: Output) -> str:
-    return "lab" if out.lab else "switch" if out.switch else "merge" if out.merge else "nic"
+    return out.view
 
 
 def needs_schedule(out: Output) -> bool:
-    """Can this view be counted from the plan alone (host view, no time window)?"""
-    return bool(out.time_window) or view_name(out) != "nic" or out.ecn_marking == "queue"     # marks: from the schedule
+    """Can this view be counted from the plan alone? (config's Output.pcap_needs_schedule: the
+    work estimate below emit asks it too)"""
+    return out.pcap_needs_schedule
 
 
 def files(p: Plan, fabric: Fabric) -> FileSet:

@@ -19,6 +19,7 @@ from ... import progress as _progress
 from ...config import Nccl, Network, Output
 from ...tables import Flows
 from ...fabric.topology import Fabric
+from ...timing.work import PCAP_BLOCK_MESSAGES
 from ..packets import frames, port_queue, pacing as timing
 from ..packets import items, select
 from . import files as views
@@ -56,9 +57,9 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
     return sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0)
 
 
-# The unscheduled count's plan holds ~700 B per network message (deepseek-v3, 64 GPUs: 27 M
-# messages, 17 GB): beyond this many it is built for a few sender NICs at a time.
-BLOCK_MESSAGES = 1 << 21
+# The unscheduled count's plan holds ~700 B per network message: beyond BLOCK_MESSAGES it is built
+# for a few sender NICs at a time (timing/work.py holds the number: the work estimate counts it).
+BLOCK_MESSAGES = PCAP_BLOCK_MESSAGES
 
 
 def _row_messages(rows: np.ndarray) -> np.ndarray:
