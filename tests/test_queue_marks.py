@@ -292,3 +292,30 @@ def test_host_view_shows_the_pauses_its_nic_receives(runs, tmp_path):
     est = json.loads((host / "summary.json").read_text())["pcap_estimate"]
     files = sorted((host / "pcap").glob("*.pcap"))
     assert est["bytes"] == sum(f.stat().st_size for f in files), est
+
+
+def test_summary_says_whether_the_marks_settled(runs, tmp_path, monkeypatch):
+    """summary.json's queue_marks: rounds used and settled; on the test job the iteration settles
+    and the captures hold every pause (the PAUSE frames of leaf0's NIC port files are counted by
+    this test's reader). Cut to one round, it cannot settle (round 1 draws the first marks, which
+    the schedule has not yet answered): settled false and one warning line."""
+    import json
+    from tracegen.emit.packets import pacing
+    out = runs[20_000]
+    q = json.loads((out / "summary.json").read_text())["queue_marks"]
+    assert q["settled"] is True and 1 < q["rounds"] < q["max_rounds"], q
+    assert q["pauses_shown"] == q["pauses"] > 0, q
+    in_leaf0 = sum(len(_pauses(f)) for f in (out / "pcap").glob("leaf0-node*.pcap"))
+    assert 0 < in_leaf0 <= q["pauses"]
+    monkeypatch.setattr(pacing, "QUEUE_ROUNDS", 1)
+    monkeypatch.setattr(pacing, "PFC_ROUNDS", 0)
+    args = ["generate", "--no-ns3", "-o", str(tmp_path / "one"), "--switch", "leaf0"]
+    for s in JOB + ["network.kmin_bytes=20000", f"network.kmax_bytes={KMAX}", f"network.pmax={PMAX}",
+                    f"network.pfc_xoff_bytes={XOFF}", f"network.pfc_resume_offset_bytes={RESUME}"]:
+        args += ["--set", s]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    q1 = json.loads((tmp_path / "one" / "summary.json").read_text())["queue_marks"]
+    assert q1["settled"] is False and q1["rounds"] == q1["max_rounds"] == 1, q1
+    warn = [ln for ln in res.output.splitlines() if "did not settle" in ln]
+    assert len(warn) == 1 and warn[0].startswith("warning: output.ecn_marking=queue"), res.output

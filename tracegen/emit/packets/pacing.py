@@ -57,6 +57,7 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
     p.ce_g, p.ce_pos = np.zeros(0, np.int64), np.zeros(0, np.int64)
     # with DCQCN every round paces and picks CNPs again (add_cnps' own rounds): no PFC rounds more
     rounds = QUEUE_ROUNDS + (PFC_ROUNDS if network.pfc and dcqcn is None else 0)
+    p.queue_max_rounds = rounds
     for r in range(rounds):
         f = queue_marks.port_frames(p)
         g, pos = queue_marks.marks(p, f, *args)
