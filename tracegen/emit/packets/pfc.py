@@ -11,15 +11,16 @@ pfc_resume_offset_bytes (at most network.pfc_pause_quanta); while the queue stay
 arrival from a NIC whose pause has run out pauses it again (refresh); pauses run out by
 themselves (no XON frame). Xoff: network.pfc_xoff_bytes, 0: 1/8 of network.buffer_bytes.
 
-The paused NIC port sends nothing from the PAUSE's arrival until it ends: the schedule blocks
-the port (pacing.schedule: a pause is a frame-long silence that, like a control frame, goes in
-at the next packet boundary), so the NIC finishes the frame on the wire and then waits - all
-its priorities (a real NIC pauses only the one named; CNPs at priority 6 wait here too). The
-pauses are chosen on the schedule they shape (pacing.queue_marks_and_cnps: recomputed from the
-queues of the schedule the last pauses shaped, until they stay the same - 4 rounds on the 4:1
-test job; with output.dcqcn they may not settle); the captures show those the written schedule's
-queues call for during which their NIC starts no frame (pacing._pauses_shown: a block goes in
-at a packet boundary of the nominal schedule, which a train running late can pass).
+The paused NIC port sends no frame of the paused priority from the PAUSE's arrival until it
+ends (serialize_paused: a pause is a silence of the port that goes in at the first packet
+boundary the trains really reach, so the NIC finishes the frame on the wire and then waits);
+frames of other priorities (CNPs at priority 6, nccl.fifo_tc's CTS/ACKs) that the silence held
+leave inside it, as 802.1Qbb pauses only the class-enable vector's priorities. The pauses are
+chosen on the schedule they shape (pacing.queue_marks_and_cnps: recomputed from the queues of
+the schedule the last pauses shaped, until they stay the same - 4 rounds on the 4:1 test job;
+with output.dcqcn they may not settle: summary.json queue_marks says); the captures show those
+the written schedule's queues call for during which their NIC starts no frame of the paused
+priority (pacing._pauses_shown; all 374 on the test job).
 Not modelled: pauses towards a switch (ports deeper in the route, whose upstream is another
 switch's egress port), the leaf's ports towards receiving NICs, and the PAUSE frame's own slot on
 the leaf-to-NIC link (it is not serialised with the frames the leaf sends the NIC).
