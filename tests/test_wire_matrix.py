@@ -39,6 +39,10 @@ MATRIX = {
     "ls41-queue-pfc-leaf0": (SMALL + ["fabric=leaf-spine-4to1", "output.ecn_marking=queue", "network.kmin_bytes=20000",
                                       "network.kmax_bytes=100000", "network.pfc_xoff_bytes=150000"],
                              ["--switch", "leaf0"]),
+    # CTS/ACKs on another class (NCCL_IB_FIFO_TC 160: priority 5) leave during the data's pauses
+    "ls41-queue-pfc-fifotc-leaf0": (SMALL + ["fabric=leaf-spine-4to1", "output.ecn_marking=queue",
+                                             "network.kmin_bytes=20000", "network.kmax_bytes=100000",
+                                             "network.pfc_xoff_bytes=150000", "nccl.fifo_tc=160"], ["--switch", "leaf0"]),
     "ls21-queue-host-pcapng": (SMALL + ["fabric=leaf-spine-2to1", "output.ecn_marking=queue", "network.kmin_bytes=20000",
                                         "network.pfc_xoff_bytes=100000"], ["--format", "pcapng"]),
     "ls41-npl2-spine1-ecn": (SMALL + ["fabric=leaf-spine-4to1", "fabric.nodes_per_leaf=2",

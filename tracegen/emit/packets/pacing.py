@@ -57,6 +57,7 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
     p.ce_g, p.ce_pos = np.zeros(0, np.int64), np.zeros(0, np.int64)
     # with DCQCN every round paces and picks CNPs again (add_cnps' own rounds): no PFC rounds more
     rounds = QUEUE_ROUNDS + (PFC_ROUNDS if network.pfc and dcqcn is None else 0)
+    p.queue_max_rounds = rounds
     for r in range(rounds):
         f = queue_marks.port_frames(p)
         g, pos = queue_marks.marks(p, f, *args)
@@ -100,11 +101,13 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
 
 def _pauses_shown(p: Plan, wanted) -> None:
     """The pauses the captures show (p.pfc_shown): those the written schedule's queues call for
-    (pfc.agree with `wanted`) during which their NIC port starts no frame (pfc.silent)."""
+    (pfc.agree with `wanted`) during which their NIC port starts no frame of the paused priority
+    (pfc.serialize_paused places them so; this keeps any it could not out of the captures)."""
     if p.pfc is None:
         return
     m_port_tx, _, k_port_tx, _ = ports(p)
-    p.pfc_shown = pfc.agree(p.pfc, wanted) & pfc.silent(p, p.pfc, m_port_tx, k_port_tx)
+    first = pfc.next_start(p, p.pfc, p.tx, p.k_tx_ns, m_port_tx, k_port_tx, pfc.stopped(p))
+    p.pfc_shown = pfc.agree(p.pfc, wanted) & (first >= p.pfc.t_ns + p.pfc.block_ns)
 
 
 def cnp_estimate(p: Plan) -> np.ndarray:
@@ -332,11 +335,8 @@ def schedule(p: Plan) -> None:
                                                + p.m_flight_ns[cm] + p.wire.span(p.m_npk[cm], cm, cj, cj + 1))
         k_nominal = control_in_order(p, k_nominal)
         bursts = paced_trains(p, m_nominal)
-        if p.pfc is not None and len(p.pfc.port):    # PFC: the paused NIC port is silent (pfc.py)
-            K = len(k_nominal)
-            tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], np.r_[k_port_tx, p.pfc.port],
-                                 np.r_[k_nominal, p.pfc.t_ns], np.r_[p.k_wire_ns, p.pfc.block_ns])
-            k_tx = k_tx[:K]
+        if p.pfc is not None and len(p.pfc.port):    # PFC: the paused priority is silent (pfc.py)
+            tx, k_tx, _ = pfc.serialize_paused(p, p.pfc, bursts, m_port_tx, k_port_tx, k_nominal, p.k_wire_ns)
         else:
             tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
         seg_arrive, k_arrive, hop_list = hops.through(p, tx, k_tx)       # the switch links on the way

@@ -11,15 +11,16 @@ pfc_resume_offset_bytes (at most network.pfc_pause_quanta); while the queue stay
 arrival from a NIC whose pause has run out pauses it again (refresh); pauses run out by
 themselves (no XON frame). Xoff: network.pfc_xoff_bytes, 0: 1/8 of network.buffer_bytes.
 
-The paused NIC port sends nothing from the PAUSE's arrival until it ends: the schedule blocks
-the port (pacing.schedule: a pause is a frame-long silence that, like a control frame, goes in
-at the next packet boundary), so the NIC finishes the frame on the wire and then waits - all
-its priorities (a real NIC pauses only the one named; CNPs at priority 6 wait here too). The
-pauses are chosen on the schedule they shape (pacing.queue_marks_and_cnps: recomputed from the
-queues of the schedule the last pauses shaped, until they stay the same - 4 rounds on the 4:1
-test job; with output.dcqcn they may not settle); the captures show those the written schedule's
-queues call for during which their NIC starts no frame (pacing._pauses_shown: a block goes in
-at a packet boundary of the nominal schedule, which a train running late can pass).
+The paused NIC port sends no frame of the paused priority from the PAUSE's arrival until it
+ends (serialize_paused: a pause is a silence of the port that goes in at the first packet
+boundary the trains really reach, so the NIC finishes the frame on the wire and then waits);
+frames of other priorities (CNPs at priority 6, nccl.fifo_tc's CTS/ACKs) that the silence held
+leave inside it, as 802.1Qbb pauses only the class-enable vector's priorities. The pauses are
+chosen on the schedule they shape (pacing.queue_marks_and_cnps: recomputed from the queues of
+the schedule the last pauses shaped, until they stay the same - 4 rounds on the 4:1 test job;
+with output.dcqcn they may not settle: summary.json queue_marks says); the captures show those
+the written schedule's queues call for during which their NIC starts no frame of the paused
+priority (pacing._pauses_shown; all 374 on the test job).
 Not modelled: pauses towards a switch (ports deeper in the route, whose upstream is another
 switch's egress port), the leaf's ports towards receiving NICs, and the PAUSE frame's own slot on
 the leaf-to-NIC link (it is not serialised with the frames the leaf sends the NIC).
@@ -30,7 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .plan import Plan
+from .plan import Plan, Segs
+from .ports import running_max, serialize
+from .queue_marks import control_pcp
 
 PAUSE_DST = bytes.fromhex("0180c2000001")   # IEEE 802.1Qbb / 802.3x MAC control address
 ETHERTYPE_MAC_CONTROL = 0x8808
@@ -117,24 +120,90 @@ def agree(old: Pauses, new: Pauses) -> np.ndarray:
     return np.array([t in have for t in map(tuple, old.key().T.tolist())], bool)
 
 
-def silent(p: Plan, pz: Pauses, m_port_tx: np.ndarray, k_port_tx: np.ndarray) -> np.ndarray:
-    """Per pause: does its NIC port start no frame while it lasts, on the written schedule? (A
-    block goes in at the first packet boundary the schedule's nominal times give, which a train
-    running late can put after a packet that starts inside the pause.)"""
+PLACE_ROUNDS = 4     # serialize_paused: re-place a PAUSE that a late train had passed
+
+
+def stopped(p: Plan) -> np.ndarray:
+    """Per control frame: is it of the paused priority? 802.1Qbb pauses only the priorities of
+    the class-enable vector (the data's, p.out.pcp): CNPs (priority 6, congestion.CNP_PCP) and
+    nccl.fifo_tc's CTS/ACKs on another class still leave (mlx5 per-priority TX queues)."""
+    return control_pcp(p, np.arange(len(p.k_kind))) == p.out.pcp
+
+
+def next_start(p: Plan, pz: Pauses, tx: Segs, k_tx: np.ndarray, m_port_tx, k_port_tx, k_sel) -> np.ndarray:
+    """Per pause: the first start at or after its arrival (pz.t_ns) of a frame of the paused
+    priority on its NIC port (data packets of tx and control frames k_sel), int64 max if none.
+    m_port_tx: each message's NIC port. Only the paused ports' trains are expanded to packets."""
+    big = np.iinfo(np.int64).max
     if not len(pz.port):
-        return np.zeros(0, bool)
-    n = p.tx.kb - p.tx.ka
-    seg = np.repeat(np.arange(len(n)), n)
-    k = p.tx.ka[seg] + np.arange(int(n.sum())) - (np.cumsum(n) - n)[seg]
-    m = p.tx.msg[seg]
-    t = np.r_[p.tx.t[seg] + p.offset(m, k) - p.offset(m, p.tx.ka[seg]), p.k_tx_ns]
-    port = np.r_[m_port_tx[m], k_port_tx]
+        return np.zeros(0, np.int64)
+    keep = np.flatnonzero(np.isin(m_port_tx[tx.msg], pz.port))
+    n = tx.kb[keep] - tx.ka[keep]
+    seg = np.repeat(keep, n)
+    k = tx.ka[seg] + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    m = tx.msg[seg]
+    kk = np.flatnonzero(k_sel & np.isin(k_port_tx, pz.port))
+    t = np.r_[tx.t[seg] + p.offset(m, k, tx.w) - p.offset(m, tx.ka[seg], tx.w), k_tx[kk]]
+    port = np.r_[m_port_tx[m], k_port_tx[kk]]
+    if not len(t):
+        return np.full(len(pz.port), big, np.int64)
     t0 = int(min(t.min(), pz.t_ns.min()))
-    span = int(max(t.max(), (pz.t_ns + pz.block_ns).max())) - t0 + 1
+    span = int(max(t.max(), pz.t_ns.max())) - t0 + 1
     key = np.sort(port * span + (t - t0))
-    nxt = np.searchsorted(key, pz.port * span + (pz.t_ns - t0), "left")
-    after = np.where(nxt < len(key), key[np.minimum(nxt, len(key) - 1)], np.iinfo(np.int64).max)
-    return after >= pz.port * span + (pz.t_ns + pz.block_ns - t0)
+    i = np.searchsorted(key, pz.port * span + (pz.t_ns - t0), "left")
+    hit = key[np.minimum(i, len(key) - 1)]
+    ok = (i < len(key)) & (hit // span == pz.port)
+    return np.where(ok, hit - pz.port * span + t0, big)
+
+
+def serialize_paused(p: Plan, pz: Pauses, trains: Segs, m_port, k_port, k_nominal, k_wire):
+    """ports.serialize of every NIC port with the pauses pz: a pause is a silence of block_ns on
+    its port that goes in at the first packet boundary at or after its arrival, so the NIC finishes
+    the frame on the wire and then waits. The boundary is found from the times the trains really
+    reach: a train running late has passed the boundary its nominal times give, so a pause whose
+    silence starts after a frame of the paused priority started at or after its arrival is placed
+    that much earlier and the ports serialized again (PLACE_ROUNDS). Then the control frames of
+    other priorities (stopped() False) that the silence held leave inside it, in their order, as
+    far as they fit before it ends (the frames after them keep their times). Returns the trains,
+    the control times and each pause's start on the wire."""
+    K = len(k_nominal)
+    held = stopped(p)
+    place = pz.t_ns.copy()
+    for _ in range(PLACE_ROUNDS):
+        tx, t = serialize(p, trains, m_port[trains.msg], np.r_[k_port, pz.port], np.r_[k_nominal, pz.t_ns],
+                          np.r_[k_wire, pz.block_ns], ctl_place=np.r_[k_nominal, place])
+        k_tx, start = t[:K], t[K:]
+        first = next_start(p, pz, tx, k_tx, m_port, k_port, held)
+        late = first < start
+        if not late.any():
+            break
+        place[late] -= start[late] - first[late]
+    return tx, _let_other_priorities_pass(pz, start, k_port, k_nominal, k_wire, k_tx, ~held), start
+
+
+def _let_other_priorities_pass(pz: Pauses, start, k_port, k_nominal, k_wire, k_tx, other) -> np.ndarray:
+    """k_tx with the control frames of other priorities that a pause held moved into it (see
+    serialize_paused): a frame is held by the last pause on its port that ends at or before it
+    leaves, if it was due before that pause ended."""
+    end = start + pz.block_ns
+    c = np.flatnonzero(other & np.isin(k_port, pz.port))
+    if not len(c) or not len(pz.port):
+        return k_tx
+    o = np.lexsort((end, pz.port))                  # pauses by port, then end
+    span = int(max(end.max(), k_tx[c].max())) + 1
+    key = pz.port[o] * span + end[o]
+    j = np.searchsorted(key, k_port[c] * span + k_tx[c], "right") - 1
+    z = o[np.maximum(j, 0)]
+    ok = (j >= 0) & (pz.port[z] == k_port[c]) & (k_nominal[c] < end[z])
+    c, z = c[ok], z[ok]
+    if not len(c):
+        return k_tx
+    order = np.lexsort((k_tx[c], z))                # in the order they left, per pause
+    t = running_max(order, z, np.maximum(k_nominal[c], start[z]), k_wire[c])
+    fits = t + k_wire[c] <= end[z]                  # t grows within a pause: a prefix of them fits
+    out = k_tx.copy()
+    out[c[fits]] = t[fits]
+    return out
 
 
 def frame(src_mac: bytes, prio: int, quanta: int) -> bytes:

@@ -226,6 +226,7 @@ class Plan:
     pfc_shown: np.ndarray | None = None    # per pause: written in the captures (pacing._pauses_shown)
     queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (pacing.queue_marks_and_cnps)
     queue_stable: bool = True
+    queue_max_rounds: int = 0              # the rounds it may use (QUEUE_ROUNDS, + PFC_ROUNDS with PFC)
     m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)
 
     def pace_of(self, m) -> np.ndarray:

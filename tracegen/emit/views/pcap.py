@@ -223,6 +223,25 @@ def port_counters(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
     return [] if p is None else switch_counters(p, fabric, views.files(p, fabric))
 
 
+def queue_settling(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                   network: Network | None = None) -> dict | None:
+    """output.ecn_marking=queue: how the marks/pauses iteration of the plan write_pcaps wrote
+    ended (pacing.queue_marks_and_cnps) - rounds used of at most max_rounds, settled (the marks
+    and pauses of the last round were those it was scheduled with), CE-marked packets, pauses the
+    queues call for and those the captures show. None in the seeded mode."""
+    if out.ecn_marking != "queue":
+        return None
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
+    if p is None or p.queue_rounds == 0:
+        return None
+    d = {"rounds": int(p.queue_rounds), "max_rounds": int(p.queue_max_rounds), "settled": bool(p.queue_stable),
+         "ce_packets": int(len(p.ce_g))}
+    if p.pfc is not None:
+        d["pauses"] = int(len(p.pfc.port))
+        d["pauses_shown"] = int(p.pfc_shown.sum()) if p.pfc_shown is not None else 0
+    return d
+
+
 def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
                progress: Callable[[int], None] | None = None) -> tuple[Path, int]:
     """One capture file of the view, written whole (to .part, then renamed): (path, bytes)."""
