@@ -74,7 +74,9 @@ def scenario_json(run) -> dict:
         "jobs": [{"name": j.name, "source": e.source, "nodes": [int(x) for x in j.nodes], "start_ns": j.start_ns,
                   "iterations": j.iterations, "end_ns": j.end_ns, "jct_ns": j.jct_ns, "alone_jct_ns": j.alone_jct_ns,
                   "slowdown": j.slowdown, "iteration_ns": j.iteration_ns, "alone_iteration_ns": j.alone_iteration_ns,
-                  "busbw_pct": j.busbw_pct, "alone_busbw_pct": j.alone_busbw_pct}
+                  "busbw_pct": j.busbw_pct, "alone_busbw_pct": j.alone_busbw_pct,
+                  "dscp": e.job.output.dscp if e.dscp is None else e.dscp,
+                  "pcp": (e.job.output.pcp if e.pcp is None else e.pcp) if e.job.output.vlan else None}
                  for j, e in zip(run.jobs, sc.jobs)],
     }
 
