@@ -102,3 +102,28 @@ def test_bad_classes_are_one_line_exit_2(tmp_path):
         assert len(lines) == 1 and key in lines[0] and "Traceback" not in out.stderr, (job, out.stderr)
         assert not (tmp_path / "out").exists()
     assert "jobs[0].pcp" in lines[0]                          # the PCP/VLAN refusal names both keys
+
+
+def test_queue_marking_keeps_each_jobs_class(tmp_path):
+    """output.ecn_marking: queue (the switch egress queues, by priority): the classes still hold."""
+    (tmp_path / "q.yaml").write_text((JOB % "true").replace("ecn_mark_fraction: 0.05", "ecn_marking: queue")
+                                     .replace("spines: 2}", "spines: 2, oversubscription: 2.0}"))
+    (tmp_path / "s.yaml").write_text("placement: interleaved\njobs:\n  - {job: q.yaml, name: a, pcp: 5, dscp: 20}\n"
+                                     "  - {job: q.yaml, name: b}\n")
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", "s.yaml", "-o", "out",
+                          "-q", "--no-ns3"], capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    d = tmp_path / "out"
+    jobs = {j["name"]: j for j in json.loads((d / "scenario.json").read_text())["jobs"]}
+    node_job = {n: name for name, j in jobs.items() for n in j["nodes"]}
+    seen = {"a": set(), "b": set()}
+    for p in sorted((d / "pcap").glob("*.pcap")):
+        seen[node_job[int(p.stem[4:8])]] |= {(pcp, dscp) for pcp, dscp, op in frames(p) if op != CNP_OPCODE}
+    assert seen == {"a": {(5, 20)}, "b": {(3, 26)}}
+    (tmp_path / "s.yaml").write_text("placement: interleaved\njobs:\n  - {job: q.yaml, name: a}\n"
+                                     "  - {job: q.yaml, name: b}\n")     # no class: output.dscp/pcp's path
+    out = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", "s.yaml", "-o", "out",
+                          "-q", "--no-ns3", "--force"], capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert {(pcp, dscp) for p in (d / "pcap").glob("*.pcap") for pcp, dscp, op in frames(p)
+            if op != CNP_OPCODE} == {(3, 26)}

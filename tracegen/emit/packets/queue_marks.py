@@ -75,7 +75,8 @@ def frame_pcp(p: Plan, kind, m) -> np.ndarray:
     kind, m = np.asarray(kind), np.asarray(m)
     fifo = ((kind == CTS) | (kind == ACK_DATA)) & (p.fifo_tc >= 0)
     own = p.out.pcp if p.c_pcp is None else p.c_pcp[p.m_conn[m]]     # a CTS's QP pair is its connection's: one class
-    return np.where(kind == CNP, congestion.CNP_PCP, np.where(fifo, p.fifo_tc >> 5, own)).astype(np.int64)
+    pcp = np.where(kind == CNP, congestion.CNP_PCP, np.where(fifo, p.fifo_tc >> 5, own))
+    return np.broadcast_to(pcp, np.broadcast(kind, m).shape).astype(np.int64)
 
 
 def port_frames(p: Plan) -> PortFrames:
