@@ -7,7 +7,7 @@ import click
 from ..errors import ConfigError, OutputError
 from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
 from .common import (check_environment, choose_target, fail, job_options, load, output_options, place,
-                     pcap_options, print_whole, retime, run_job, stages)
+                     pcap_options, print_tables, retime, run_job, stages)
 
 
 @click.command("plan")
@@ -90,7 +90,7 @@ def _plan_scenario(path, other, as_json, max_work) -> None:
         import json
         click.echo(json.dumps(report.scenario_json(done), indent=1))
         return
-    _print_tables(report.scenario_tables(done))
+    print_tables(report.scenario_tables(done))
 
 
 def _print_plan(run) -> None:
@@ -105,28 +105,4 @@ def _print_plan(run) -> None:
     if not console.is_terminal:
         console = Console(width=100)
     names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
-    _print_tables(report_tables(run.report, exact=False, nic_names=names), console)
-
-
-def _print_tables(tables, console=None) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-    if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=100)
-    for title, header, rows in tables:
-        table = Table(title=title, title_justify="left", box=box.SQUARE)
-        for k, h in enumerate(header):
-            numeric = k > 0 and all(_numeric(r[k]) for r in rows)
-            table.add_column(h, justify="right" if numeric else "left", no_wrap=numeric or k == 0,
-                             overflow="fold")
-        for r in rows:
-            table.add_row(*r)
-        print_whole(console, table)
-
-
-def _numeric(cell: str) -> bool:
-    head = cell.split(" ")[0].replace(",", "").replace(".", "")
-    return head.isdigit() or cell == "—"
+    print_tables(report_tables(run.report, exact=False, nic_names=names), console)

@@ -8,9 +8,14 @@ across jobs: Jain's fairness index of the slowdowns.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from ..config import show, show_path
+from ..errors import ConfigError
+from ..report.kpi import jain
 from ..tables import CollKind, Dim
 
 
@@ -74,7 +79,9 @@ def scenario_json(run) -> dict:
         "jobs": [{"name": j.name, "source": e.source, "nodes": [int(x) for x in j.nodes], "start_ns": j.start_ns,
                   "iterations": j.iterations, "end_ns": j.end_ns, "jct_ns": j.jct_ns, "alone_jct_ns": j.alone_jct_ns,
                   "slowdown": j.slowdown, "iteration_ns": j.iteration_ns, "alone_iteration_ns": j.alone_iteration_ns,
-                  "busbw_pct": j.busbw_pct, "alone_busbw_pct": j.alone_busbw_pct}
+                  "busbw_pct": j.busbw_pct, "alone_busbw_pct": j.alone_busbw_pct,
+                  "dscp": e.job.output.dscp if e.dscp is None else e.dscp,
+                  "pcp": (e.job.output.pcp if e.pcp is None else e.pcp) if e.job.output.vlan else None}
                  for j, e in zip(run.jobs, sc.jobs)],
     }
 
@@ -231,3 +238,107 @@ def scenario_files(run) -> dict[str, str]:
     if timeline is not None:
         out["link_time.csv"] = timeline
     return out
+
+
+# --- `tracegen report DIR` on a scenario's folder: scenario.json read back --------------------------
+
+SCENARIO_JSON_MAX_BYTES = 64 << 20
+_FIX = "the file is damaged: write the scenario again (tracegen generate --scenario FILE)"
+
+
+@dataclass(frozen=True)
+class SavedJob:
+    name: str
+    nodes: list
+    start_ns: int
+    iterations: int
+    jct_ns: int
+    alone_jct_ns: int
+    busbw_pct: float | None
+    alone_busbw_pct: float | None
+
+    @property
+    def slowdown(self) -> float:
+        return self.jct_ns / self.alone_jct_ns if self.alone_jct_ns else float("nan")
+
+
+@dataclass(frozen=True)
+class SavedScenario:
+    """What `report` reads of a scenario folder (scenario.json): enough for the jobs' table and
+    the slowdown picture (scenario_plots.slowdowns takes it as it takes a run)."""
+    name: str
+    jobs: list
+
+    @property
+    def fairness(self) -> float:
+        return jain(np.array([j.slowdown for j in self.jobs])) if len(self.jobs) > 1 else 1.0
+
+
+def _bad(path, where: str, what: str) -> ConfigError:
+    return ConfigError(f"{path}{': ' + where if where else ''}: {what}; {_FIX}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _get(path, doc: dict, key: str, kind: str, where: str = ""):
+    if key not in doc:
+        raise _bad(path, where.rstrip("."), f"no key {key!r}")
+    v = doc[key]
+    ok = {"int": lambda x: _is_int(x) and 0 <= x < 2**63, "str": lambda x: isinstance(x, str),
+          "list": lambda x: isinstance(x, list),
+          "pct": lambda x: x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x))}[kind](v)
+    if not ok:
+        what = {"int": "a non-negative integer", "str": "a string", "list": "a list", "pct": "a number or null"}[kind]
+        raise _bad(path, f"{where}{key}", f"{show(v)} is not {what}")
+    return v
+
+
+def read_scenario_folder(folder: Path) -> SavedScenario:
+    """scenario.json of a folder `generate --scenario` wrote, type-checked: ConfigError (one line
+    naming the file and the key) when damaged."""
+    path = Path(folder) / "scenario.json"
+    shown = show_path(path)
+    if path.stat().st_size > SCENARIO_JSON_MAX_BYTES:
+        raise _bad(shown, "", f"larger than {SCENARIO_JSON_MAX_BYTES >> 20} MiB")
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise _bad(shown, f"byte {e.start}", "not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise _bad(shown, f"line {e.lineno} column {e.colno}", f"not JSON ({e.msg})") from None
+    except RecursionError:
+        raise _bad(shown, "", "nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise _bad(shown, "", f"a JSON object is expected, not {type(doc).__name__}")
+    name = _get(shown, doc, "scenario", "str")
+    jobs_doc = _get(shown, doc, "jobs", "list")
+    if not jobs_doc:
+        raise _bad(shown, "jobs", "no jobs")
+    jobs = []
+    for i, j in enumerate(jobs_doc):
+        where = f"jobs[{i}]."
+        if not isinstance(j, dict):
+            raise _bad(shown, f"jobs[{i}]", f"{show(j)} is not an object")
+        nodes = _get(shown, j, "nodes", "list", where)
+        if not all(_is_int(n) and n >= 0 for n in nodes):
+            raise _bad(shown, f"{where}nodes", "a list of node numbers is expected")
+        jobs.append(SavedJob(_get(shown, j, "name", "str", where), nodes, _get(shown, j, "start_ns", "int", where),
+                             _get(shown, j, "iterations", "int", where), _get(shown, j, "jct_ns", "int", where),
+                             _get(shown, j, "alone_jct_ns", "int", where), _get(shown, j, "busbw_pct", "pct", where),
+                             _get(shown, j, "alone_busbw_pct", "pct", where)))
+        if jobs[-1].alone_jct_ns == 0:
+            raise _bad(shown, f"{where}alone_jct_ns", "0: no time alone to compare with")
+    return SavedScenario(name, jobs)
+
+
+def saved_tables(saved: SavedScenario) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The jobs' table of scenario_tables (slowdown = JCT / alone, recomputed) and Jain's index."""
+    rows = [[j.name, _nodes_text(np.array(j.nodes)), f"{j.start_ns:,}", str(j.iterations), f"{j.jct_ns / 1e6:,.3f}",
+             f"{j.alone_jct_ns / 1e6:,.3f}", f"{j.slowdown:.3f}", _pct(j.busbw_pct), _pct(j.alone_busbw_pct)]
+            for j in saved.jobs]
+    return [(f"Scenario {saved.name}", ["what", "value"],
+             [["jobs", str(len(saved.jobs))], ["Jain fairness of slowdowns", f"{saved.fairness:.4f}"]]),
+            ("Jobs: time in the scenario vs alone (same nodes, same fabric)",
+             ["job", "nodes", "start ns", "iters", "JCT ms", "alone ms", "slowdown", "busbw %", "alone busbw %"], rows)]

@@ -194,6 +194,11 @@ def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None, ra
         detail = pick_detail(detail, False, _transfer_count(ops, fabric, job))
     say(f"schedule: {len(sc.jobs)} jobs, {len(ops):,} ops on one fabric ({detail})")
     flows = time_ops(ops, fabric, job, detail, rates)
+    if any(e.dscp is not None or e.pcp is not None for e in sc.jobs):
+        # per-job traffic classes: each op's frames carry its job's (the pcap writer reads op_tc)
+        tc = np.array([(e.job.output.dscp if e.dscp is None else e.dscp, e.job.output.pcp if e.pcp is None else e.pcp)
+                       for e in sc.jobs], np.int64)
+        flows = dataclasses.replace(flows, op_tc=tc[op_job])
     line = float(fabric.port_gbps)
     lo = np.cumsum([0] + [len(p) for p in parts])
     results = []

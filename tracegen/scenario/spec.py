@@ -18,6 +18,8 @@
         iterations: 2              # overrides the job's `iterations`
         nodes: [1, 3]              # explicit placement: the scenario nodes it runs on
         name: b                    # the job's name in the report (default: the job's name)
+        dscp: 34                   # the job's traffic class on its RoCE frames (default output.dscp);
+        pcp: 4                     #   pcp: its 802.1Q priority (needs output.vlan; default output.pcp)
     events:                        # events.py
       - {type: down, switch: spine1}
       - {type: down, link: leaf0-spine2}
@@ -46,7 +48,8 @@ from ..errors import ConfigError
 
 TOP_KEYS = ("name", "description", "cluster", "fabric", "nodes", "placement", "seed", "ecmp_on_failure",
             "jobs", "events")
-JOB_KEYS = ("job", "preset", "pattern", "name", "start_ns", "iterations", "nodes", "ranks", "bytes", "gap_ns")
+JOB_KEYS = ("job", "preset", "pattern", "name", "start_ns", "iterations", "nodes", "ranks", "bytes", "gap_ns",
+            "dscp", "pcp")
 PATTERN_ONLY = ("ranks", "bytes", "gap_ns")
 EVENT_KEYS = ("type", "at_ns", "link", "switch", "gbps", "job", "rank", "factor")
 PLACEMENTS = ("contiguous", "interleaved", "random", "explicit")
@@ -67,6 +70,8 @@ class JobEntry:
     nodes: tuple | None            # explicit placement
     source: str                    # the file or preset, for messages
     pattern: tuple | None = None   # a lab pattern (patterns.py): (kind, ranks, bytes, gap_ns)
+    dscp: int | None = None        # the job's traffic class (None: output.dscp / output.pcp)
+    pcp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -170,8 +175,9 @@ def _build(doc: dict, path: Path, shown: str) -> Scenario:
     if len(loaded) < len(entries):
         hw = next(iter(loaded.values())).job if loaded else _hardware_job(hardware)
         loaded.update({i: _pattern(e, hw) for i, e in enumerate(entries) if e[1] is None})
-    jobs = tuple(loaded[i] for i in range(len(entries)))
+    jobs = tuple(dataclasses.replace(loaded[i], dscp=entries[i][8], pcp=entries[i][9]) for i in range(len(entries)))
     _check_same(jobs)
+    _check_class(jobs)
     names = [j.name for j in jobs]
     for i, n in enumerate(names):
         if n in names[:i]:
@@ -251,7 +257,9 @@ def _job_entry(i: int, item: Any, base: Path, hardware: dict, explicit: bool) ->
         check_field(f"{where}.name", name, str)
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
             raise ConfigError(f"{where}.name: {show(name)} — letters, digits, '.', '_', '-'")
-    return (where, raw, source, name, default_name, start, nodes, pattern if raw is None else None)
+    dscp = check_field(f"{where}.dscp", item["dscp"], int, 0, 63) if "dscp" in item else None
+    pcp = check_field(f"{where}.pcp", item["pcp"], int, 0, 7) if "pcp" in item else None
+    return (where, raw, source, name, default_name, start, nodes, pattern if raw is None else None, dscp, pcp)
 
 
 def _hardware_of(raw: dict, stack: tuple = ()) -> dict:
@@ -284,7 +292,7 @@ def _hardware_job(hardware: dict) -> Job:
 
 def _pattern(entry: tuple, hw: Job) -> JobEntry:
     """A lab pattern (patterns.py) as a job on the scenario's hardware and NCCL configuration."""
-    where, _, source, name, default_name, start, nodes, pattern = entry
+    where, _, source, name, default_name, start, nodes, pattern = entry[:8]
     kind, ranks, nbytes, gap, its = pattern
     gpn = hw.cluster.gpus_per_node
     if ranks % gpn:
@@ -299,7 +307,7 @@ def _pattern(entry: tuple, hw: Job) -> JobEntry:
 
 
 def _loaded(i: int, entry: tuple, hardware: dict) -> JobEntry:
-    where, raw, source, name, default_name, start, nodes, _ = entry
+    where, raw, source, name, default_name, start, nodes = entry[:7]
     raw = dict(raw)
     for sec in ("cluster", "fabric"):
         value = hardware.get(sec, {})
@@ -333,6 +341,14 @@ def _check_same(jobs: tuple) -> None:
         if e.job.detail != first.detail:
             raise ConfigError(f"jobs[{i}] ({e.source}): detail={e.job.detail} but jobs[0] has {first.detail} — "
                               "the scenario is timed at one granularity: set it alike")
+
+
+def _check_class(jobs: tuple) -> None:
+    """A job's pcp is its frames' 802.1Q priority: without a VLAN tag there is none to carry it."""
+    for i, e in enumerate(jobs):
+        if e.pcp is not None and not e.job.output.vlan:
+            raise ConfigError(f"jobs[{i}].pcp: {e.pcp} but output.vlan is false (no 802.1Q tag to carry it) — "
+                              f"set output.vlan: true in the jobs' files or drop jobs[{i}].pcp")
 
 
 def _events_list(value: Any) -> list:

@@ -201,8 +201,8 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
         ttl=np.where(is_cnp, congestion.CNP_TTL, IP_TTL) - link, sport=sport,   # one less per router crossed
         tos=np.where(is_cnp, (congestion.CNP_DSCP << 2) | out.ecn,
                      np.where(fifo_tc, p.fifo_tc,
-                              (out.dscp << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn))),
-        pcp=np.where(is_cnp, congestion.CNP_PCP, np.where(fifo_tc, p.fifo_tc >> 5, out.pcp)),
+                              (p.data_dscp(c) << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn))),
+        pcp=np.where(is_cnp, congestion.CNP_PCP, np.where(fifo_tc, p.fifo_tc >> 5, p.data_pcp(c))),
         dest_qp=dest_qp,
         psn=psn, ack_req=np.where(is_data, j == npk - 1, is_cts),
         va=np.where(is_cts, p.m_cts_va[m], p.m_va[m]).astype(np.uint64),

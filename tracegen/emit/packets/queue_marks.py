@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import congestion
-from .plan import ACK_DATA, CNP, CTS, Plan, Segs
+from .plan import ACK_DATA, CNP, CTS, DATA, Plan, Segs
 
 FCS_BYTES = 4
 
@@ -65,9 +65,18 @@ def data_bytes(p: Plan, m, k) -> np.ndarray:
 def control_pcp(p: Plan, idx) -> np.ndarray:
     """802.1p priority of control frames idx, as frames.py writes it (CNPs 6; CTS and ACKs of
     data in nccl.fifo_tc's class when set)."""
-    kind = p.k_kind[idx]
+    return frame_pcp(p, p.k_kind[idx], p.k_msg[idx])
+
+
+def frame_pcp(p: Plan, kind, m) -> np.ndarray:
+    """802.1p priority of frames of `kind` (DATA or a control kind) of messages m, as frames.py
+    writes it: CNPs 6, CTS and ACKs of data in nccl.fifo_tc's class when set, the rest their
+    QP pair's class (output.pcp, or the scenario job's)."""
+    kind, m = np.asarray(kind), np.asarray(m)
     fifo = ((kind == CTS) | (kind == ACK_DATA)) & (p.fifo_tc >= 0)
-    return np.where(kind == CNP, congestion.CNP_PCP, np.where(fifo, p.fifo_tc >> 5, p.out.pcp)).astype(np.int64)
+    own = p.out.pcp if p.c_pcp is None else p.c_pcp[p.m_conn[m]]     # a CTS's QP pair is its connection's: one class
+    pcp = np.where(kind == CNP, congestion.CNP_PCP, np.where(fifo, p.fifo_tc >> 5, own))
+    return np.broadcast_to(pcp, np.broadcast(kind, m).shape).astype(np.int64)
 
 
 def port_frames(p: Plan) -> PortFrames:
@@ -100,7 +109,7 @@ def port_frames(p: Plan) -> PortFrames:
         if data:
             prev = dt[np.searchsorted(dkey, ident * L + pos - 1)]
             arrive = prev + lat(m_route[m, pos - 1])
-            vals = dict(prio=np.full(len(t), p.out.pcp, np.int64), frame_bytes=data_bytes(p, m, k), g=ident,
+            vals = dict(prio=frame_pcp(p, DATA, m), frame_bytes=data_bytes(p, m, k), g=ident,
                         k=np.full(len(t), -1, np.int64))
         else:
             prev = ct[np.searchsorted(ckey, ident * L + pos - 1)]

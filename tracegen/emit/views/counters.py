@@ -63,7 +63,7 @@ def switch_counters(p: Plan, fabric, fset: FileSet) -> list[tuple]:
             data = kind == DATA
             ck = np.minimum(kind, 7)
             nbytes = np.where(data, queue_marks.data_bytes(p, m, j), kind_bytes[ck])
-            pcp = np.where(data, p.out.pcp, kind_pcp[ck])
+            pcp = np.where(data, p.out.pcp, kind_pcp[ck]) if p.c_pcp is None else queue_marks.frame_pcp(p, kind, m)
             # a NIC port: the NIC's received copies are what the switch sent; a switch link: the
             # direction leaving this switch (queue 0: end a -> end b)
             tx = it.rx[g].astype(bool) if is_a is None else (it.queue[g] == 0) == is_a
