@@ -311,3 +311,69 @@ def test_every_shipped_preset_fits_the_default_work_budget(preset):
     from tracegen.timing.work import DEFAULT_MAX_WORK, estimate
     w = estimate(load_job(preset=preset), DEFAULT_MAX_WORK)      # raises beyond the budget
     assert w.memory_bytes < 16 << 30
+
+
+# --- MoE jobs: AllToAll pairs ----------------------------------------------------------------
+
+MOE_JOBS = [("mixtral-8x7b", []), ("deepseek-v3", ["model.layers=4"]),
+            ("deepseek-v3-2k", ["parallelism.global_batch=128", "parallelism.pp=16", "model.layers=16"]),
+            ("deepseek-v3", ["model.layers=4", "parallelism.recompute=full", "parallelism.ep=4"])]
+
+
+@pytest.mark.parametrize("preset,sets", MOE_JOBS)
+def test_alltoall_pairs_are_the_built_tables(preset, sets):
+    """The closed form the early refusal uses, judged by the CommOp table the workload builds."""
+    import numpy as np
+    from tracegen.tables import CollKind
+    from tracegen.timing.work import alltoall_pairs
+    from tracegen.workload import build_commops
+    job = load_job(preset=preset, sets=sets)
+    ops = build_commops(job)
+    a2a = np.flatnonzero(ops.rows["kind"] == CollKind.ALLTOALL)
+    n = np.array([len(ops.groups[i]) for i in a2a])
+    assert alltoall_pairs(job) == (len(a2a), int((n * (n - 1)).sum()))
+
+
+@pytest.mark.parametrize("preset,sets", MOE_JOBS[:3])
+def test_connection_rows_of_moe_jobs_are_estimated(preset, sets):
+    """An AllToAll has a connection-level row per pair and channel, not a ring's n per channel."""
+    from tracegen.fabric.topology import build_fabric
+    from tracegen.timing.schedule_conn import edge_table
+    from tracegen.timing.work import estimate
+    from tracegen.workload import build_commops
+    job = load_job(preset=preset, sets=[*sets, "detail=conn"])
+    w = estimate(job, emit=False)
+    rows = len(edge_table(build_commops(job), build_fabric(job), job)["op_id"])
+    assert 0.9 * rows <= w.conn_edges <= 1.1 * rows
+
+
+def test_moe_job_beyond_the_budget_is_refused_before_its_ops_are_built():
+    """deepseek-v3-2k: 87,840 AllToAlls x 64 x 63 pairs; refused in seconds (the CommOp table alone
+    took ~2 min), one line naming what to shrink, exit 2."""
+    import time
+    t0 = time.perf_counter()
+    res = tracegen("plan", "--preset", "deepseek-v3-2k", cwd=ROOT)
+    assert res.returncode == 2 and time.perf_counter() - t0 < 30
+    err = res.stderr.decode().strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and res.stdout == b""
+    assert "354,170,880" in err and "parallelism.ep=64" in err and "global_batch=15360" in err
+
+
+@pytest.mark.parametrize("kind", ["ALLREDUCE", "ALLGATHER", "REDUCESCATTER", "BROADCAST", "REDUCE"])
+def test_ring_closed_form_counts_tiny_ops_like_the_template(kind):
+    """Fewer elements than ranks: the estimate takes a ring's closed form (its template, 2 n (n - 1)
+    rows per channel, cost 4 GB at 4,096 ranks); the template builder judges it."""
+    from types import SimpleNamespace
+    from tracegen.collectives import ALGORITHMS
+    from tracegen.tables import CollKind
+    from tracegen.timing.work import _transfers
+    k = CollKind[kind]
+    build = ALGORITHMS.get(("ring", k))
+    if build is None:
+        pytest.skip("no ring for this kind")
+    for N, L in [(1, 8), (4, 8), (2, 1), (32, 1), (3, 2), (16, 8)]:
+        n = N * L
+        for e in sorted({1, 2, 3, n // 2, n - 1, n + 1} - {0}):
+            for ch in (1, 2, 4):
+                plan = SimpleNamespace(channels=ch, chunk_bytes=1 << 19, algo="ring")
+                assert _transfers(int(k), plan, n, N, L, 4 * e, 4) == len(build(N, L, e, 4, ch, 1 << 19)), (N, L, e, ch)

@@ -14,6 +14,7 @@ from tracegen.workload.params import (layer_param_count, narayanan_eq2, param_co
 
 JOB_PRESETS = ["default", "gpt2-small", "llama3-8b", "gpt3-175b", "llama3-70b", "mixtral-8x7b",
                "deepseek-v3", "llama3-405b", "llama3-405b-2k", "llama3-405b-4k", "llama3-405b-8k",
+               "llama3-405b-32k", "llama3-405b-64k", "llama3-405b-128k",
                "gpt3-175b-1k", "deepseek-v3-2k", "mixtral-8x7b-512"]
 
 

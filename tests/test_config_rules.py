@@ -95,6 +95,8 @@ NO_EFFECT = [
     ("output.ecn_seed", 3, "output.ecn_pattern=periodic",
      {"output": {"ecn_mark_fraction": 0.1, "ecn_pattern": "periodic", "ecn_seed": 3}}),
     ("output.dcqcn", "true", "output.ecn_mark_fraction=0", {"output": {"dcqcn": True}}),
+    ("output.ecn_mark_fraction", 0.1, "output.ecn_marking=queue",
+     {"output": {"ecn_marking": "queue", "ecn_mark_fraction": 0.1}}),
     ("network.pfc_xoff_bytes", 500000, "network.pfc=false", {"network": {"pfc": False, "pfc_xoff_bytes": 500000}}),
     ("network.pfc_resume_offset_bytes", 1, "network.pfc=false",
      {"network": {"pfc": False, "pfc_resume_offset_bytes": 1}}),
@@ -125,6 +127,7 @@ def test_keys_that_act_are_accepted():
           {"fabric": {"kind": "leaf-spine", "nodes_per_leaf": 4, "spines": 4, "oversubscription": 2}},
           {"model": {"experts": 4, "top_k": 1, "capacity_factor": 2, "first_k_dense": 1}, "parallelism": {"sp": True}},
           {"output": {"ecn_mark_fraction": 0.1, "ecn_seed": 3, "dcqcn": True, "vlan_id": 7}},
+          {"output": {"ecn_marking": "queue", "ecn_seed": 3, "dcqcn": True}},
           {"output": {"qp_split": True}, "nccl": {"qps_per_connection": 2}},
           {"network": {"pfc_xoff_bytes": 500000, "dcqcn_rate_ai_mbps": 40}},
           # at its default a key is harmless whatever else is set (job.resolved.yaml names every key)
@@ -183,6 +186,9 @@ def test_ce_marks_need_ect_packets():
     assert "output.ecn=3" in error_of({"output": {"ecn": 3, "ecn_mark_fraction": 0.05}})
     job_from_dict({"output": {"ecn": 1, "ecn_mark_fraction": 0.05}})
     job_from_dict({"output": {"ecn": 0}})
+    assert error_of({"output": {"ecn": 0, "ecn_marking": "queue"}}).startswith(
+        "output.ecn_marking=queue marks CE on data packets sent with output.ecn=0")
+    job_from_dict({"output": {"ecn": 1, "ecn_marking": "queue"}})
 
 
 def test_pcap_comments_and_dcqcn_need_their_partner_key():

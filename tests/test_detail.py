@@ -174,3 +174,22 @@ def test_jobs_that_cannot_fold_are_built_whole():
         assert not foldable(j) and build_commops(j, fold=True).replicas == 1
     full = run_pipeline(dataclasses.replace(job_from_dict(MATRIX["dense dp8 tp2 4:1"], name="eq"), detail="full"))
     assert full.ops.replicas == 1 and full.transfers is not None          # chunks of every replica
+
+
+@pytest.mark.parametrize("name", ["dense dp4 tp8 pp2 dgx", "moe ep8 dp8 fat-tree", "dense dp8 tp2 pp2 2:1"])
+def test_items_merged_in_blocks_of_ops_time_the_job_identically(name, monkeypatch):
+    """group_items merges the items' links a block of whole ops at a time (memory): every row's
+    start and end, the items and their links are those of the merge at once."""
+    from tracegen.timing import schedule_conn
+    j = dataclasses.replace(job_from_dict(MATRIX[name], name="eq"), detail="conn")
+    whole = run_pipeline(j)
+    monkeypatch.setattr(schedule_conn, "GROUP_BLOCK_ROWS", 7)
+    from tracegen.timing import schedule
+    blocks_made = []
+    real = schedule.item_links
+    monkeypatch.setattr(schedule, "item_links", lambda *a, **k: blocks_made.append(1) or real(*a, **k))
+    blocks = run_pipeline(j)
+    assert len(blocks_made) > 8
+    assert np.array_equal(whole.flows.rows, blocks.flows.rows)
+    assert np.array_equal(whole.flows.op_end_ns, blocks.flows.op_end_ns)
+    assert whole.report.iteration_ns == blocks.report.iteration_ns

@@ -6,7 +6,7 @@ with `ast` here, nothing of tracegen is imported) has
   (c) no import that goes up the stage order
         shared (errors, progress, tables, shipped, the package itself) < config < workload < fabric
         < collectives < timing < report (the volume table, KPIs: pure) < pipeline
-        < output (the output-folder guard) < emit < corpus (tokens: runs the pipeline) < cli.
+        < scenario (several jobs on one fabric: runs the stages before it) < output (the output-folder guard) < emit < corpus (tokens: runs the pipeline) < cli.
       The pipeline sits below emit, not above: emit reads its `Run` (emit/bundle.py).
 
 KNOWN lists today's exceptions, each by name. It can only shrink: an entry that no longer occurs
@@ -24,7 +24,7 @@ PACKAGE = "tracegen"
 # Stage of a module: the longest matching prefix (whole dotted components) wins. Old (flat) and new
 # (packages, tools/layout.map) names are both listed, so the table holds before and after the move.
 STAGES = ["shared", "config", "workload", "fabric", "collectives", "timing", "report", "pipeline",
-          "output", "emit", "corpus", "cli"]
+          "scenario", "output", "emit", "corpus", "cli"]
 STAGE_OF = {
     "tracegen": "shared", "tracegen.errors": "shared", "tracegen.progress": "shared",
     "tracegen.tables": "shared", "tracegen.shipped": "shared",
@@ -41,6 +41,7 @@ STAGE_OF = {
     "tracegen.report": "report", "tracegen.report.build": "report", "tracegen.report.kpi": "report",
     "tracegen.emit": "emit", "tracegen.emit.sims.ns3_compare": "emit",
     "tracegen.pipeline": "pipeline",
+    "tracegen.scenario": "scenario",
     "tracegen.corpus": "corpus",
     "tracegen.cli": "cli", "tracegen.cli.common": "cli", "tracegen.cli.export": "cli",
     "tracegen.cli.tokens": "cli", "tracegen.cli.report": "cli", "tracegen.cli.collective": "cli",

@@ -56,3 +56,28 @@ def test_pxn_keeps_every_connection_level_net_edge_on_one_rail():
     world = fabric.world
     assert (np.bincount(px["dst_rank"][net], px["net_wire"][net], world)
             == np.bincount(plain["dst_rank"][was], plain["net_wire"][was], world)).all()
+
+
+@pytest.mark.parametrize("qps", [1, 3])
+def test_link_csr_is_each_connections_links_with_their_share(qps):
+    """Connections.link_csr (one QP: the route's links sorted; more: merged over the QPs), judged
+    per connection from its QPs' routes in plain Python."""
+    from tracegen.config import load_job
+    from tracegen.fabric.topology import build_fabric
+    from tracegen.timing.connections import build_connections
+    fab = build_fabric(load_job(preset="default", sets=["fabric=fat-tree-k8", "parallelism.dp=16",
+                                                       "parallelism.global_batch=16"]))
+    rng = np.random.default_rng(7)
+    sr = rng.integers(0, fab.world, 400)
+    dr = (sr + rng.integers(1, fab.world, 400)) % fab.world
+    keep = fab.rank_nic[sr] != fab.rank_nic[dr]
+    c = build_connections(sr[keep], dr[keep], np.ones(int(keep.sum()), np.int64),
+                          rng.integers(0, 3, int(keep.sum())), fab, qps)
+    ptr, link, w = c.link_csr()
+    for k in range(len(c)):
+        share = {}
+        for q in range(k * qps, (k + 1) * qps):
+            for lk in c.route[q][c.route[q] >= 0].tolist():
+                share[lk] = share.get(lk, 0) + 1 / qps
+        assert link[ptr[k]:ptr[k + 1]].tolist() == sorted(share)
+        assert np.allclose(w[ptr[k]:ptr[k + 1]], [share[x] for x in sorted(share)])

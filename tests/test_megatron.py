@@ -275,7 +275,8 @@ def test_memory_flash_attention_recompute_and_warning():
 
 # ---- real-scale presets: load, validate, closed forms (never the full pipeline here) ------------
 
-SCALE = {"llama3-405b": 16384, "llama3-405b-8k": 8192, "llama3-405b-4k": 4096,
+SCALE = {"llama3-405b-128k": 131072, "llama3-405b-64k": 65536, "llama3-405b-32k": 32768,
+         "llama3-405b": 16384, "llama3-405b-8k": 8192, "llama3-405b-4k": 4096,
          "llama3-405b-2k": 2048, "gpt3-175b-1k": 1024, "deepseek-v3-2k": 2048, "mixtral-8x7b-512": 512}
 
 
@@ -340,7 +341,7 @@ def test_plan_json_keys_and_counts():
     doc = json.loads(res.output)
     assert doc["schema"] == "tracegen.plan/1"
     assert set(doc) == {"schema", "job", "iteration_ns", "memory", "warnings", "ops", "dims",
-                        "transfers", "net_transfers", "pcap"}
+                        "transfers", "net_transfers", "pcap", "output"}
     assert set(doc["memory"]) == {"model_states_bytes", "activations_bytes", "total_bytes",
                                   "gpu_bytes", "fits"}
     for row in doc["ops"]:

@@ -20,6 +20,9 @@ Rules (each violation line starts with its tag):
                link carries the MACs of the two ends, so that pair names one direction of one
                link (a NIC's plane ports go to different leaves); a lab tester port (one
                transmitter whatever the peer) = (interface, source MAC).
+  [pfc]        an Ethernet MAC control frame (0x8808, untagged) is an 802.1Qbb PFC frame: opcode
+               0x0101, destination 01:80:C2:00:00:01, a class-enable vector with only classes
+               whose time is set, 60 B; counted (stats "pfc"), never a RoCE frame nor in QP checks.
   [psn]        per transmitter and QP direction (src IP, dst IP, DestQP), requests in PSN order:
                +1 per packet (mod 2^24); in a complete capture +1 from one message to the next,
                in a filtered one (time window, collective/iteration filter) forward only.
@@ -338,6 +341,7 @@ def check_capture(path, port_rate_gbps=None, complete: bool = True, per_source: 
     ifaces, recs, bad = read_records(path)
     name = path.name
     frames = [decode(n, i, t, o, fr, bad, f"{name} #{n + 1}") for n, (i, t, o, fr) in enumerate(recs)]
+    _pfc(recs, name, bad, stats)
     del recs
     stats["files"] += 1
     stats["frames"] += len(frames)
@@ -364,6 +368,22 @@ def check_capture(path, port_rate_gbps=None, complete: bool = True, per_source: 
     _cts(tx, msgs, gbps_of, complete, name, bad)
     _cnps(roce, gbps_of, name, bad, stats)
     return bad
+
+
+def _pfc(recs, name, bad, stats):
+    """[pfc]: MAC control frames must be well-formed PFC frames (IEEE 802.1Qbb clause 36)."""
+    for n, (_, _, orig, fr) in enumerate(recs):
+        if len(fr) < 14 or fr[12:14] != b"\x88\x08":
+            continue
+        stats["pfc"] += 1
+        where = f"{name} #{n + 1}"
+        if len(fr) < 36 or orig != 60 or fr[:6] != bytes.fromhex("0180c2000001") or fr[14:16] != b"\x01\x01":
+            bad.append(f"[pfc] {where}: not a 60 B PFC frame to 01:80:c2:00:00:01 with opcode 0x0101")
+            continue
+        cev = struct.unpack_from(">H", fr, 16)[0]
+        times = struct.unpack_from(">8H", fr, 18)
+        if cev >> 8 or any(bool(cev >> c & 1) != bool(times[c]) for c in range(8)):
+            bad.append(f"[pfc] {where}: class-enable vector {cev:#06x} and pause times {times} disagree")
 
 
 def _rate_fn(port_rate_gbps, ifaces, name, bad):

@@ -844,6 +844,31 @@ MUTATIONS = [
     ('schema-us-unit-ns', 'tracegen/config/schema.py',
      '("_us", "µs")',
      '("_us", "ns")'),
+    # --- tracegen/scenario/ (issue 23: several jobs on one fabric)
+    ('scenario-interleave-no-round-robin', 'tracegen/scenario/place.py',
+     'node, i = node + 1, (i + 1) % len(need)',
+     'node, i = node + 1, i'),
+    ('scenario-start-offset-lost', 'tracegen/scenario/run.py',
+     'rows["gap_ns"][ops.deps.lengths() == 0] += start_ns',
+     'rows["gap_ns"][ops.deps.lengths() == 0] += 0'),
+    ('scenario-slowdown-inverted', 'tracegen/scenario/run.py',
+     'return self.jct_ns / self.alone_jct_ns if self.alone_jct_ns else float("nan")',
+     'return self.alone_jct_ns / self.jct_ns if self.jct_ns else float("nan")'),
+    ('scenario-resilient-rehashes-all', 'tracegen/scenario/events.py',
+     'hit = (used & (nid < 0)).any(axis=1)',
+     'hit = used.any(axis=1)'),
+    ('scenario-straggler-ignored', 'tracegen/scenario/events.py',
+     'factor = np.where(hit, np.maximum(factor, e.factor), factor)',
+     'factor = np.where(hit, factor, factor)'),
+    ('scenario-nccl-not-compared', 'tracegen/scenario/spec.py',
+     'for f in fields(first.nccl):',
+     'for f in fields(first.nccl)[:0]:'),
+    ('scenario-incast-ring', 'tracegen/scenario/patterns.py',
+     'items = [(CollKind.SENDRECV, Dim.PP, [src, 0], 1) for src in range(1, ranks)]',
+     'items = [(CollKind.SENDRECV, Dim.PP, [src, (src + 1) % ranks], 1) for src in range(1, ranks)]'),
+    ('scenario-link-time-unscaled', 'tracegen/scenario/report.py',
+     'acc = shares * total[lk]',
+     'acc = acc + 0 * shares'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -855,6 +880,9 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 # run (--related-only) runs them too.
 COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py"]
 ALSO_RELATED = {
+    "tracegen/scenario/spec.py": ["tests/test_scenario.py", "tests/test_bad_commands.py"],
+    "tracegen/scenario/patterns.py": ["tests/test_scenario.py"],
+    "tracegen/scenario/report.py": ["tests/test_scenario.py"],
     "tracegen/emit/packets/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_judge_cnp_routes.py", "tests/test_pcap.py",
                                         "tests/test_pcap_congestion.py"],

@@ -521,7 +521,7 @@ def ns3_bench(old: str, quick: bool) -> str:
             f"per QP, {msg['sim_over_analytic']:.3f} × with state per message")
 
 
-BENCH_SIZES = ("2k", "4k", "8k", "16k")
+BENCH_SIZES = ("2k", "4k", "8k", "16k", "32k", "64k", "128k")
 
 
 def bench_scale_table(old: str, quick: bool) -> str:

@@ -214,6 +214,8 @@ class Flows:
                                             # it stands for (its NVLink rows: all; None: 1 each)
     nic_sharing: str = "fair"               # how a NIC serves its QPs: fair (max-min among QPs with
                                             # pending work, each QP in order) - what ns-3 replays
+    op_tc: np.ndarray | None = None         # per CommOp: (dscp, pcp) its RoCE frames carry (a scenario's
+                                            # per-job classes); None: output.dscp / output.pcp
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -238,3 +238,27 @@ def _rate_column():
             text = f"{decimal(int(task.speed))}/s" if unit == "bytes" else f"{task.speed:,.0f}/s"
             return Text(text, style="progress.data.speed")
     return RateColumn()
+
+
+def print_tables(tables, console=None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=100)
+    for title, header, rows in tables:
+        table = Table(title=title, title_justify="left", box=box.SQUARE)
+        for k, h in enumerate(header):
+            numeric = k > 0 and all(_numeric(r[k]) for r in rows)
+            table.add_column(h, justify="right" if numeric else "left", no_wrap=numeric or k == 0,
+                             overflow="fold")
+        for r in rows:
+            table.add_row(*r)
+        print_whole(console, table)
+
+
+def _numeric(cell: str) -> bool:
+    head = cell.split(" ")[0].replace(",", "").replace(".", "")
+    return head.isdigit() or cell == "—"

@@ -46,14 +46,26 @@ from .common import (check_environment, choose_target, fail, job_options, load, 
 @click.option("--scheduler", default="", metavar="tcp://HOST:PORT",
               help="Write the pcap files on an existing Dask cluster (the output folder must be one "
                    "every worker sees).")
+@click.option("--scenario", "scenario_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Several jobs on one fabric, with events (a scenario file): its tables and summary "
+                   "(scenario.json, ops.csv, link_bytes.csv, summary.md; no pcaps yet).")
 @output_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
              collectives, iteration, fmt, comments, merge, switch, lab, lab_rate, no_pcap, no_ns3, workers,
-             scheduler, force, max_work, quiet):
+             scheduler, force, max_work, quiet, scenario_file):
     """Generate pcaps, flows.csv, an ns-3 scenario and summary.md for one training job."""
     with signals_as_interrupts():
         try:
+            if scenario_file:
+                pcap_only = (snaplen, payload, max_bytes, time_window, nics, ranks, collectives, iteration, fmt,
+                             comments, merge or None, switch, lab, lab_rate)
+                if job_file or preset or sets or detail or any(v is not None for v in pcap_only) or workers \
+                        or scheduler:
+                    raise ConfigError("--scenario FILE takes no job, --preset, --set, --detail or pcap options "
+                                      "but --no-pcap and --no-ns3: it writes the scenario's tables, every NIC's "
+                                      "pcap and the ns-3 scenario of the mix")
+                return _generate_scenario(scenario_file, out_dir, force, quiet, max_work, not no_pcap, not no_ns3)
             job = load(job_file, preset, sets, detail)
             job = pcap_options(job, snaplen=snaplen, payload=payload, max_bytes=max_bytes,
                                 time_window=time_window, nics=nics, ranks=ranks, collectives=collectives,
@@ -90,6 +102,65 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
                     "the temp folder was removed, nothing was replaced")
             click.echo(f"error: interrupted by {e.name}; {done}", err=True)
             sys.exit(e.exit_code)
+
+
+def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None:
+    """`generate --scenario FILE`: the scenario's tables and summary in one folder, and (pcap, a
+    scenario timed per chunk) every NIC's capture: one address and QPN plan (the scenario's fabric
+    and connections), so the jobs' captures never collide; (ns3) the ns-3 scenario of the mix."""
+    from ..scenario import report, run, spec
+    sc = spec.load_scenario(path)
+    prepared = run.prepare(sc)
+    with stages(quiet) as stage:
+        stage("work estimate: the jobs' collectives")
+        run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK)
+    from ..output import place
+    shown_path, shown = place.choose(out_dir, "", sc.name)
+    files = (*report.SCENARIO_FILES, *place.TRACE_NAMES)
+    target = place.inspect(shown_path, shown, force, protect=(path,), names=files)
+    with outdir.Writer(target, force, names=files) as w:
+        with stages(quiet) as stage:
+            hw = sc.hardware
+            done = run.run_scenario(sc, stage, prepared=prepared, rates=pcap and hw.output.pcap)
+        texts = report.scenario_files(done)
+        pcaps = pcap and hw.output.pcap and done.detail == "full"
+        sim = ns3 and hw.output.ns3 and done.detail == "full"
+        if (pcap and hw.output.pcap and not pcaps) or (ns3 and hw.output.ns3 and not sim):
+            w.warnings.append("no pcaps or ns-3 scenario: the scenario is timed per connection (detail conn); "
+                              "its tables are written")
+
+        def fill(tmp):
+            for name, text in texts.items():
+                (tmp / name).write_text(text, encoding="utf-8")
+            from ..emit.tables.flows import fabric_columns, write_flows_csv
+            with stages(quiet) as stage:       # the schedule's rows (op_id: ops.csv's, the job beside it)
+                stage(f"flows.csv: {len(done.flows):,} rows", "rows")
+                write_flows_csv(done.flows, tmp / "flows.csv", extra=fabric_columns(done.flows))
+            if pcaps:
+                from ..emit.views.pcap import write_pcaps
+                (tmp / "pcap").mkdir()
+                with stages(quiet) as stage:
+                    stage("pcap files")
+                    texts["pcaps"] = write_pcaps(done.flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
+                                                 network=hw.network)
+            if hw.output.pictures:
+                from ..emit.pictures.scenario_plots import draw_scenario
+                with stages(quiet) as stage:
+                    stage("pictures")
+                    draw_scenario(done, report.link_time(done), tmp)
+            if sim:
+                from ..emit.sims.ns3 import write_ns3
+                with stages(quiet) as stage:
+                    stage("ns-3 scenario")
+                    write_ns3(done.flows, done.fabric, hw, tmp / "ns3")
+        w.write(fill)
+    for warning in w.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if not quiet:
+        worst = max(done.jobs, key=lambda j: j.slowdown)
+        n = len(texts.pop("pcaps", []))
+        click.echo(f"wrote {w.t.shown}/ ({len(texts)} files, {n} pcaps; {len(done.jobs)} jobs, largest slowdown "
+                   f"{worst.slowdown:.3f} ({worst.name}), Jain fairness {done.fairness:.4f})")
 
 
 def parse_rate(text):

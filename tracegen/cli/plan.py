@@ -7,7 +7,7 @@ import click
 from ..errors import ConfigError, OutputError
 from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
 from .common import (check_environment, choose_target, fail, job_options, load, output_options, place,
-                     pcap_options, print_whole, retime, run_job, stages)
+                     pcap_options, print_tables, retime, run_job, stages)
 
 
 @click.command("plan")
@@ -17,10 +17,16 @@ from .common import (check_environment, choose_target, fail, job_options, load, 
 @click.option("--json", "as_json", is_flag=True, help="The plan as JSON on stdout (keys in the README).")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False),
               help="Where generate would write (default traces/<job name>): plan says what it would do there.")
+@click.option("--scenario", "scenario_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Several jobs on one fabric, with events (a scenario file; README: Scenarios): per job "
+                   "its time beside the same job alone.")
 @output_options
-def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, force, max_work):
+def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, force, max_work, scenario_file):
     """Dry run: per-accelerator byte volumes, counts and output size estimates. Writes nothing."""
     try:
+        if scenario_file:
+            return _plan_scenario(scenario_file, job_file or preset or sets or detail or corpus or out_dir,
+                                  as_json, max_work)
         job = retime(pcap_options(load(job_file, preset, sets, detail)))
         check_environment()
         if tokenizer is not None and not corpus:    # it would change nothing: say so, as inert keys
@@ -67,6 +73,26 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
         fail(e)
 
 
+def _plan_scenario(path, other, as_json, max_work) -> None:
+    """`plan --scenario FILE`: the jobs' times in the scenario and alone, the fairness."""
+    from ..scenario import report, run, spec
+    if other:
+        raise ConfigError("--scenario FILE takes no job, --preset, --set, --detail, --corpus or -o: "
+                          "the scenario file names its jobs")
+    sc = spec.load_scenario(path)
+    prepared = run.prepare(sc)
+    with stages(as_json) as stage:
+        stage("work estimate: the jobs' collectives")
+        run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK)
+    with stages(as_json) as stage:
+        done = run.run_scenario(sc, stage, prepared=prepared)
+    if as_json:
+        import json
+        click.echo(json.dumps(report.scenario_json(done), indent=1))
+        return
+    print_tables(report.scenario_tables(done))
+
+
 def _print_plan(run) -> None:
     """The plan's tables, made to fit 100 columns: numbers right-aligned and never wrapped, the
     per-NIC bytes summarised (sum / min / median / max and the busiest NICs). Into a pipe or a
@@ -79,17 +105,4 @@ def _print_plan(run) -> None:
     if not console.is_terminal:
         console = Console(width=100)
     names = [run.fabric.nic_name(i) for i in range(run.fabric.n_nics)]
-    for title, header, rows in report_tables(run.report, exact=False, nic_names=names):
-        table = Table(title=title, title_justify="left", box=box.SQUARE)
-        for k, h in enumerate(header):
-            numeric = k > 0 and all(_numeric(r[k]) for r in rows)
-            table.add_column(h, justify="right" if numeric else "left", no_wrap=numeric or k == 0,
-                             overflow="fold")
-        for r in rows:
-            table.add_row(*r)
-        print_whole(console, table)
-
-
-def _numeric(cell: str) -> bool:
-    head = cell.split(" ")[0].replace(",", "").replace(".", "")
-    return head.isdigit() or cell == "—"
+    print_tables(report_tables(run.report, exact=False, nic_names=names), console)

@@ -26,7 +26,9 @@ from ..errors import ConfigError, OutputError
               help="Write into a folder tracegen would refuse (not its own, the current folder, ...), "
                    "beside what is there; never over a file tracegen did not write.")
 def report(trace_dir, out_dir, only, force):
-    """Redraw the pictures of a trace folder (timeline, Gantt, traffic matrix) from its tables."""
+    """Redraw the pictures of a trace folder (timeline, Gantt, traffic matrix) from its tables; of a
+    scenario's folder (generate --scenario), print its jobs' slowdowns and Jain fairness and redraw
+    slowdowns.png."""
     from ..output.put import check_put, put_files
     from .common import command_errors
     from ..config import show_path
@@ -36,6 +38,8 @@ def report(trace_dir, out_dir, only, force):
         src = Path(trace_dir)
         if not src.is_dir():
             raise OutputError(f"{trace_dir}: no such folder — give a folder written by `tracegen generate`")
+        if (src / "scenario.json").is_file() and not (src / "summary.json").is_file():
+            return _report_scenario(src, trace_dir, out_dir, only, force)
         names = list(PICTURES)
         if only:
             wanted = list(dict.fromkeys(x.strip().removesuffix(".png") + ".png" for x in only.split(",")
@@ -54,3 +58,28 @@ def report(trace_dir, out_dir, only, force):
         files = {name: (lambda path, n=name: PICTURES[n](view, path)) for name in names}
         for path in put_files(dest, shown, files, force=force):
             click.echo(f"wrote {Path(shown) / path.name}")
+
+
+SCENARIO_PICTURES = ("slowdowns.png",)     # what scenario.json alone redraws (the others need the run)
+
+
+def _report_scenario(src: Path, trace_dir, out_dir, only, force) -> None:
+    """A scenario's folder: scenario.json read back (damaged: one line), its jobs' table (slowdown
+    = JCT / alone) and Jain's fairness printed, slowdowns.png redrawn into the folder or -o."""
+    from ..config import show_path
+    from ..emit.pictures.scenario_plots import slowdowns
+    from ..output.put import check_put, put_files
+    from ..scenario.report import read_scenario_folder, saved_tables
+    from .common import print_tables
+    if only:
+        bad = [x.strip() for x in only.split(",") if x.strip().removesuffix(".png") + ".png" not in SCENARIO_PICTURES]
+        if bad or not only.strip(","):
+            what = f"{bad[0]!r} is no picture of a scenario" if bad else "name a picture"
+            raise ConfigError(f"--only: {what} — use " + ", ".join(n[:-4] for n in SCENARIO_PICTURES))
+    saved = read_scenario_folder(src)
+    dest = Path(out_dir) if out_dir else src
+    shown = show_path(out_dir) if out_dir else show_path(trace_dir)
+    check_put(dest, shown, SCENARIO_PICTURES, force=force)
+    print_tables(saved_tables(saved))
+    for path in put_files(dest, shown, {"slowdowns.png": lambda path: slowdowns(saved, path)}, force=force):
+        click.echo(f"wrote {Path(shown) / path.name}")

@@ -93,20 +93,45 @@ def template_edges(t: Template, proto: int, max_msg_bytes: int, pmtu: int, vlan:
 def pxn_split(src, dst, link, fabric, *cols):
     """Cross-rail NET edges -> (NVLink hop to the proxy, NET edge from it); other edges kept.
     Returns (src, dst, link, is_hop, cols...) with each split edge's hop right before it."""
+    got = _pxn_index(src, dst, link, fabric)
+    if got is None:
+        return (src, dst, link, np.zeros(len(src), bool), *cols)
+    idx, is_hop, after, proxy = got
+    s, d, lk = src[idx].copy(), dst[idx].copy(), link[idx].copy()
+    d[is_hop] = proxy[idx[is_hop]]
+    lk[is_hop] = LinkKind.NVLINK
+    s[after] = proxy[idx[after]]
+    return (s, d, lk, is_hop, *(c[idx] for c in cols))
+
+
+def pxn_split_columns(table: dict, link, fabric):
+    """pxn_split on a table of columns (src_rank, dst_rank and any others), each column replaced in
+    turn so that at most one old column is held beside the new ones (a 64k-GPU job's edge table
+    is ~1.7 GB). Returns the new link column."""
+    got = _pxn_index(table["src_rank"], table["dst_rank"], link, fabric)
+    if got is None:
+        return link
+    idx, is_hop, after, proxy = got
+    for name in list(table):
+        table[name] = table[name][idx]
+    table["dst_rank"][is_hop] = proxy[idx[is_hop]]
+    table["src_rank"][after] = proxy[idx[after]]
+    lk = link[idx]
+    lk[is_hop] = LinkKind.NVLINK
+    return lk
+
+
+def _pxn_index(src, dst, link, fabric):
+    """None (no cross-rail NET edge) or (rows taken, the hop rows, the NET part of a split edge,
+    the proxy of each original row)."""
     rail = fabric.nic_rail[fabric.rank_nic]
     cross = (link == LinkKind.NET) & (rail[src] != rail[dst])
     if not cross.any():
-        return (src, dst, link, np.zeros(len(src), bool), *cols)
+        return None
     proxy_of = np.full((fabric.nodes, int(fabric.nic_rail.max()) + 1), -1, np.int64)
     proxy_of[fabric.rank_node, rail] = np.arange(fabric.world)
     proxy = proxy_of[fabric.rank_node[src], rail[dst]]
     rep = np.where(cross, 2, 1)
     idx = np.repeat(np.arange(len(src)), rep)
     first = np.r_[True, idx[1:] != idx[:-1]]
-    is_hop = first & cross[idx]
-    s, d, lk = src[idx].copy(), dst[idx].copy(), link[idx].copy()
-    d[is_hop] = proxy[idx[is_hop]]
-    lk[is_hop] = LinkKind.NVLINK
-    after = ~first                                      # the NET part of a split edge
-    s[after] = proxy[idx[after]]
-    return (s, d, lk, is_hop, *(c[idx] for c in cols))
+    return idx, first & cross[idx], ~first, proxy

@@ -29,6 +29,17 @@ def _is(*values):
     return lambda v: v in values
 
 
+class _OR_QUEUE:
+    """acts(other's value), or always with output.ecn_marking=queue (its marks are seeded by
+    ecn_seed and cause CNPs, whatever the fraction)."""
+
+    def __init__(self, acts):
+        self.acts = acts
+
+    def __call__(self, v, job: Job | None = None) -> bool:
+        return self.acts(v) or (job is not None and job.output.ecn_marking == "queue")
+
+
 _FAT, _TWO, _NOT_FILE = _is("fat-tree"), _is(*_TWO_TIER), (lambda v: v != "file")
 _POS, _MANY, _ZERO, _TRUE = (lambda v: v > 0), (lambda v: v > 1), (lambda v: v == 0), (lambda v: v is True)
 INERT = [
@@ -60,9 +71,11 @@ INERT = [
     ("output.pcp", "output.vlan", _TRUE, "it is the 802.1Q tag's priority", "true"),
     ("output.qp_split", "nccl.qps_per_connection", _MANY, "it spreads messages over a connection's QPs", "> 1"),
     ("output.ecn_pattern", "output.ecn_mark_fraction", _POS, "it places CE marks", "> 0"),
-    ("output.ecn_seed", "output.ecn_mark_fraction", _POS, "it seeds CE marks", "> 0"),
-    ("output.ecn_seed", "output.ecn_pattern", _is("random"), "it seeds random CE marks", "random"),
-    ("output.dcqcn", "output.ecn_mark_fraction", _POS, "senders react to CNPs, which only CE marks cause", "> 0"),
+    ("output.ecn_seed", "output.ecn_mark_fraction", _OR_QUEUE(_POS), "it seeds CE marks", "> 0"),
+    ("output.ecn_seed", "output.ecn_pattern", _OR_QUEUE(_is("random")), "it seeds random CE marks", "random"),
+    ("output.dcqcn", "output.ecn_mark_fraction", _OR_QUEUE(_POS), "senders react to CNPs, which only CE marks cause",
+     "> 0"),
+    ("output.ecn_mark_fraction", "output.ecn_marking", _is("fraction"), "the port queues place CE marks", "fraction"),
     ("network.pfc_xoff_bytes", "network.pfc", _TRUE, "it is a PFC threshold", "true"),
     ("network.pfc_resume_offset_bytes", "network.pfc", _TRUE, "it is a PFC threshold", "true"),
     ("network.pfc_headroom_bytes", "network.pfc", _TRUE, "it is PFC headroom", "true"),
@@ -93,7 +106,8 @@ def inert_keys(job: Job) -> list[tuple[str, str]]:
     """(key, other key) of every key with a non-default value that has no effect (INERT)."""
     out = []
     for key, other, acts, _, _ in INERT:
-        if _get(job, key) != _default(key) and not acts(_get(job, other)):
+        on = acts(_get(job, other), job) if isinstance(acts, _OR_QUEUE) else acts(_get(job, other))
+        if _get(job, key) != _default(key) and not on:
             out.append((key, other))
     return out
 

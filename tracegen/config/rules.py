@@ -247,6 +247,9 @@ def _check_marks(out: Output, n: Network) -> None:
             if out.ecn == 0 else "CE already (output.ecn=3): a mark could not be told from the rest"
         raise ConfigError(f"output.ecn_mark_fraction={out.ecn_mark_fraction:g} marks CE on data packets "
                           f"sent {sent}; set output.ecn=2 (ECT(0)) or 1, or ecn_mark_fraction: 0")
+    if out.ecn_marking == "queue" and out.ecn in (0, 3):
+        raise ConfigError(f"output.ecn_marking=queue marks CE on data packets sent with output.ecn={out.ecn} "
+                          "(a switch marks only ECN-capable packets, RFC 3168 §5); set output.ecn=2 (ECT(0)) or 1")
     if out.comments and out.format != "pcapng":
         raise ConfigError("output.comments=true needs output.format=pcapng (pcap has no comments); "
                           "set format: pcapng or comments: false")

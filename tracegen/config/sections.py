@@ -136,6 +136,17 @@ class Network(NetworkKeys):
 class Output(OutputKeys):
     """What generate writes and how (keys/output.py)."""
 
+    @property
+    def view(self) -> str:
+        """The capture view asked for: lab, switch, merge or nic (one file per host NIC)."""
+        return "lab" if self.lab else "switch" if self.switch else "merge" if self.merge else "nic"
+
+    @property
+    def pcap_needs_schedule(self) -> bool:
+        """Must the pcap estimate schedule packets, or can it count them from the plan alone (a
+        host view with no time window and marks not taken from the switch queues)?"""
+        return bool(self.time_window) or self.view != "nic" or self.ecn_marking == "queue"
+
 
 @dataclass(frozen=True)
 class Job(JobKeys):

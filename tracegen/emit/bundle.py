@@ -106,6 +106,21 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
         counts["pcaps"] = len(write_pcaps(flows, run.fabric, out, dest / "pcap", progress=progress,
                                           nccl=run.job.nccl, network=run.job.network, workers=workers,
                                           scheduler=scheduler))
+        from .views.pcap import queue_settling
+        settling = queue_settling(flows, run.fabric, out, nccl=run.job.nccl, network=run.job.network)
+        if settling is not None:    # output.ecn_marking=queue: did the marks/pauses settle?
+            extra["queue_marks"] = settling
+            if not settling["settled"]:
+                run.report.notes.append(
+                    f"output.ecn_marking=queue: the marks/pauses did not settle in {settling['rounds']} rounds "
+                    "(summary.json queue_marks; the README's 'Marks from the queues' says what is written)")
+        if out.switch:              # the counters the switch should show (views/counters.py)
+            from .views.counters import COLUMNS
+            from .views.pcap import port_counters
+            from .tables.counters import write_counters
+            stage("port_counters")
+            rows = port_counters(flows, run.fabric, out, nccl=run.job.nccl, network=run.job.network)
+            write_counters(COLUMNS, rows, dest, formats, run.job.name)
     if out.ns3 and wire:
         from .sims.ns3 import NO_FLOWS_NOTE, write_ns3
         stage("ns-3 scenario")

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..config import Cluster, Job
 from ..errors import ConfigError
-from .kinds import CORE, LEAF, SPINE, TIER_NAMES, build_switch_graph
+from .kinds import CORE, LEAF, SPINE, build_switch_graph
 
 LINK_DTYPE = np.dtype([("a", "i4"), ("b", "i4"), ("gbps", "i8"), ("latency_ns", "i8")])
 

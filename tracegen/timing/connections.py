@@ -95,6 +95,16 @@ class Connections:
     def link_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per connection the link directions its bytes cross and the share of them on each
         (messages spread evenly over the QPs): (ptr, link_dir, weight)."""
+        if self.qps == 1:
+            # one QP a connection, whose route crosses a link once: its links sorted, weight 1 -
+            # what the merge below gives, without sorting every (connection, link) pair at once
+            r = np.sort(self.route, axis=1)                 # -1 padding first
+            ok = r >= 0
+            if not ((r[:, 1:] == r[:, :-1]) & ok[:, 1:]).any():
+                ptr = np.zeros(len(self) + 1, np.int64)
+                np.cumsum(ok.sum(axis=1), out=ptr[1:])
+                clink = r[ok].astype(np.int64)
+                return ptr, clink, np.ones(len(clink))
         q = len(self.qpn_src)
         rows = np.repeat(np.arange(q) // self.qps, self.route.shape[1])
         links = self.route.reshape(-1)

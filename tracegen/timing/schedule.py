@@ -125,9 +125,10 @@ def _gather_csr(ptr, rows):
     return out, np.repeat(ptr[rows], lens) + within
 
 
-def item_links(fabric: Fabric, conns: Connections, row_conn, src_rank, dst_rank):
-    """Per item (NET: its connection's links and weights; NVLink: the two GPU ports), as CSR."""
-    c_ptr, c_link, c_w = conns.link_csr()
+def item_links(fabric: Fabric, conns: Connections, row_conn, src_rank, dst_rank, csr=None):
+    """Per item (NET: its connection's links and weights; NVLink: the two GPU ports), as CSR.
+    csr: conns.link_csr(), when the caller has it (called block by block)."""
+    c_ptr, c_link, c_w = conns.link_csr() if csr is None else csr
     nvl = row_conn < 0
     lens = np.where(nvl, 2, 0)
     net_idx = np.flatnonzero(~nvl)

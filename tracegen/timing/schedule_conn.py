@@ -25,7 +25,7 @@ import numpy as np
 from . import fluid
 from .. import progress
 from ..collectives import expand, op_templates
-from ..collectives.edges import pxn_split, template_edges
+from ..collectives.edges import pxn_split_columns, template_edges
 from ..collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
 from ..config import Job
 from .connections import build_connections, communicator
@@ -39,8 +39,19 @@ from ..fabric.topology import Fabric
 CLOSED_FORM_ROWS = 16_000_000
 
 
-def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
-    """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns."""
+# Narrow columns of the edge table (a 64k-GPU job's has ~11 M rows): ranks < world (config caps
+# it far below 2^31), channels < 1024 (edges.py packs them in 10 bits), algorithm and protocol ids.
+# Every user widens them before arithmetic (connections._pack, send_queues) or stores them in FLOW_DTYPE.
+RANK_DTYPE = np.int32
+
+
+def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None, per_op: dict | None = None) -> dict:
+    """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns (ranks
+    RANK_DTYPE, channel int16, algo and proto uint8, the rest int64). per_op (a dict): algo,
+    proto and max_msg_bytes - one NCCL plan per op - go there, one entry per op, not per row,
+    and no `copies` column (the rows a folded job's row stands for)."""
+    if fabric.world >= np.iinfo(RANK_DTYPE).max:
+        raise ValueError(f"{fabric.world:,} ranks do not fit the edge table's {np.dtype(RANK_DTYPE)} ranks")
     nccl, pmtu = job.nccl, job.output.pmtu
     groups: dict[tuple, list] = {}
     for i, group, t, plan in op_templates(ops, fabric, nccl, which, max_rows=CLOSED_FORM_ROWS):
@@ -59,43 +70,61 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None) -> dict:
         progress.report(40 * k // len(shapes), 100)
         e = (ring_allreduce_edges if isinstance(t, RingShape) else template_edges)(
             t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
-        G = np.asarray(grps, dtype=np.int64)                      # [k, n] ranks by position
+        G = np.asarray(grps, dtype=RANK_DTYPE)                    # [k, n] ranks by position
         k, m = len(op_ids), len(e)
         cols["op_id"].append(np.repeat(np.asarray(op_ids, np.int64), m))
         cols["src_rank"].append(G[:, e.src].reshape(-1))
         cols["dst_rank"].append(G[:, e.dst].reshape(-1))
-        for name, v in (("channel", e.channel), ("transfers", e.transfers), ("messages", e.messages),
+        cols["channel"].append(np.tile(e.channel.astype(np.int16), k))
+        for name, v in (("transfers", e.transfers), ("messages", e.messages),
                         ("packets", e.packets), ("payload", e.payload),
                         ("nvl_wire", e.nvl_wire), ("net_wire", e.net_wire)):
             cols[name].append(np.tile(v, k))
-        for name, v in (("algo", int(plan.algo_id)), ("proto", int(plan.proto)),
-                        ("max_msg_bytes", plan.max_msg_bytes)):
-            cols[name].append(np.full(k * m, v, np.int64))
-    out = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in cols.items()}
+        for name, v, dt in (("algo", int(plan.algo_id), np.uint8), ("proto", int(plan.proto), np.uint8),
+                            ("max_msg_bytes", plan.max_msg_bytes, np.int64)):
+            if per_op is None:
+                cols[name].append(np.full(k * m, v, dt))
+            else:
+                per_op.setdefault(name, np.zeros(len(ops), dt))[op_ids] = v
+    empty = {"src_rank": RANK_DTYPE, "dst_rank": RANK_DTYPE, "channel": np.int16, "algo": np.uint8, "proto": np.uint8}
+    if per_op is not None:
+        for name, dt in (("algo", np.uint8), ("proto", np.uint8), ("max_msg_bytes", np.int64)):
+            per_op.setdefault(name, np.zeros(len(ops), dt))
+            del cols[name]
+    out = {}
+    for k in list(cols):                    # one column at a time: its parts freed as it is made
+        parts = cols.pop(k)
+        out[k] = np.concatenate(parts) if parts else np.zeros(0, empty.get(k, np.int64))
+        del parts
     link = np.where(fabric.same_node(out["src_rank"], out["dst_rank"]), LinkKind.NVLINK,
                     LinkKind.NET).astype(np.uint8)
-    names = [c for c in out if c not in ("src_rank", "dst_rank")]
     progress.report(40, 100)
     if nccl.pxn and len(link):
-        s, d, link, _, *rest = pxn_split(out["src_rank"], out["dst_rank"], link, fabric,
-                                         *(out[c] for c in names))
-        out = dict(zip(names, rest), src_rank=s, dst_rank=d)
+        link = pxn_split_columns(out, link, fabric)
     progress.report(60, 100)
     out["link"] = link
     out["copies"] = np.ones(len(link), np.int64)
     sel, rep_of = np.arange(len(link)), None
     if ops.replicas > 1 and len(link):
         sel, rep_of = _unfold_net_edges(out, ops)
+    if per_op is not None:                  # the caller makes `copies` again where it needs them
+        del out["copies"]
     progress.report(80, 100)
     # one gather per column, unfolded and sorted by op at once (a folded 32k-GPU job's table is
     # ~10 M rows: gathering the replicas' rows, concatenating, then sorting cost three copies)
     order = np.argsort(out["op_id"][sel], kind="stable")
     sel = sel[order]
-    out = {k: v[sel] for k, v in out.items()}
+    shift = None
     if rep_of is not None:
-        shift = rep_of[order] * ops.replica_stride
-        out["src_rank"] = out["src_rank"] + shift
-        out["dst_rank"] = out["dst_rank"] + shift
+        shift = rep_of[order]
+        del rep_of, order
+        shift *= ops.replica_stride
+    for k in list(out):                     # column by column: one old column held at a time
+        out[k] = out[k][sel]
+    del sel
+    if shift is not None:                   # in place: the ranks stay RANK_DTYPE (< world)
+        np.add(out["src_rank"], shift, out=out["src_rank"], casting="unsafe")
+        np.add(out["dst_rank"], shift, out=out["dst_rank"], casting="unsafe")
     progress.report(100, 100)
     return out
 
@@ -121,33 +150,79 @@ def _unfold_net_edges(out: dict, ops: CommOps) -> tuple[np.ndarray, np.ndarray]:
 GROUP_STEPS = 5     # the links and items bar: item links, send queues, item keys, item links merged, done
 
 
-def group_items(op_id, channel, kind, queue, nbytes, ptr, lk, w):
+# Rows whose links are merged at once in group_items: the (item, link) pairs of all rows at once
+# held ~65 B per pair (keys, sort, inverse, weights; 32k GPUs: 1.8 GB over a 1.1 GB table).
+GROUP_BLOCK_ROWS = 1 << 18
+
+
+def group_items(op_id, channel, kind, queue, nbytes, links, width: int, block_rows: int | None = None,
+                row_lens=None):
     """Rows -> fluid items. The edges of one channel of a collective move in lockstep (a ring step,
     a tree level or a halving-doubling round needs the one before it), so they form one item that
     crosses all their links, each edge's weight scaled by its share of the largest edge's bytes:
     the channel runs at the rate of its most loaded link. Send/recv and AllToAll pairs have no
     such coupling: an item per send queue (the pairs an op sends on one QP go one after the
-    other). Returns (item of each row, op, bytes, ptr, links, weights)."""
+    other). links: the rows' links as CSR (ptr, link, weight), or a function (lo, hi) -> that
+    CSR for rows [lo, hi) (made block by block: never all at once) with row_lens, the number of
+    links of each row; every link < width. Returns (item of each row, op, bytes, ptr, links, weights).
+
+    An item lies within one op; with rows sorted by op, blocks of whole ops merge their items'
+    links alone (each pair's weights summed in row order, as all at once). Item ids follow the
+    sorted keys: per-queue items (negative keys) of later ops first, then the channels' in op
+    order - so each block's pairs go straight to their place in one output (untouched pages of
+    its upper bound are never resident), per-queue ones backwards from the end of theirs."""
+    block_rows = GROUP_BLOCK_ROWS if block_rows is None else block_rows
+    if isinstance(links, tuple):
+        ptr0, lk0, w0 = links
+        links = lambda lo, hi: (ptr0[lo:hi + 1] - ptr0[lo], lk0[ptr0[lo]:ptr0[hi]], w0[ptr0[lo]:ptr0[hi]])  # noqa: E731
+        row_lens = np.diff(ptr0)
     coupled = (kind != CollKind.SENDRECV) & (kind != CollKind.ALLTOALL)
     key = np.where(coupled, op_id * 65536 + channel, -1 - (op_id * (int(queue.max(initial=0)) + 1) + queue))
     uk, item = np.unique(key, return_inverse=True)
+    n_free = int(np.searchsorted(uk, 0))      # per-queue items: ids [0, n_free)
+    del key, uk
     progress.report(3, GROUP_STEPS)
-    m = len(uk)
+    n = len(op_id)
+    m = int(item.max(initial=-1)) + 1
     big = np.zeros(m)
     np.maximum.at(big, item, nbytes)
     scale = np.where(big[item] > 0, nbytes / np.maximum(big[item], 1e-300), 1.0)
-    lens = np.diff(ptr)
-    r_item = np.repeat(item, lens)
-    width = int(lk.max()) + 1 if len(lk) else 1
-    k2, inv = np.unique(r_item.astype(np.int64) * width + lk, return_inverse=True)
+    ordered = n < 2 or bool((op_id[1:] >= op_id[:-1]).all())
+    bounds = [0, n]
+    if ordered and n > block_rows:            # cut between ops only
+        cuts = np.searchsorted(op_id, op_id[np.arange(block_rows, n, block_rows)], "left")
+        bounds = sorted({0, n, *cuts.tolist()})
+    if len(bounds) > 2:
+        e_free = int(row_lens[~coupled].sum())
+        size = int(row_lens.sum())
+        out_k, out_w = np.empty(size, np.int64), np.empty(size)
+        u_lo, c_hi = e_free, e_free           # per-queue pairs fill [u_lo, e_free), channels' from e_free on
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        ptr, lk, w = links(lo, hi)
+        lens = np.diff(ptr)
+        pair = np.repeat(item[lo:hi].astype(np.int64), lens) * width + lk
+        k2, inv = np.unique(pair, return_inverse=True)
+        del pair
+        ww = np.bincount(inv, weights=w * np.repeat(scale[lo:hi], lens), minlength=len(k2))
+        del inv, ptr, lk, w
+        if len(bounds) == 2:
+            break
+        split = int(np.searchsorted(k2, n_free * width))     # this block's per-queue pairs, then channels'
+        out_k[u_lo - split:u_lo], out_w[u_lo - split:u_lo] = k2[:split], ww[:split]
+        u_lo -= split
+        c = len(k2) - split
+        out_k[c_hi:c_hi + c], out_w[c_hi:c_hi + c] = k2[split:], ww[split:]
+        c_hi += c
+        del k2, ww
+    if len(bounds) > 2:
+        k2, ww = out_k[u_lo:c_hi], out_w[u_lo:c_hi]
     progress.report(4, GROUP_STEPS)
-    ww = np.bincount(inv, weights=w * np.repeat(scale, lens), minlength=len(k2))
-    it_ptr = np.zeros(m + 1, np.int64)
-    np.cumsum(np.bincount(k2 // width, minlength=m), out=it_ptr[1:])
+    it_ptr = np.searchsorted(k2, np.arange(m + 1, dtype=np.int64) * width).astype(np.int64)
+    np.remainder(k2, width, out=k2)           # the pairs' links, in place
     it_op = np.zeros(m, np.int64)
     it_op[item] = op_id
     progress.report(GROUP_STEPS, GROUP_STEPS)
-    return item, it_op, big, it_ptr, (k2 % width).astype(np.int64), ww
+    return item, it_op, big, it_ptr, k2, ww
 
 
 def _alone(item_deps, nbytes, extra, links, queue=None):
@@ -227,7 +302,8 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     from .schedule import item_links, link_capacity, net_latency_ns
     pmtu = job.output.pmtu
     progress.stage(f"connections: edges of {len(ops):,} ops", "%")
-    rows = edge_table(ops, fabric, job)
+    per_op: dict = {}
+    rows = edge_table(ops, fabric, job, per_op=per_op)
     n = len(rows["op_id"])
     net = rows["link"] == LinkKind.NET
     comm = communicator(ops.rows["dim"][rows["op_id"]])
@@ -237,6 +313,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     progress.report(1, 3)
     row_conn = np.full(n, -1, np.int64)
     row_conn[net] = conns.lookup(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net])
+    del comm                # per-row arrays the engine no longer needs are dropped as they go (64k GPUs: ~90 MB each)
     progress.report(2, 3)
     lat = np.zeros(n, np.int64)
     lat[net] = net_latency_ns(conns, row_conn[net], rows["net_wire"][net], pmtu, job.output.vlan,
@@ -257,21 +334,29 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
                                  ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
         op_alone[op] = fill.alone_ns(op, sig, int(lat[lo:hi].max()))
         op_fill[op] = int(lat[lo:hi].max())     # the last arrival (0 on NVLink)
+    del lat
     # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,
     # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
     progress.stage(f"connections: links of {n:,} edges, grouped into items", "steps")
     ebytes = np.where(net, rows["net_wire"], rows["nvl_wire"]).astype(np.float64)
-    if shared_fabric:
-        ptr, lk, w = item_links(fabric, conns, row_conn, rows["src_rank"], rows["dst_rank"])
+    if shared_fabric:          # block by block (group_items): a 32k-GPU job's rows cross ~20 M links
+        csr = conns.link_csr()
+        src_r, dst_r = rows["src_rank"], rows["dst_rank"]
+        links = lambda lo, hi: item_links(fabric, conns, row_conn[lo:hi], src_r[lo:hi], dst_r[lo:hi], csr)  # noqa: E731
+        row_lens = np.full(n, 2, np.int64)          # NVLink: the two GPU ports
+        row_lens[net] = csr[0][row_conn[net] + 1] - csr[0][row_conn[net]]
         cap = link_capacity(fabric)
     else:
-        ptr, lk, w, cap = nic_only_links(fabric, rows["src_rank"], rows["dst_rank"], net)
+        *links, cap = nic_only_links(fabric, rows["src_rank"], rows["dst_rank"], net)
+        links, row_lens, csr = tuple(links), None, None
     progress.report(1, GROUP_STEPS)
     from .schedule import send_queues
     row_q = send_queues(ops, rows, row_conn)
     progress.report(2, GROUP_STEPS)
     item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
-                                                    ops.rows["kind"][rows["op_id"]], row_q, ebytes, ptr, lk, w)
+                                                    ops.rows["kind"][rows["op_id"]], row_q, ebytes, links, len(cap),
+                                                    row_lens=row_lens)
+    links = row_lens = csr = None           # the connections' link CSR: only the items' links from here
     # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
     # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it
     # (and then other traffic fills the gaps its pipeline leaves, as chunks would).
@@ -280,6 +365,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     # waits in the send queue of its first edge's connection.
     it_queue = np.full(len(it_op), -1, np.int64)
     it_queue[item[::-1]] = row_q[::-1]
+    del row_q, ebytes
     from .schedule import stream_ordered
     folded = f" (DP replica 0 of {ops.replicas}, network edges of all)" if ops.replicas > 1 else ""
     progress.stage(f"schedule: {len(ops):,} ops{folded}, per connection: {len(it_op):,} items sharing the fabric",
@@ -292,19 +378,27 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         if (job.output.pcap if rates is None else rates) else None)
     load, item_rates = (load + [None, None])[:2]
     progress.report(len(it_op), len(it_op))          # the engine tells every PROGRESS_EVERY items
-    r_start, r_end, r_fin = start[item], end[item], finish[item]
+    # the flow table, column by column: each edge column dropped once copied (64k GPUs: ~1 GB each way)
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     flows["transfer_id"] = np.arange(n)
-    for name in ("op_id", "src_rank", "dst_rank", "channel", "algo", "proto", "max_msg_bytes", "link"):
-        flows[name] = rows[name]
-    flows["step"], flows["chunk"] = -1, -1
-    flows["bytes"], flows["wire_bytes"] = rows["payload"], rows["nvl_wire"]
+    op_id = rows["op_id"]
+    copies = np.where(ops.tiled()[op_id] & ~net, ops.replicas, 1) if ops.replicas > 1 else None
+    for name in ("algo", "proto", "max_msg_bytes"):
+        flows[name] = per_op[name][op_id]
     flows["src_nic"] = np.where(net, fabric.rank_nic[rows["src_rank"]], -1)
     flows["dst_nic"] = np.where(net, fabric.rank_nic[rows["dst_rank"]], -1)
-    flows["start_ns"], flows["end_ns"] = r_start, r_end
+    del op_id
+    for name in ("op_id", "src_rank", "dst_rank", "channel", "link"):
+        flows[name] = rows.pop(name)
+    flows["step"], flows["chunk"] = -1, -1
+    flows["bytes"], flows["wire_bytes"] = rows.pop("payload"), rows.pop("nvl_wire")
+    flows["start_ns"] = start[item]
+    flows["end_ns"] = end[item]
+    del start, end
+    r_fin = finish[item]
     return Flows(flows, Ragged.empty(n), ops, op_start, op_end, conns=conns, row_conn=row_conn,
                  finish_ns=r_fin, detail="conn", fill_ns=op_fill, row_transfers=rows["transfers"],
                  row_messages=rows["messages"], row_packets=rows["packets"],
                  row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load,
                  item_rates=item_rates, row_item=item if item_rates is not None else None,
-                 row_copies=rows["copies"] if ops.replicas > 1 else None)
+                 row_copies=copies)

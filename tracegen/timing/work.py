@@ -32,12 +32,16 @@ from ..errors import ConfigError
 
 DEFAULT_MAX_WORK = 40_000_000        # ~13 GB peak, a few minutes on the 2-core development VM (every preset fits)
 BYTES_PER_UNIT = 330                 # peak memory per transfer (llama3-8b plan: 390 MB, 0.95 M transfers)
-BYTES_PER_MESSAGE = 430              # per network message (deepseek-v3 plan: 11.5 GB, 26.4 M messages)
+BYTES_PER_MESSAGE = 430              # per network message held at once (deepseek-v3 plan before it
+                                     # counted in blocks: 11.5 GB, 26.4 M messages)
+# The pcap estimate of a plan builds its wire plan a few sender NICs at a time beyond this many
+# network messages (emit/views/pcap.py; ~700 B each: deepseek-v3's 27 M messages held 17 GB whole)
+PCAP_BLOCK_MESSAGES = 1 << 21
 BASE_BYTES = 150 << 20               # interpreter, numpy, numba
 OP_UNITS = 4
-CONN_EDGE_BYTES = 500                # per connection-level row (op x connection): edge columns, its
-                                     # fluid item's share, flow row (llama3-405b plan: 2.5 GB at 2,048
-                                     # GPUs, 5.8 M rows; 1.8 GB at 16,384, 3.1 M rows)
+CONN_EDGE_BYTES = 380                # per connection-level row (op x connection): edge columns, its
+                                     # fluid item's share, flow row (llama3-405b plan: 4.18 GB at
+                                     # 65,536 GPUs, 10.9 M rows, items merged in blocks)
 # CE marks (output.ecn_mark_fraction): the pcap writer schedules every packet, picks the CNPs on
 # that schedule and schedules again with them (timing.add_cnps), where a host view without marks
 # counts from the plan alone: ~0.2 ms per network message more, 2-core VM (tiny job, 20 iterations:
@@ -99,7 +103,7 @@ def _closed_forms(job: Job) -> tuple[int, int]:
     m, par, c = job.model, job.parallelism, job.cluster
     B = m.bytes_per_elem
     gB = DTYPE_BYTES[par.grad_dtype] if par.grad_dtype else B
-    world, mbs = par.world, par.microbatches
+    mbs = par.microbatches
     tokens = par.micro_batch * m.seq_len // par.cp
     sizes = {
         "an activation (micro_batch x seq_len x hidden)": tokens * m.hidden * B,
@@ -164,10 +168,12 @@ def _transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes:
     ch = plan.channels
     chunk = max(1, plan.chunk_bytes // elem_bytes)
     algo = plan.algo
-    if elems < n and n <= 4096:
+    if elems < n and n <= 4096 and algo != "ring":
         # fewer elements than ranks: some pieces are empty and their steps move nothing (templates
         # drop 0-byte rows), which the closed forms below do not see - a tiny op (a loss or a flag
-        # AllReduce), so count its template's rows themselves
+        # AllReduce), so count its template's rows themselves. Not a ring's: its closed form counts
+        # only non-empty pieces (_pieces), and its template has 2 n (n - 1) rows per channel (the
+        # 4k preset's grad-norm over 4,096 ranks: 4 GB and 24 s of the estimate)
         from ..collectives import ALGORITHMS
         build = ALGORITHMS.get((algo, kind))
         if build is not None:
@@ -276,6 +282,8 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
         ops_est, entries = -(-ops_est // job.parallelism.dp), -(-entries // job.parallelism.dp)
     if max_work and (OP_UNITS * ops_est > max_work or entries > 4 * max_work):
         _refuse(job, Work(ops_est, 0, 0, _memory(ops_est, 0, 0, entries)), max_work, "collective calls")
+    if max_work:
+        _refuse_alltoall_pairs(job, max_work)
     ops = build_commops(job, fold=want_fold(job, emit))
     _keep_for_pipeline(job, ops)
     copies = ops.copies()
@@ -310,13 +318,15 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
         t = _transfers(kind, plan, n, N, L, nbytes, eb)
         # connection-level rows: a ring's or tree's n edges per channel, a pair's channels; a
         # folded op's network edges once per replica, its NVLink ones once
-        per_op = plan.channels * (1 if kind == CollKind.SENDRECV else n)
-        edges += per_op * (count if N > 1 else timed[(kind, n, N, L, nbytes, eb, gkey)])
         if gkey:
             if (gkey, plan.algo) not in pxn_share:
                 pxn_share[gkey, plan.algo] = _cross_rail(plan.algo, groups[gkey], light.rank_node,
                                                          rank_rail, N, L)
             t += int(t * pxn_share[gkey, plan.algo])
+        # an AllToAll's every transfer is an edge of its own (a pair's channel: alltoall.direct;
+        # PXN's hops included): n (n - 1) per channel, not a ring's n
+        per_op = t if kind == CollKind.ALLTOALL else plan.channels * (1 if kind == CollKind.SENDRECV else n)
+        edges += per_op * (count if N > 1 else timed[(kind, n, N, L, nbytes, eb, gkey)])
         moved = nbytes * (2 * (n - 1) if kind in (CollKind.ALLREDUCE,) else
                           1 if kind == CollKind.SENDRECV else (n - 1))
         transfers += t * count
@@ -331,11 +341,47 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     entries = int(ops.groups.values.size) if hasattr(ops.groups, "values") else 0
     # A folded job times one replica's NVLink edges and every replica's network edges: its cost
     # per op counted once, the unfolded op count shown.
-    w = Work(int(copies.sum()), transfers, messages, _memory(len(rows), transfers, messages, entries, detail, edges),
+    # A plan counts the pcaps' messages a few sender NICs at a time (emit/views/pcap.py): their
+    # memory is one block's; generate's writer holds every message's plan.
+    held = messages
+    if not emit and not job.output.ecn_mark_fraction and not job.output.pcap_needs_schedule:
+        held = min(messages, 2 * PCAP_BLOCK_MESSAGES)
+    w = Work(int(copies.sum()), transfers, messages, _memory(len(rows), transfers, held, entries, detail, edges),
              detail, timed_ops=len(rows), conn_edges=edges, cnp_units=_cnp_units(job, messages) if pcap else 0)
     if max_work and w.units > max_work:
         _refuse(job, w, max_work, "transfers" if detail == "full" else "ops timed per connection")
     return w
+
+
+def alltoall_pairs(job: Job) -> tuple[int, int]:
+    """(EP AllToAll ops, their rank pairs) of the job, exact (workload/iteration.py's _routed):
+    per EP group of each stage (tp·cp·dp / ep of them), micro-batch and MoE layer, dispatch and
+    combine each way, again in a full recompute's forward. Every pair moves a block of its own,
+    so each is at least one transfer and one connection-level row, whatever the detail."""
+    m, par = job.model, job.parallelism
+    if not (m.experts and par.ep > 1):
+        return 0, 0
+    from ..workload.compute import moe_rows
+    if moe_rows(job) * m.hidden < par.ep:            # blocks of fewer elements than ranks: some empty
+        return 0, 0
+    n_dir = 3 if par.recompute == "full" else 2
+    ops = (par.tp * par.cp * par.dp // par.ep) * par.microbatches * m.moe_layers * 2 * n_dir * job.iterations
+    return ops, ops * par.ep * (par.ep - 1)
+
+
+def _refuse_alltoall_pairs(job: Job, max_work: int) -> None:
+    """Before the CommOps are built (minutes for a big MoE job): refuse a job whose AllToAll pairs
+    alone exceed the budget, naming what to shrink."""
+    ops, pairs = alltoall_pairs(job)
+    if pairs <= max_work:
+        return
+    par = job.parallelism
+    raise ConfigError(
+        f"job too big for --max-work {max_work:,}: its {ops:,} EP AllToAlls have {par.ep}x{par.ep - 1} rank pairs "
+        f"each, {pairs:,} in all, each timed on its own (~{pairs * CONN_EDGE_BYTES / (1 << 30):,.0f} GiB of memory); "
+        f"shrink it (fewer micro-batches or MoE layers: global_batch={par.global_batch} "
+        f"({par.microbatches} micro-batches per pipeline), model.layers={job.model.layers}; "
+        f"or a smaller parallelism.ep={par.ep}) or raise --max-work (0: no limit)")
 
 
 def _cnp_units(job: Job, messages: int) -> int:

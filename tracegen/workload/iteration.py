@@ -82,6 +82,7 @@ class IterationBuilder(BlockOps, GradSync):
         self.streams = {(c, d, p): Stream(self.ops, self.lay.tp_group(d, p, c), p)
                         for p in range(par.pp) for d in range(1 if self.fold else par.dp) for c in range(par.cp)}
         self.it = 0
+        self._group_cache: dict = {}
 
     # ---- op helpers -------------------------------------------------------------------------
     def _new(self, kind, dim, phase, p, layer, mb, nbytes, group, bucket=-1, elem=None):
@@ -98,12 +99,17 @@ class IterationBuilder(BlockOps, GradSync):
                                      self.lay.tp_group(d, p, c), elem=elem)])
 
     def _groups(self, sk, group_of):
-        """Distinct groups (by `group_of(rank)`) the stream's ranks belong to, in rank order."""
-        seen = {}
-        for r in self.streams[sk].group:
-            g = group_of(r)
-            seen.setdefault(g[0], g)
-        return list(seen.values())
+        """Distinct groups (by `group_of(rank)`) the stream's ranks belong to, in rank order.
+        Cached per stream: the same groups recur for every MoE layer and micro-batch."""
+        key = (sk, group_of.__name__)
+        got = self._group_cache.get(key)
+        if got is None:
+            seen = {}
+            for r in self.streams[sk].group:
+                g = group_of(r)
+                seen.setdefault(g[0], g)
+            got = self._group_cache[key] = list(seen.values())
+        return got
 
     # ---- pipeline ---------------------------------------------------------------------------
     def _pp_op(self, direction, src_stage, src_chunk, mb, t, c, d):

@@ -58,6 +58,8 @@ class FileSpec:
     parts: list
     lead: list = field(default_factory=list)   # frames before the plan's: (t_ns in the file, bytes, iface)
     t0_ns: int = 0                              # subtracted from the plan's times (lab: the common t0)
+    pauses: list = field(default_factory=list)  # PFC PAUSE frames the file shows (pfc.records_for):
+                                                # (t_ns, frame), merged in time order
     port_gbps: int = 0                          # a lab tester port: one FIFO at this rate for what
                                                 # the NIC's planes sent (port_queue.py); 0: times as
                                                 # scheduled (NICs, switch links: hops.py)

@@ -52,7 +52,7 @@ def records(p: Plan, addr: Addressing, it: Items, pos, li, j, t, scratch):
     cls = np.where(j == 0, 0, np.where(j == w_npk[li] - 1, 2, 1))
     key = grp[li] * 6 + cls * 2
     if len(p.ce_g):
-        key += is_data[li] & (w_link[li] >= 1) & ce(p, w_msg[li], j)
+        key += is_data[li] & (w_link[li] >= 1) & ce(p, w_msg[li], j, w_link[li])
     used = np.flatnonzero(np.bincount(key, minlength=6 * (int(grp.max()) + 1)))
     tid_of_key = np.zeros(6 * (int(grp.max()) + 1), np.int64)
     tid_of_key[used] = np.arange(len(used))
@@ -201,8 +201,8 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
         ttl=np.where(is_cnp, congestion.CNP_TTL, IP_TTL) - link, sport=sport,   # one less per router crossed
         tos=np.where(is_cnp, (congestion.CNP_DSCP << 2) | out.ecn,
                      np.where(fifo_tc, p.fifo_tc,
-                              (out.dscp << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn))),
-        pcp=np.where(is_cnp, congestion.CNP_PCP, np.where(fifo_tc, p.fifo_tc >> 5, out.pcp)),
+                              (p.data_dscp(c) << 2) | np.where(is_data & ce, congestion.ECN_CE, out.ecn))),
+        pcp=np.where(is_cnp, congestion.CNP_PCP, np.where(fifo_tc, p.fifo_tc >> 5, p.data_pcp(c))),
         dest_qp=dest_qp,
         psn=psn, ack_req=np.where(is_data, j == npk - 1, is_cts),
         va=np.where(is_cts, p.m_cts_va[m], p.m_va[m]).astype(np.uint64),
@@ -245,13 +245,17 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
                      fields["ip_id"], csum, id_lead, trailer, comments)
 
 
-def ce(p: Plan, m, j) -> np.ndarray:
-    """Is data packet j of message m CE-marked (on its way to the receiver)?"""
+def ce(p: Plan, m, j, link=None) -> np.ndarray:
+    """Is data packet j of message m CE-marked (on its way to the receiver; with link, its copy
+    at that route position: queue marks are set at one port and kept after it)?"""
     if not len(p.ce_g):
         return np.zeros(len(m), bool)
     g = p.m_pkt0[m] + j
     pos = np.minimum(np.searchsorted(p.ce_g, g), len(p.ce_g) - 1)
-    return p.ce_g[pos] == g
+    hit = p.ce_g[pos] == g
+    if p.ce_pos is not None and link is not None:
+        hit &= p.ce_pos[pos] <= link
+    return hit
 
 
 def headers(op: np.ndarray, out: Output, f: dict, eth_dst, eth_src, width: int) -> np.ndarray:

@@ -13,10 +13,10 @@ from ...config import Nccl, Network, Output
 from ...tables import Flows
 from ...fabric.topology import Fabric
 from ... import progress
-from . import congestion, hops, roce, routes
+from . import congestion, hops, pfc, queue_marks, roce, routes
 from .capture_file import comment_option_bytes
 from .ports import running_max, serialize
-from .plan import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, PerPacket, Plan, Segs, incl_cap, wire_ns
+from .plan import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, Plan, Segs, incl_cap, wire_ns
 from .plan_build import build
 from .roce import Opcode
 
@@ -30,11 +30,84 @@ def prepare(flows: Flows, fabric: Fabric, out: Output, qps: int, times: bool, nc
     p = build(flows, fabric, out, qps, nccl)
     if p is None or not times:
         return p
-    if len(p.ce_g):
+    if out.ecn_marking == "queue":
+        queue_marks_and_cnps(p, fabric, network if network is not None else Network(), dcqcn)
+    elif len(p.ce_g):
         add_cnps(p, fabric, dcqcn)
     else:
         schedule(p)
     return p
+
+
+QUEUE_ROUNDS = 6     # output.ecn_marking=queue: mark, answer with CNPs, reschedule, mark again
+PFC_ROUNDS = 24      # more with PFC: pauses recomputed on the schedule they shaped until they stay the same
+
+
+def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> None:
+    """CE marks from the switch egress queues (queue_marks.py): schedule, mark, insert the CNPs
+    (and with dcqcn pace after them), reschedule, and mark again on the new schedule until the
+    marks stay the same. The CNPs move frames a little (they slip in between packets), so the
+    marks are re-drawn on the schedule the trace is written from; p.queue_rounds and
+    p.queue_stable say how it ended (stable: every CNP answers a mark of the final schedule)."""
+    base = {k: getattr(p, k) for k in ("k_kind", "k_msg", "k_pkt", "k_tx_nic", "k_rx_nic", "k_wire_ns",
+                                       "k_rec_bytes", "k_nominal_ns", "k_route", "k_frame")}
+    args = (network.kmin_bytes, network.kmax_bytes, network.pmax, p.out.ecn_seed)
+    p.pfc = pfc.Pauses.none() if network.pfc else None
+    schedule(p)
+    p.ce_g, p.ce_pos = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # with DCQCN every round paces and picks CNPs again (add_cnps' own rounds): no PFC rounds more
+    rounds = QUEUE_ROUNDS + (PFC_ROUNDS if network.pfc and dcqcn is None else 0)
+    p.queue_max_rounds = rounds
+    for r in range(rounds):
+        f = queue_marks.port_frames(p)
+        g, pos = queue_marks.marks(p, f, *args)
+        settled, new_pfc = True, None
+        if p.pfc is not None:
+            m_port_tx, _, k_port_tx, _ = ports(p)
+            new_pfc, settled = pfc.settle(p.pfc, pfc.pauses(p, f, network, m_port_tx, k_port_tx))
+        p.queue_rounds = r + 1
+        if np.array_equal(g, p.ce_g) and np.array_equal(pos, p.ce_pos) and settled:
+            p.queue_stable = True
+            _pauses_shown(p, new_pfc)
+            return
+        if r == rounds - 1:
+            break
+        for k, v in base.items():
+            setattr(p, k, v)
+        p.m_cap = None
+        p.ce_g, p.ce_pos = g, pos
+        if new_pfc is not None:
+            p.pfc = new_pfc
+        if len(g):
+            add_cnps(p, fabric, dcqcn)
+        else:
+            schedule(p)
+    # Not settled: the marks drawn on the written schedule, and those the CNPs of the trace
+    # answer where their port's queue is still above Kmin (marks only ever above Kmin; a CNP
+    # whose mark the last reschedule moved below Kmin is left unanswered: p.queue_stable False).
+    cnp = np.flatnonzero(p.k_kind == CNP)
+    ans = p.m_pkt0[p.k_msg[cnp]] + p.k_pkt[cnp]
+    at = np.flatnonzero((f.g >= 0) & (f.queue_bytes > network.kmin_bytes))
+    L = p.c_route.shape[1]
+    prev = np.isin(f.g[at] * L + f.pos[at], (p.ce_g * L + p.ce_pos)[np.isin(p.ce_g, ans)])
+    g2, pos2 = np.r_[g, f.g[at][prev]], np.r_[pos, f.pos[at][prev]]
+    o = np.lexsort((pos2, g2))
+    g2, pos2 = g2[o], pos2[o]
+    first = np.r_[True, g2[1:] != g2[:-1]] if len(g2) else np.zeros(0, bool)
+    p.ce_g, p.ce_pos = g2[first], pos2[first]
+    p.queue_stable = False
+    _pauses_shown(p, new_pfc)
+
+
+def _pauses_shown(p: Plan, wanted) -> None:
+    """The pauses the captures show (p.pfc_shown): those the written schedule's queues call for
+    (pfc.agree with `wanted`) during which their NIC port starts no frame of the paused priority
+    (pfc.serialize_paused places them so; this keeps any it could not out of the captures)."""
+    if p.pfc is None:
+        return
+    m_port_tx, _, k_port_tx, _ = ports(p)
+    first = pfc.next_start(p, p.pfc, p.tx, p.k_tx_ns, m_port_tx, k_port_tx, pfc.stopped(p))
+    p.pfc_shown = pfc.agree(p.pfc, wanted) & (first >= p.pfc.t_ns + p.pfc.block_ns)
 
 
 def cnp_estimate(p: Plan) -> np.ndarray:
@@ -262,7 +335,10 @@ def schedule(p: Plan) -> None:
                                                + p.m_flight_ns[cm] + p.wire.span(p.m_npk[cm], cm, cj, cj + 1))
         k_nominal = control_in_order(p, k_nominal)
         bursts = paced_trains(p, m_nominal)
-        tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
+        if p.pfc is not None and len(p.pfc.port):    # PFC: the paused priority is silent (pfc.py)
+            tx, k_tx, _ = pfc.serialize_paused(p, p.pfc, bursts, m_port_tx, k_port_tx, k_nominal, p.k_wire_ns)
+        else:
+            tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
         seg_arrive, k_arrive, hop_list = hops.through(p, tx, k_tx)       # the switch links on the way
         rx, k_rx = serialize(p, Segs(tx.msg, tx.ka, tx.kb, seg_arrive), m_port_rx[tx.msg], k_port_rx, k_arrive,
                              p.k_wire_ns)

@@ -221,7 +221,23 @@ class Plan:
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
     m_cap: np.ndarray | None = None        # per message: line rate / the rate DCQCN lets its QP send
                                            # at (>= 1; pacing.pace), None: no DCQCN reaction
+    ce_pos: np.ndarray | None = None  # output.ecn_marking=queue: per mark, the route position that set CE
+    pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.Pauses (the NICs paused)
+    pfc_shown: np.ndarray | None = None    # per pause: written in the captures (pacing._pauses_shown)
+    queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (pacing.queue_marks_and_cnps)
+    queue_stable: bool = True
+    queue_max_rounds: int = 0              # the rounds it may use (QUEUE_ROUNDS, + PFC_ROUNDS with PFC)
     m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)
+    c_dscp: np.ndarray | None = None       # per QP pair: its DSCP and 802.1Q priority (Flows.op_tc: a
+    c_pcp: np.ndarray | None = None        # scenario job's class); None: output.dscp / output.pcp
+
+    def data_pcp(self, c) -> np.ndarray:
+        """802.1Q priority of QP pairs c's frames (output.pcp, or the scenario job's)."""
+        return np.full(len(c), self.out.pcp, np.int64) if self.c_pcp is None else self.c_pcp[c]
+
+    def data_dscp(self, c) -> np.ndarray:
+        """DSCP of QP pairs c's frames (output.dscp, or the scenario job's)."""
+        return np.full(len(c), self.out.dscp, np.int64) if self.c_dscp is None else self.c_dscp[c]
 
     def pace_of(self, m) -> np.ndarray:
         """Per message: its packets' spacing / line rate, the schedule's pace or DCQCN's cap."""

@@ -98,6 +98,8 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         ci = flows.conns.lookup(sr[new_conn], dr[new_conn], comm[new_conn], ch[new_conn])
         q = (ci[:, None] * flows.conns.qps + np.arange(qps)[None, :]).ravel()
         c_qpn_src, c_qpn_dst = flows.conns.qpn_src[q], flows.conns.qpn_dst[q]
+    # a scenario's per-job traffic class: a connection is one job's (its ranks are the job's GPUs)
+    c_tc = None if flows.op_tc is None else np.repeat(flows.op_tc[rows["op_id"][new_conn]].astype(np.int64), qps, axis=0)
     c_hops = np.asarray(fabric.hops(c_src, c_dst), dtype=np.int64)
     c_plane = routes.plane_of(fabric, c_qpn_src)
     c_sport = roce.udp_sport(c_qpn_src, c_qpn_dst).astype(np.int64)
@@ -230,6 +232,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         m_cts_body=nccl_net.cts_payload(bufs.addr, bufs.size, bufs.rkey, bufs.tag, bufs.idx)[m_nccl],
         m_wait=bufs.wait[m_nccl], cts_base_ns=cts_nominal, fifo_tc=nccl.fifo_tc,
         m_op=rows["op_id"].astype(np.int64)[m_row],
+        c_dscp=c_tc[:, 0] if c_tc is not None else None, c_pcp=c_tc[:, 1] if c_tc is not None else None,
         k_kind=np.repeat([ACK_CTS, ACK_DATA, CTS], [C, A, C]).astype(np.int8),
         k_msg=np.r_[cts_msg, a_msg, cts_msg],
         k_pkt=np.r_[np.zeros(C, np.int64), a_pkt, np.zeros(C, np.int64)],

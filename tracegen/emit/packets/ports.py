@@ -39,20 +39,25 @@ def running_max(order: np.ndarray, nic: np.ndarray, nominal: np.ndarray, wire: n
     return t
 
 
-def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire, w: PerPacket | None = None):
+def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire, w: PerPacket | None = None,
+              ctl_place=None):
     """One direction of every port (a NIC port, or a switch link's egress, hops.py): trains
     (runs of a message's packets, nominally back to back from trains.t at spacing w, the plan's
     by default) and single control frames. Trains keep their order by nominal start and are
     never interleaved; a control frame goes in at the first packet boundary at or after its
-    nominal time. Returns the trains split at those boundaries (with times) and control times."""
+    nominal time. Returns the trains split at those boundaries (with times) and control times.
+    ctl_place: the times that choose the boundary, when not the nominal times (pfc.serialize:
+    a PAUSE goes in at the boundary the trains really reach, which a late train has passed)."""
     T, C = len(train_nic), len(ctl_nic)
+    if ctl_place is None:
+        ctl_place = ctl_nominal
     data_order = np.lexsort((trains.t, train_nic))      # lexsort is stable: ties keep index order
     rank = np.empty(T, np.int64)
     rank[data_order] = np.arange(T)
     # The last train on the same NIC that starts at or before each control frame. (Temporaries
     # are dropped as soon as they are used: this is the peak of the schedule's memory.)
     is_ctl = np.r_[np.zeros(T, bool), np.ones(C, bool)]
-    o = np.lexsort((is_ctl, np.r_[trains.t, ctl_nominal], np.r_[train_nic, ctl_nic]))
+    o = np.lexsort((is_ctl, np.r_[trains.t, ctl_place], np.r_[train_nic, ctl_nic]))
     last = np.maximum.accumulate(np.where(is_ctl[o], -1, np.r_[rank, np.zeros(C, np.int64)][o]))
     del is_ctl
     pos = np.empty(T + C, np.int64)
@@ -63,7 +68,7 @@ def serialize(p: Plan, trains: Segs, train_nic, ctl_nic, ctl_nominal, ctl_wire, 
     tr = data_order[np.maximum(r, 0)]
     r = np.where((r >= 0) & (train_nic[tr] == ctl_nic), r, -1)
     m, ka, kb = trains.msg[tr], trains.ka[tr], trains.kb[tr]
-    x = ctl_nominal - trains.t[tr] + p.offset(m, ka, w)
+    x = ctl_place - trains.t[tr] + p.offset(m, ka, w)
     k = np.where(r >= 0, p.packets_before(m, ka, kb, x, w), 0)
     # Split trains where a control frame goes in between two of their packets.
     inside = (r >= 0) & (k > ka) & (k < kb)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...tables import Dim, Flows, LinkKind
+from ...tables import Flows, LinkKind
 from . import style
 from .style import DIM_COLOURS
 from ..tables.trace_view import TraceView

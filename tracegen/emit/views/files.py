@@ -23,7 +23,6 @@ and TTL (255 less the routers crossed) of that link. Routes are routing.Router's
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +35,7 @@ from ..packets.select import switch_names
 from ..packets.capture_file import Interface
 from ..packets.copies import (CTL_SENT, DATA_SENT, FileSpec, Part, hop_source, host_parts, index_by_nic, item_conn,
                               item_endpoints, kept, nic_interface, nic_ip_text)
+from ..packets import pfc
 from ..packets.addresses import Addressing
 from ..packets.plan import Plan
 
@@ -48,12 +48,13 @@ class FileSet:
 
 
 def view_name(out: Output) -> str:
-    return "lab" if out.lab else "switch" if out.switch else "merge" if out.merge else "nic"
+    return out.view
 
 
 def needs_schedule(out: Output) -> bool:
-    """Can this view be counted from the plan alone (host view, no time window)?"""
-    return bool(out.time_window) or view_name(out) != "nic"
+    """Can this view be counted from the plan alone? (config's Output.pcap_needs_schedule: the
+    work estimate below emit asks it too)"""
+    return out.pcap_needs_schedule
 
 
 def files(p: Plan, fabric: Fabric) -> FileSet:
@@ -76,8 +77,8 @@ def files(p: Plan, fabric: Fabric) -> FileSet:
         parts = [part for k, nic in enumerate(nics) for part in host_parts(p, by_nic, nic, k)]
         specs = [FileSpec("merged", [nic_interface(fabric, n, v) for n in nics], parts)]
     else:
-        specs = [FileSpec(fabric.nic_name(nic), [nic_interface(fabric, nic, v)], host_parts(p, by_nic, nic, 0))
-                 for nic in nics]
+        specs = [FileSpec(fabric.nic_name(nic), [nic_interface(fabric, nic, v)], host_parts(p, by_nic, nic, 0),
+                          pauses=pfc.records_for(p, fabric, nic)) for nic in nics]
     return FileSet(specs, Addressing(fabric))
 
 
@@ -125,9 +126,11 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
             iface = Interface(f"{name}:{nm}", f"{name} port to NIC {nm} ({nic_ip_text(fabric, nic, p.out.ip_version)})",
                               mac, fabric.port_gbps * 10**9)
             parts = host_parts(p, by_nic, nic, 0)
+            plane = -1
             if fabric.planes > 1:
-                parts = [_on_plane(p, part, int(fabric.sw_plane[sw]), fabric.planes) for part in parts]
-            specs.append(FileSpec(f"{name}-{nm}", [iface], parts))
+                plane = int(fabric.sw_plane[sw])
+                parts = [_on_plane(p, part, plane, fabric.planes) for part in parts]
+            specs.append(FileSpec(f"{name}-{nm}", [iface], parts, pauses=pfc.records_for(p, fabric, nic, plane)))
     for link, other in zip(mine[~nic_port].tolist(), peer[~nic_port].tolist()):
         gbps = int(L["gbps"][link])
         parts = []

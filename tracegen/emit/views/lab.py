@@ -34,7 +34,6 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 

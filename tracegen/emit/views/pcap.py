@@ -9,6 +9,7 @@ packets/items.py (per file: its packets and their times, window by window) -> pa
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +19,7 @@ from ... import progress as _progress
 from ...config import Nccl, Network, Output
 from ...tables import Flows
 from ...fabric.topology import Fabric
+from ...timing.work import PCAP_BLOCK_MESSAGES
 from ..packets import frames, port_queue, pacing as timing
 from ..packets import items, select
 from . import files as views
@@ -40,6 +42,8 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
     if flows.detail == "conn":
         return _conn_estimate(flows, out)
     times = views.needs_schedule(out)
+    if not times and not out.ecn_mark_fraction and _net_messages(flows) > BLOCK_MESSAGES:
+        return _host_counts_blocked(flows, fabric, out, qps, nccl, network)
     _progress.stage("pcap estimate: every packet of the selected chunks scheduled" if times else
                    "pcap estimate: packets of the selected chunks", "fix rounds" if times else "")
     p = _prepared(flows, fabric, out, qps, times, nccl, network)
@@ -49,14 +53,89 @@ def estimate_pcap(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl:
         return 0, 0
     if p.tx is None:
         return _host_counts_unscheduled(p, fabric)
-    counts = [items.count(p, spec) for spec in views.files(p, fabric).specs]
+    counts = [_count(p, spec) for spec in views.files(p, fabric).specs]
     return sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0)
+
+
+# The unscheduled count's plan holds ~700 B per network message: beyond BLOCK_MESSAGES it is built
+# for a few sender NICs at a time (timing/work.py holds the number: the work estimate counts it).
+BLOCK_MESSAGES = PCAP_BLOCK_MESSAGES
+
+
+def _row_messages(rows: np.ndarray) -> np.ndarray:
+    """NCCL network messages per flow row (plan.build's cut: at most max_msg_bytes each, >= 1)."""
+    size = rows["wire_bytes" if "wire_bytes" in rows.dtype.names else "bytes"].astype(np.int64)
+    cap = np.where(rows["max_msg_bytes"] > 0, rows["max_msg_bytes"], np.maximum(size, 1))
+    return np.maximum(1, -(-size // cap))
+
+
+def _net_messages(flows: Flows) -> int:
+    return int(_row_messages(flows.rows[flows.net]).sum()) if len(flows) else 0
+
+
+def _host_counts_blocked(flows: Flows, fabric: Fabric, out: Output, qps: int, nccl, network) -> tuple[int, int]:
+    """_host_counts_unscheduled over blocks of sender NICs, each holding at most about
+    BLOCK_MESSAGES messages (one NIC alone may hold more): a connection has one sender NIC, so a
+    block keeps its connections whole (their messages, CTSs and ACKs) and every count is per
+    message - the sums are the whole plan's. Not with CE marks: they are drawn over the
+    numbering of every packet of the job (congestion.ce_marks)."""
+    net_idx = np.flatnonzero(flows.net)
+    src = flows.rows["src_nic"][net_idx].astype(np.int64)
+    per_nic = np.bincount(src, weights=_row_messages(flows.rows[net_idx]), minlength=fabric.n_nics)
+    ends, acc = [], 0.0
+    for k, v in enumerate(per_nic.tolist()):
+        if acc and acc + v > BLOCK_MESSAGES:
+            ends.append(k)
+            acc = 0.0
+        acc += v
+    bounds = [0, *ends, fabric.n_nics]
+    n = fabric.n_nics
+    pk, nbytes, fmt = np.zeros(n), np.zeros(n), None
+    per_row = ("finish_ns", "row_conn", "row_transfers", "row_messages", "row_packets", "row_net_wire",
+               "row_item", "row_copies")
+    _progress.stage(f"pcap estimate: packets of the selected chunks, {len(bounds) - 1} blocks of sender NICs", "NICs")
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        rows = net_idx[(src >= lo) & (src < hi)]
+        if not len(rows):
+            continue
+        part = replace(flows, rows=flows.rows[rows], item_rates=None,
+                       **{k: getattr(flows, k)[rows] for k in per_row if getattr(flows, k) is not None})
+        p = timing.prepare(part, fabric, out, qps, times=False, nccl=nccl, network=network)
+        if p is not None:
+            a, b = _host_nic_counts(p, fabric)
+            pk += a
+            nbytes += b
+            fmt = p.fmt
+        del p, part
+        _progress.report(hi, n)
+    return _with_headers(pk, nbytes, fmt, out, fabric)
+
+
+def _with_headers(pk: np.ndarray, nbytes: np.ndarray, fmt, out: Output, fabric: Fabric) -> tuple[int, int]:
+    """Totals over the files of NICs with a packet, each with its file header."""
+    files = np.flatnonzero(pk > 0)
+    headers = sum(len(fmt.file_header([nic_interface(fabric, int(k), out.ip_version)])) for k in files)
+    return int(pk.sum()), int(nbytes.sum()) + headers
+
+
+def _count(p: Plan, spec) -> tuple[int, int]:
+    """items.count, with the file's PFC PAUSE records (pfc.py)."""
+    n, nbytes = items.count(p, spec)
+    if spec.pauses:
+        n += len(spec.pauses)
+        nbytes += sum(len(p.fmt.record(t, fr)) for t, fr in spec.pauses)
+    return n, nbytes
 
 
 def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
     """Host view without a time window: every selected packet is in its sender's and its
     receiver's file, whatever the schedule; counted per NIC from the plan alone. CNPs (CE marks):
     timing.cnp_estimate's, chosen on the idle-fabric timing (the one count that is not exact)."""
+    return _with_headers(*_host_nic_counts(p, fabric), p.fmt, p.out, fabric)
+
+
+def _host_nic_counts(p: Plan, fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
+    """Per NIC: packet records and their bytes in its host-view file (float sums: exact below 2^53)."""
     n = fabric.n_nics
     pk, nbytes = np.zeros(n), np.zeros(n)     # float sums: exact below 2^53
     m_bytes = p.rec.span(p.m_npk, np.arange(p.n_msgs), 0, p.m_npk)
@@ -69,9 +148,7 @@ def _host_counts_unscheduled(p: Plan, fabric: Fabric) -> tuple[int, int]:
         w = keep & p.sel.nic_mask[nic]
         pk += np.bincount(nic, weights=np.broadcast_to(count, w.shape) * w, minlength=n)
         nbytes += np.bincount(nic, weights=b * w, minlength=n)
-    files = np.flatnonzero(pk > 0)
-    headers = sum(len(p.fmt.file_header([nic_interface(fabric, int(k), p.out.ip_version)])) for k in files)
-    return int(pk.sum()), int(nbytes.sum()) + headers
+    return pk, nbytes
 
 
 _LAST_PLAN: list = []
@@ -120,7 +197,7 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
     if p is None:
         return []
     fset = views.files(p, fabric)
-    counts = [items.count(p, spec) for spec in fset.specs]
+    counts = [_count(p, spec) for spec in fset.specs]
     specs = [spec for spec, c in zip(fset.specs, counts) if c[0] > 0]
     select.check_budget(sum(c[0] for c in counts), sum(c[1] for c in counts if c[0] > 0), out)
     total_bytes = sum(c[1] for c in counts if c[0] > 0)
@@ -135,6 +212,34 @@ def write_pcaps(flows: Flows, fabric: Fabric, out: Output, dest_dir: Path,
         done_bytes += nbytes
         paths.append(path)
     return paths
+
+
+def port_counters(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                  network: Network | None = None) -> list[tuple]:
+    """The switch view's expected counters (views/counters.py: counters.COLUMNS rows), from the
+    plan write_pcaps wrote (kept: not scheduled again)."""
+    from .counters import switch_counters
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
+    return [] if p is None else switch_counters(p, fabric, views.files(p, fabric))
+
+
+def queue_settling(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                   network: Network | None = None) -> dict | None:
+    """output.ecn_marking=queue: how the marks/pauses iteration of the plan write_pcaps wrote
+    ended (pacing.queue_marks_and_cnps) - rounds used of at most max_rounds, settled (the marks
+    and pauses of the last round were those it was scheduled with), CE-marked packets, pauses the
+    queues call for and those the captures show. None in the seeded mode."""
+    if out.ecn_marking != "queue":
+        return None
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
+    if p is None or p.queue_rounds == 0:
+        return None
+    d = {"rounds": int(p.queue_rounds), "max_rounds": int(p.queue_max_rounds), "settled": bool(p.queue_stable),
+         "ce_packets": int(len(p.ce_g))}
+    if p.pfc is not None:
+        d["pauses"] = int(len(p.pfc.port))
+        d["pauses_shown"] = int(p.pfc_shown.sum()) if p.pfc_shown is not None else 0
+    return d
 
 
 def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
@@ -183,8 +288,25 @@ def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
     packets = items.windows(p, it, WINDOW_PACKETS, WINDOW_BYTES, spec.t0_ns)
     if spec.port_gbps:
         packets = port_queue.queued(p, it, packets, p.line_gbps, spec.port_gbps)
+    if not spec.pauses:
+        for pos, li, j, t in packets:
+            yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+        return
+    # PFC PAUSE frames (pfc.py) go in between, in time order (after frames of the same ns)
+    pause_t = np.array([t for t, _ in spec.pauses], np.int64) - spec.t0_ns
+    k = 0
     for pos, li, j, t in packets:
-        yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
+        a = 0
+        while k < len(pause_t) and pause_t[k] < t[-1]:
+            b = int(np.searchsorted(t, pause_t[k], "right"))
+            if b > a:
+                yield frames.records(p, fset.addressing, it, pos, li[a:b], j[a:b], t[a:b], scratch)
+            yield p.fmt.record(int(pause_t[k]), spec.pauses[k][1])
+            a, k = b, k + 1
+        if a < len(t):
+            yield frames.records(p, fset.addressing, it, pos, li[a:], j[a:], t[a:], scratch)
+    for i in range(k, len(pause_t)):
+        yield p.fmt.record(int(pause_t[i]), spec.pauses[i][1])
 
 
 def _write_all(f, buf: np.ndarray) -> None:

@@ -1,0 +1,144 @@
+"""Events on the fabric and the GPUs, from t=0: what the schedule sees of them.
+
+down      a switch-to-switch link, or a spine/core switch (every link of it), is gone from the
+          start: routing never uses it (fabric.routing.Router over the remaining graph), and ECMP
+          spreads over the members left (`ecmp_on_failure`, below). A leaf cannot go down (its
+          hosts would be cut off): take its uplinks down instead.
+degrade   a link runs at `gbps` (a bad optic: 400 -> 100 Gb/s) in both directions; routes stay (a
+          slow member stays in the ECMP group - switches do not weigh members by rate).
+straggler a GPU computes `factor` times slower: the compute before every op its TP group takes part
+          in (a TP group computes in lockstep, and a collective waits for its slowest member:
+          workload/streams.py gives a shared op the largest of its members' gaps) is x factor.
+
+ecmp_on_failure (what a switch does with the flows of an ECMP group that lost a member):
+  rehash     the group is rebuilt with n-1 members and every flow is hashed again (h mod (n-1)):
+             flows on surviving members move too - plain modulo-N next-hop selection as
+             routing.py does it (RFC 2991 "Modulo-N Hash": a change in the number of next hops
+             remaps flows on every next hop; RFC 2992 analyses the disruption).
+  resilient  flows whose path avoided the failed member keep it; only the failed member's flows
+             are hashed again over the survivors - resilient hashing of the ASICs' ECMP member
+             tables (NVIDIA Cumulus Linux "Resilient Hashing", Arista EOS "Resilient ECMP").
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..fabric.kinds import LEAF
+from ..tables import CommOps, Dim
+
+
+def _switch(fabric, name: str, where: str) -> int:
+    s = fabric.switch_id(name)
+    if s < 0:
+        some = ", ".join(fabric.sw_name[:4]) + (", ..." if fabric.n_switches > 4 else "")
+        raise ConfigError(f"{where}: no switch {name!r} in this {fabric.kind} fabric ({some})")
+    return s
+
+
+def _links_of(fabric, name: str, where: str) -> np.ndarray:
+    """Indexes into fabric.links of the link(s) 'A-B' names (two switches; parallel links: all)."""
+    n_nics = fabric.n_nics
+    for cut in [k for k, ch in enumerate(name) if ch == "-"]:
+        a, b = fabric.switch_id(name[:cut]), fabric.switch_id(name[cut + 1:])
+        if a >= 0 and b >= 0:
+            la, lb = fabric.links["a"].astype(np.int64) - n_nics, fabric.links["b"].astype(np.int64) - n_nics
+            hit = np.flatnonzero(((la == a) & (lb == b)) | ((la == b) & (lb == a)))
+            if not len(hit):
+                raise ConfigError(f"{where}: {name!r}: {name[:cut]} and {name[cut + 1:]} are not linked")
+            return hit
+    raise ConfigError(f"{where}: {name!r} is not a link between two switches — write it as SWITCH-SWITCH, "
+                      f"e.g. {fabric.sw_name[0]}-{fabric.sw_name[-1]} (links of NICs cannot go down here)")
+
+
+def apply_fabric_events(fabric, events, ecmp_on_failure: str = "rehash"):
+    """The fabric the scenario runs on: links down removed, degraded links at their rate."""
+    events = [e for e in events if e.type in ("down", "degrade")]
+    if not events:
+        return fabric
+    n_fixed = fabric.planes * fabric.n_nics          # NIC ports come first in fabric.links
+    down = np.zeros(len(fabric.links), bool)
+    gbps = fabric.links["gbps"].copy()
+    n_nics = fabric.n_nics
+    for e in events:
+        if e.type == "down" and e.switch:
+            s = _switch(fabric, e.switch, e.where + ".switch")
+            if fabric.sw_tier[s] == LEAF:
+                raise ConfigError(f"{e.where}.switch: {e.switch} is a leaf — its hosts would be cut off; "
+                                  f"take its uplinks down instead (type: down, link: {e.switch}-...)")
+            down |= (fabric.links["a"] == n_nics + s) | (fabric.links["b"] == n_nics + s)
+        elif e.type == "down":
+            down[_links_of(fabric, e.link, e.where + ".link")] = True
+        else:
+            gbps[_links_of(fabric, e.link, e.where + ".link")] = e.gbps
+    assert not down[:n_fixed].any()
+    links = fabric.links.copy()
+    links["gbps"] = gbps
+    keep = ~down
+    new = dataclasses.replace(fabric, links=links[keep])
+    try:
+        reduced = new.router
+    except ConfigError as err:
+        raise ConfigError(f"events: with the links down, {str(err).removeprefix('fabric: ')}") from None
+    if ecmp_on_failure == "resilient" and down.any():
+        new_id = np.full(len(links), -1, np.int64)
+        new_id[keep] = np.arange(int(keep.sum()))
+        full = dataclasses.replace(fabric, links=links)
+        new._cache["router"] = ResilientRouter(full.router, reduced, new_id)
+    return new
+
+
+class ResilientRouter:
+    """Routes after a failure with resilient hashing: a route of the intact fabric that avoids
+    every link down is kept (its link ids renumbered); the others take the reduced fabric's route
+    (hashed over the surviving members). Everything else is the reduced fabric's Router."""
+
+    def __init__(self, full, reduced, new_id: np.ndarray):
+        self.full, self.reduced, self.new_id = full, reduced, new_id
+
+    def __getattr__(self, name):
+        return getattr(self.reduced, name)
+
+    def routes(self, src_nic, dst_nic, sport, plane, ip_version: int = 4, batch: int = 1 << 16, dest_qpn=None):
+        new = self.reduced.routes(src_nic, dst_nic, sport, plane, ip_version, batch, dest_qpn)
+        old = self.full.routes(src_nic, dst_nic, sport, plane, ip_version, batch, dest_qpn)
+        used = old >= 0
+        nid = self.new_id[np.maximum(old, 0) >> 1]
+        mapped = np.where(used, 2 * nid + (old & 1), -1)
+        hit = (used & (nid < 0)).any(axis=1)
+        width = new.shape[1]
+        if mapped.shape[1] < width:
+            mapped = np.pad(mapped, ((0, 0), (0, width - mapped.shape[1])), constant_values=-1)
+        out = new.copy()
+        out[~hit] = mapped[~hit][:, :width]
+        return out
+
+
+def tp_group(ops: CommOps, rank: int) -> np.ndarray:
+    """The ranks computing in lockstep with `rank`: its TP (and SP) groups' ranks, or itself."""
+    members = {rank}
+    lens = ops.groups.lengths()
+    for i in np.flatnonzero(np.isin(ops.rows["dim"], (Dim.TP, Dim.SP)) & (lens > 1)).tolist():
+        g = ops.groups[i]
+        if rank in g:
+            members.update(g.tolist())
+    return np.array(sorted(members), np.int64)
+
+
+def apply_stragglers(ops: CommOps, events, job_index: int) -> CommOps:
+    """A job's ops (its own rank numbers) with its stragglers' compute slowed."""
+    mine = [e for e in events if e.type == "straggler" and e.job == job_index]
+    if not mine:
+        return ops
+    rows = ops.rows.copy()
+    ptr, vals = ops.groups.ptr, ops.groups.values
+    owner = np.repeat(np.arange(len(rows)), np.diff(ptr))
+    factor = np.ones(len(rows))
+    for e in mine:
+        hit = np.zeros(len(rows), bool)
+        hit[owner[np.isin(vals, tp_group(ops, e.rank))]] = True
+        factor = np.where(hit, np.maximum(factor, e.factor), factor)
+    rows["gap_ns"] = np.round(rows["gap_ns"] * factor).astype(np.int64)
+    return dataclasses.replace(ops, rows=rows)
