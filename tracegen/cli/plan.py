@@ -97,10 +97,8 @@ def _print_plan(run) -> None:
     """The plan's tables, made to fit 100 columns: numbers right-aligned and never wrapped, the
     per-NIC bytes summarised (sum / min / median / max and the busiest NICs). Into a pipe or a
     file (no terminal width to respect) each table is as wide as it needs: nothing is cut."""
-    from rich import box
     from rich.console import Console
     from ..report.render import report_tables
-    from rich.table import Table
     console = Console()
     if not console.is_terminal:
         console = Console(width=100)

@@ -27,7 +27,7 @@ from ..config import show_path
 from ..errors import ConfigError
 from ..fabric.topology import Fabric, build_fabric
 from ..pipeline import chunk_transfer_count
-from ..report.kpi import FlowSide, bus_factor, jain, op_kpis
+from ..report.kpi import FlowSide, jain, op_kpis
 from ..tables import CollKind, CommOps, Flows, LinkKind, Ragged
 from ..timing.detail import pick_detail
 from ..timing.schedule import schedule
