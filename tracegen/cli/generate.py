@@ -121,7 +121,7 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
     with outdir.Writer(target, force, names=files) as w:
         with stages(quiet) as stage:
             hw = sc.hardware
-            done = run.run_scenario(sc, stage, prepared=prepared, rates=pcap and hw.output.pcap)
+            done = run.run_scenario(sc, stage, prepared=prepared, rates=True)
         texts = report.scenario_files(done)
         pcaps = pcap and hw.output.pcap and done.detail == "full"
         sim = ns3 and hw.output.ns3 and done.detail == "full"
@@ -143,11 +143,12 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
                     stage("pcap files")
                     texts["pcaps"] = write_pcaps(done.flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
                                                  network=hw.network)
-            if hw.output.pictures:
-                from ..emit.pictures.scenario_plots import draw_scenario
+            if hw.output.pictures:        # from the files just written, as `report DIR` draws them
+                from ..emit.pictures.scenario_plots import scenario_pictures
                 with stages(quiet) as stage:
                     stage("pictures")
-                    draw_scenario(done, report.link_time(done), tmp)
+                    for name, draw in scenario_pictures(report.read_scenario_texts(texts)).items():
+                        draw(tmp / name)
             if sim:
                 from ..emit.sims.ns3 import write_ns3
                 with stages(quiet) as stage:
