@@ -58,6 +58,10 @@ def apply_fabric_events(fabric, events, ecmp_on_failure: str = "rehash"):
     events = [e for e in events if e.type in ("down", "degrade")]
     if not events:
         return fabric
+    for e in events:
+        if e.timed:
+            raise ConfigError(f"{e.where}: {'at_ns' if e.at_ns else 'until_ns'} — events during the run are "
+                              "not modelled yet: give at_ns: 0 and no until_ns")
     n_fixed = fabric.planes * fabric.n_nics          # NIC ports come first in fabric.links
     down = np.zeros(len(fabric.links), bool)
     gbps = fabric.links["gbps"].copy()

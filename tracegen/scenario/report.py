@@ -53,19 +53,27 @@ def scenario_tables(run) -> list[tuple[str, list[str], list[list[str]]]]:
              ["job", "nodes", "start ns", "iters", "JCT ms", "alone ms", "slowdown", "busbw %", "alone busbw %"], rows)]
 
 
+def _when(e) -> str:
+    if not e.at_ns and e.until_ns is None:
+        return ""
+    return f" from {e.at_ns:,} ns" + ("" if e.until_ns is None else f" until {e.until_ns:,} ns")
+
+
 def _event_text(e, sc) -> str:
     if e.type == "down":
-        return f"{e.switch or e.link} down"
+        return f"{e.switch or e.link} down{_when(e)}"
     if e.type == "degrade":
-        return f"{e.link} at {e.gbps} Gb/s"
+        return f"{e.link} at {e.gbps} Gb/s{_when(e)}"
     return f"{sc.jobs[e.job].name} rank {e.rank} x{e.factor:g} compute"
 
 
 def _event_json(e, sc) -> dict:
+    """One event of scenario.json: a flap of the file is listed as its down intervals."""
+    when = {"at_ns": e.at_ns, "until_ns": e.until_ns}
     if e.type == "down":
-        return {"type": "down", **({"switch": e.switch} if e.switch else {"link": e.link})}
+        return {"type": "down", **({"switch": e.switch} if e.switch else {"link": e.link}), **when}
     if e.type == "degrade":
-        return {"type": "degrade", "link": e.link, "gbps": e.gbps}
+        return {"type": "degrade", "link": e.link, "gbps": e.gbps, **when}
     return {"type": "straggler", "job": sc.jobs[e.job].name, "rank": e.rank, "factor": e.factor}
 
 
