@@ -869,6 +869,19 @@ MUTATIONS = [
     ('scenario-link-time-unscaled', 'tracegen/scenario/report.py',
      'acc = shares * total[lk]',
      'acc = acc + 0 * shares'),
+    # --- scenario outputs (issue 23: exact link split, pcaps per connection)
+    ('scenario-split-rate-kept-after-finish', 'tracegen/scenario/report.py',
+     'ev_d = np.r_[dv, -v[last]]',
+     'ev_d = np.r_[dv, 0 * v[last]]'),
+    ('scenario-split-rates-added-not-replaced', 'tracegen/scenario/report.py',
+     'dv = v - np.where(first, 0.0, np.r_[0.0, v[:-1]])',
+     'dv = v + 0 * np.where(first, 0.0, np.r_[0.0, v[:-1]])'),
+    ('scenario-split-qp-share-lost', 'tracegen/scenario/report.py',
+     'w = c_w[pos] * ebytes[rows]',
+     'w = 1.0 * ebytes[rows]'),
+    ('placed-class-lost', 'tracegen/emit/views/placed.py',
+     'nic_sharing=flows.nic_sharing, op_tc=flows.op_tc)',
+     'nic_sharing=flows.nic_sharing, op_tc=None)'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -882,7 +895,8 @@ COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.p
 ALSO_RELATED = {
     "tracegen/scenario/spec.py": ["tests/test_scenario.py", "tests/test_bad_commands.py"],
     "tracegen/scenario/patterns.py": ["tests/test_scenario.py"],
-    "tracegen/scenario/report.py": ["tests/test_scenario.py"],
+    "tracegen/scenario/report.py": ["tests/test_scenario.py", "tests/test_scenario_outputs.py"],
+    "tracegen/emit/views/placed.py": ["tests/test_placed.py", "tests/test_scenario_outputs.py"],
     "tracegen/emit/packets/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_judge_cnp_routes.py", "tests/test_pcap.py",
                                         "tests/test_pcap_congestion.py"],
