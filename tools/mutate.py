@@ -895,7 +895,7 @@ COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.p
 ALSO_RELATED = {
     "tracegen/scenario/spec.py": ["tests/test_scenario.py", "tests/test_bad_commands.py"],
     "tracegen/scenario/patterns.py": ["tests/test_scenario.py"],
-    "tracegen/scenario/report.py": ["tests/test_scenario.py", "tests/test_scenario_outputs.py"],
+    "tracegen/scenario/report.py": ["tests/test_scenario_outputs.py", "tests/test_scenario.py"],
     "tracegen/emit/views/placed.py": ["tests/test_placed.py", "tests/test_scenario_outputs.py"],
     "tracegen/emit/packets/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_judge_cnp_routes.py", "tests/test_pcap.py",
