@@ -42,11 +42,12 @@ def scenario_tables(run) -> list[tuple[str, list[str], list[list[str]]]]:
         rows.append([j.name, _nodes_text(j.nodes), f"{j.start_ns:,}", str(j.iterations), f"{j.jct_ns / 1e6:,.3f}",
                      f"{j.alone_jct_ns / 1e6:,.3f}", f"{j.slowdown:.3f}", _pct(j.busbw_pct), _pct(j.alone_busbw_pct)])
     fab = run.fabric
-    ev = ", ".join(_event_text(e, sc) for e in sc.events) or "none"
+    ev = [_event_text(e, sc) for e in sc.events] or ["none"]
     head = [["jobs", str(len(run.jobs))], ["nodes", f"{sc.nodes} x {sc.hardware.cluster.gpus_per_node} GPUs"],
             ["fabric", f"{fab.kind}: {fab.switch_ids_text()}"], ["placement", sc.placement +
                                                                   (f" (seed {sc.seed})" if sc.placement == "random" else "")],
-            ["events", ev], ["ecmp on failure", sc.ecmp_on_failure], ["detail", run.detail],
+            *[["events" if k == 0 else "", text] for k, text in enumerate(ev)],     # one a row, in time
+            ["ecmp on failure", sc.ecmp_on_failure], ["detail", run.detail],
             ["Jain fairness of slowdowns", f"{run.fairness:.4f}"]]
     return [(f"Scenario {sc.name}", ["what", "value"], head),
             ("Jobs: time in the scenario vs alone (same nodes, same fabric)",
