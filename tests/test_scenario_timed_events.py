@@ -169,20 +169,29 @@ def test_connection_level_moves_its_items_too(tmp_path):
     assert _bytes_on(down, dirs, T, e1 + 1) == 0.0
 
 
-def test_resilient_keeps_the_flows_that_avoided_the_failure_and_restores_them(tmp_path):
-    down = _run(tmp_path, "{type: down, switch: spine1, at_ns: 200000, until_ns: 300000}", ecmp="resilient")
-    f, c = down.fabric, down.flows.conns
-    dirs = _switch_dirs(down, "spine1")
-    args = (np.repeat(c.src_nic, c.qps), np.repeat(c.dst_nic, c.qps), c.sport, c.plane)
-    r0 = f.router.routes(*args, dest_qpn=c.qpn_dst)
-    r1 = f.epochs[0].router.routes(*args, dest_qpn=c.qpn_dst)
-    r2 = f.epochs[1].router.routes(*args, dest_qpn=c.qpn_dst)
+def test_resilient_keeps_the_flows_that_avoided_the_failure_and_the_moved_ones_stay(tmp_path, base):
+    from tracegen.fabric.timeline import epoch_routes
+    o, s0, e0 = _big(base)
+    T1, T2 = s0 + (e0 - s0) // 4, s0 + (e0 - s0) // 2
+    event = f"{{type: down, switch: spine1, at_ns: {T1}, until_ns: {T2}}}"
+    res = _run(tmp_path, event, ecmp="resilient")
+    f, c = res.fabric, res.flows.conns
+    dirs = _switch_dirs(res, "spine1")
+    r0, r1, r2 = epoch_routes(f, np.repeat(c.src_nic, c.qps), np.repeat(c.dst_nic, c.qps), c.sport, c.plane,
+                              dest_qpn=c.qpn_dst)
     w = min(r0.shape[1], r1.shape[1])
     hit = np.isin(r0, dirs).any(axis=1)
     assert hit.any() and (~hit).any()
     assert (r1[~hit][:, :w] == r0[~hit][:, :w]).all()           # untouched flows stay
     assert not np.isin(r1, dirs).any()
-    assert (r2[:, :r0.shape[1]] == r0).all()                     # back up: the table as before
+    assert (r2 == r1).all()                                      # back up: nobody is moved back
+    # the engine: no byte on spine1 from T1 on (resilient), bytes again after T2 (rehash)
+    assert _bytes_on(res, dirs, s0, T1) > 0
+    assert _bytes_on(res, dirs, T1, _big(res)[2] + 1) == 0.0
+    rh = _run(tmp_path, event)
+    assert _bytes_on(rh, dirs, T2, _big(rh)[2] + 1) > 0
+    # resilient loses the 1/4 of spine1 for the rest of the op, rehash only over [T1, T2)
+    assert _big(res)[2] == pytest.approx(T1 + (e0 - T1) / (3 / 4), rel=0.05)
 
 
 def test_the_timed_path_with_nothing_to_change_is_the_fixed_fabric(tmp_path):
@@ -216,3 +225,22 @@ def test_plan_and_generate_show_the_events_with_their_times(tmp_path):
     assert ev == [{"type": "down", "link": "leaf0-spine2", "at_ns": 100000, "until_ns": 120000},
                   {"type": "down", "link": "leaf0-spine2", "at_ns": 150000, "until_ns": 170000},
                   {"type": "degrade", "link": "leaf1-spine0", "gbps": 100, "at_ns": 5000, "until_ns": 90000}]
+
+
+def test_link_bytes_follow_the_flows_that_moved(tmp_path, base):
+    from tracegen.scenario.report import link_bytes_csv
+    o, s0, e0 = _big(base)
+    T = s0 + (e0 - s0) // 2
+    down = _run(tmp_path, f"{{type: down, switch: spine1, at_ns: {T}}}")
+    f = down.fabric
+    got: dict[str, float] = {}
+    for line in link_bytes_csv(down).splitlines()[1:]:
+        name, _, v = line.rsplit(",", 2)
+        got[name] = got.get(name, 0.0) + float(v)
+    for d in range(f.n_link_dirs):           # every link direction: the engine's bytes on it
+        want = _bytes_on(down, [d], 0, 1 << 62)
+        assert got.get(f.link_dir_name(d), 0.0) == pytest.approx(want, rel=1e-6, abs=2), f.link_dir_name(d)
+    # spine1 carried bytes only before T: less than a spine that stayed up
+    s1 = sum(v for k, v in got.items() if "spine1" in k)
+    s0_ = sum(v for k, v in got.items() if "spine0" in k)
+    assert 0 < s1 < 0.8 * s0_

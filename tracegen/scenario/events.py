@@ -113,12 +113,11 @@ def timed_fabric(fabric, events, ecmp_on_failure: str = "rehash"):
     instant where the links down or the rates change: a link is down while any of its down
     events holds ([at_ns, until_ns)); a degraded link runs at the lowest rate of its degrade
     events holding (never above its own). Routes per epoch: the remaining graph's ECMP, rehash or
-    resilient as at t=0 (module doc) - both are a function of the links down alone (modulo-N
-    over the members up; resilient: a flow keeps the intact fabric's route unless it crosses a
-    link down), so a link coming back up moves its flows back: with rehash every flow is hashed
-    again over the full group, with resilient the flows that left the member return to it (the
-    member's table entries are restored: Cumulus Linux and Arista EOS fill a returning member's
-    buckets again, which moves the flows hashed to them)."""
+    resilient as at t=0 (module doc). Rehash is a function of the links down alone (modulo-N over
+    the members up): a link coming back moves flows back onto it (every flow hashed again over the
+    full group). Resilient remembers: a flow keeps its route while that crosses no link down, so
+    flows that left a failed member stay on the survivors after it returns
+    (fabric/timeline.epoch_routes, with the source)."""
     from ..fabric.timeline import Epoch, MappedRouter
     hit = [(e, _event_links(fabric, e)) for e in events]
     nominal = fabric.links["gbps"].astype(np.int64)
@@ -147,9 +146,14 @@ def timed_fabric(fabric, events, ecmp_on_failure: str = "rehash"):
             if len(routers) >= MAX_STATES:
                 raise ConfigError(f"events: more than {MAX_STATES} distinct sets of links down over the run "
                                   "(each routes every flow again) — fewer events on distinct links")
-            routers[key] = (len(routers), _router(full, full_router, down, ecmp_on_failure, t, MappedRouter))
+            # epoch 0 resilient: today's ResilientRouter (intact routes kept unless they cross a
+            # link down); later epochs: the reduced router, for the flows that must move
+            # (fabric/timeline.epoch_routes keeps the others where they were)
+            mode = ecmp_on_failure if not epochs else "rehash"
+            routers[key] = (len(routers), _router(full, full_router, down, mode, t, MappedRouter))
         state, router = routers[key]
-        epochs.append(Epoch(int(t), np.where(down, 0, gbps).astype(np.int64), router, state))
+        epochs.append(Epoch(int(t), np.where(down, 0, gbps).astype(np.int64), router, state,
+                            sticky=ecmp_on_failure == "resilient"))
     t0, down0, gbps0 = states[0]
     links = fabric.links.copy()
     links["gbps"] = np.where(down0, nominal, gbps0)   # a link down from t=0 keeps its rate: no route crosses it

@@ -1,10 +1,10 @@
 """The fabric's epochs (fabric/timeline.py) as the fluid engine's input: at each epoch's instant
 the links' capacities change and the items whose route differs move.
 
-Routes per epoch are computed once per state (the set of links down; a flap alternates two):
-every QP routed again by the state's router (its 5-tuple / DestQP as in epoch 0: the QPNs and
-source ports do not change), the connections whose links differ from epoch 0's found, and only the
-items that use one of them get a route variant for that state (the items' links merged as for
+Routes per epoch: every QP routed again (fabric/timeline.epoch_routes: rehash or resilient; its
+5-tuple / DestQP as in epoch 0: QPNs and source ports do not change); epochs with the same table
+of routes share a state (a flap alternates two). Per state the connections whose links differ
+from epoch 0's are found, and only the items that use one of them get a route variant (the items' links merged as for
 epoch 0: weights summed per link, the connection-level item's rows scaled by their share of its
 bytes). Memory: the links of the items that move, per state; a fabric without epochs costs
 nothing. The engine (fluid_engine.py) relinks an active item at the instant (its bytes left go on
@@ -15,6 +15,7 @@ propagation, store-and-forward) stays its epoch-0 route's.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import NamedTuple
 
 import numpy as np
@@ -52,6 +53,57 @@ def _csr_rows(ptr, lk, w, rows):
     return lens, lk[starts + within], w[starts + within]
 
 
+def _key(route: np.ndarray) -> bytes:
+    """A table of routes, without its -1 padding columns (routers differ in width), as a digest."""
+    used = (route >= 0).any(axis=0)
+    w = int(np.flatnonzero(used).max()) + 1 if used.any() else 0
+    return hashlib.sha256(np.ascontiguousarray(route[:, :w]).tobytes() + b"|%d" % w).digest()
+
+
+def _moved(conns, route, base, row_conn, row_item, row_scale, nvl_links, n_items: int, width: int) -> tuple:
+    """The items whose links differ under `route` (per QP) from epoch 0's, and their links:
+    (items sorted, ptr, links, weights)."""
+    csr = dataclasses.replace(conns, route=route).link_csr()
+    same = (np.diff(csr[0]) == np.diff(base[0]))
+    if len(csr[1]) == len(base[1]) and same.all():
+        seg = np.repeat(np.arange(len(conns)), np.diff(csr[0]))
+        diff = (csr[1] != base[1]) | (csr[2] != base[2])
+        moved_conn = np.zeros(len(conns), bool)
+        moved_conn[seg[diff]] = True
+    else:
+        moved_conn = ~same
+        c = np.flatnonzero(same)
+        _, l0, w0 = _csr_rows(*base, c)
+        _, l1, w1 = _csr_rows(*csr, c)
+        seg = np.repeat(c, np.diff(base[0])[c])
+        moved_conn[seg[(l0 != l1) | (w0 != w1)]] = True
+    moved_item = np.zeros(n_items, bool)
+    net = row_conn >= 0
+    moved_item[row_item[net][moved_conn[row_conn[net]]]] = True
+    rows = np.flatnonzero(moved_item[row_item])          # every row of those items, NVLink ones too
+    if not len(rows):
+        return np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    rc = row_conn[rows]
+    lens = np.full(len(rows), 2, np.int64)
+    n_net = rc >= 0
+    lens[n_net], l_net, w_net = _csr_rows(*csr, rc[n_net])
+    ptr = np.r_[0, np.cumsum(lens)]
+    lk = np.empty(ptr[-1], np.int64)
+    w = np.ones(ptr[-1])
+    pos = np.arange(ptr[-1])
+    is_net = np.repeat(n_net, lens)
+    lk[pos[is_net]], w[pos[is_net]] = l_net, w_net
+    nv = np.flatnonzero(~n_net)
+    lk[ptr[nv]], lk[ptr[nv] + 1] = nvl_links[0][rows[nv]], nvl_links[1][rows[nv]]
+    w = w * (np.repeat(np.asarray(row_scale, np.float64)[rows], lens) if np.ndim(row_scale) else row_scale)
+    pair = np.repeat(row_item[rows], lens) * width + lk
+    k2, inv = np.unique(pair, return_inverse=True)
+    ww = np.bincount(inv, weights=w, minlength=len(k2))
+    items = k2 // width
+    u_items, first = np.unique(items, return_index=True)
+    return u_items, np.r_[first, len(k2)], k2 % width, ww
+
+
 def epoch_tables(fabric, conns: Connections, row_conn, row_item, row_scale, nvl_links, n_items: int,
                  width: int, base_cap: np.ndarray) -> EpochTables | None:
     """fabric.epochs for the engine, or None (a fabric that does not change).
@@ -66,54 +118,20 @@ def epoch_tables(fabric, conns: Connections, row_conn, row_item, row_scale, nvl_
     row_item = np.asarray(row_item, np.int64)
     base = conns.link_csr()
     n_fab = fabric.n_link_dirs
-    # per state: the items off epoch 0's route and their links
-    states = {}
-    for e in epochs:
-        if e.state == 0 or e.state in states:
-            continue
-        route = e.router.routes(np.repeat(conns.src_nic, conns.qps), np.repeat(conns.dst_nic, conns.qps),
-                                conns.sport, conns.plane, fabric.ip_version, dest_qpn=conns.qpn_dst)
-        csr = dataclasses.replace(conns, route=route).link_csr()
-        same = (np.diff(csr[0]) == np.diff(base[0]))
-        if len(csr[1]) == len(base[1]) and same.all():
-            seg = np.repeat(np.arange(len(conns)), np.diff(csr[0]))
-            diff = (csr[1] != base[1]) | (csr[2] != base[2])
-            moved_conn = np.zeros(len(conns), bool)
-            moved_conn[seg[diff]] = True
-        else:
-            moved_conn = ~same
-            c = np.flatnonzero(same)
-            _, l0, w0 = _csr_rows(*base, c)
-            _, l1, w1 = _csr_rows(*csr, c)
-            seg = np.repeat(c, np.diff(base[0])[c])
-            moved_conn[seg[(l0 != l1) | (w0 != w1)]] = True
-        moved_item = np.zeros(n_items, bool)
-        net = row_conn >= 0
-        moved_item[row_item[net][moved_conn[row_conn[net]]]] = True
-        rows = np.flatnonzero(moved_item[row_item])          # every row of those items, NVLink ones too
-        rc = row_conn[rows]
-        lens = np.full(len(rows), 2, np.int64)
-        lk = np.empty(0, np.int64)
-        if len(rows):
-            n_net = rc >= 0
-            lens[n_net], l_net, w_net = _csr_rows(*csr, rc[n_net])
-            ptr = np.r_[0, np.cumsum(lens)]
-            lk = np.empty(ptr[-1], np.int64)
-            w = np.ones(ptr[-1])
-            pos = np.repeat(ptr[:-1], lens) + np.arange(ptr[-1]) - np.repeat(ptr[:-1], lens)
-            is_net = np.repeat(n_net, lens)
-            lk[pos[is_net]], w[pos[is_net]] = l_net, w_net
-            nv = np.flatnonzero(~n_net)
-            lk[ptr[nv]], lk[ptr[nv] + 1] = nvl_links[0][rows[nv]], nvl_links[1][rows[nv]]
-            w = w * (np.repeat(np.asarray(row_scale, np.float64)[rows], lens) if np.ndim(row_scale) else row_scale)
-            pair = np.repeat(row_item[rows], lens) * width + lk
-            k2, inv = np.unique(pair, return_inverse=True)
-            ww = np.bincount(inv, weights=w, minlength=len(k2))
-            items = k2 // width
-            u_items, first = np.unique(items, return_index=True)
-            states[e.state] = (u_items, np.r_[first, len(k2)], k2 % width, ww)
-        else:
-            states[e.state] = (np.zeros(0, np.int64), np.zeros(1, np.int64), lk, np.zeros(0))
+    # per state (a distinct table of routes): the items off epoch 0's route and their links
+    from ..fabric.timeline import epoch_routes
+    routes = epoch_routes(fabric, np.repeat(conns.src_nic, conns.qps), np.repeat(conns.dst_nic, conns.qps),
+                          conns.sport, conns.plane, fabric.ip_version, dest_qpn=conns.qpn_dst)
+    states: dict = {}
+    seen = {_key(next(routes)): 0}
+    seq = []                                  # the state of each later epoch
+    for route in routes:
+        k = _key(route)
+        if k not in seen:
+            seen[k] = len(seen)
+            states[seen[k]] = _moved(conns, route, base, row_conn, row_item, row_scale, nvl_links, n_items, width)
+        seq.append(seen[k])
+    del routes
     # the variants, state by state
     n_states = 1 + max(states, default=0)
     st_ptr = np.zeros(n_states + 1, np.int64)
@@ -135,7 +153,7 @@ def epoch_tables(fabric, conns: Connections, row_conn, row_item, row_scale, nvl_
     # capacities: per epoch the fabric's link directions that change
     prev = np.asarray(base_cap[:n_fab], np.float64)
     evc_ptr, evc_link, evc_cap = [0], [], []
-    states_seq = [0] + [e.state for e in epochs]
+    states_seq = [0] + seq
     for e in epochs:
         cap = np.repeat(e.gbps.astype(np.float64), 2) / 8.0
         ch = np.flatnonzero(cap != prev)
