@@ -159,8 +159,7 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
                 from ..emit.sims.ns3 import write_ns3
                 with stages(quiet) as stage:
                     stage("ns-3 scenario")
-                    write_ns3(done.flows, done.fabric, hw, tmp / "ns3", epochs=run.link_epochs(sc),
-                              warnings_out=w.warnings)
+                    write_ns3(done.flows, done.fabric, hw, tmp / "ns3", warnings_out=w.warnings)
         w.write(fill)
     for warning in w.warnings:
         click.echo(f"warning: {warning}", err=True)

@@ -58,10 +58,8 @@ def apply_fabric_events(fabric, events, ecmp_on_failure: str = "rehash"):
     events = [e for e in events if e.type in ("down", "degrade")]
     if not events:
         return fabric
-    for e in events:
-        if e.timed:
-            raise ConfigError(f"{e.where}: {'at_ns' if e.at_ns else 'until_ns'} — events during the run are "
-                              "not modelled yet: give at_ns: 0 and no until_ns")
+    if any(e.timed for e in events):
+        return timed_fabric(fabric, events, ecmp_on_failure)
     n_fixed = fabric.planes * fabric.n_nics          # NIC ports come first in fabric.links
     down = np.zeros(len(fabric.links), bool)
     gbps = fabric.links["gbps"].copy()
@@ -92,6 +90,94 @@ def apply_fabric_events(fabric, events, ecmp_on_failure: str = "rehash"):
         full = dataclasses.replace(fabric, links=links)
         new._cache["router"] = ResilientRouter(full.router, reduced, new_id)
     return new
+
+
+MAX_STATES = 256      # distinct sets of links down over a run: each routes every QP once more
+
+
+def _event_links(fabric, e) -> np.ndarray:
+    """The links (indexes into fabric.links) one fabric event acts on."""
+    n_nics = fabric.n_nics
+    if e.type == "down" and e.switch:
+        s = _switch(fabric, e.switch, e.where + ".switch")
+        if fabric.sw_tier[s] == LEAF:
+            raise ConfigError(f"{e.where}.switch: {e.switch} is a leaf — its hosts would be cut off; "
+                              f"take its uplinks down instead (type: down, link: {e.switch}-...)")
+        return np.flatnonzero((fabric.links["a"] == n_nics + s) | (fabric.links["b"] == n_nics + s))
+    return _links_of(fabric, e.link, e.where + ".link")
+
+
+def timed_fabric(fabric, events, ecmp_on_failure: str = "rehash"):
+    """The fabric with events during the run: every link kept, epoch 0 (t=0) as the fabric
+    itself, the later epochs in Fabric.epochs (fabric/timeline.py). An epoch starts at every
+    instant where the links down or the rates change: a link is down while any of its down
+    events holds ([at_ns, until_ns)); a degraded link runs at the lowest rate of its degrade
+    events holding (never above its own). Routes per epoch: the remaining graph's ECMP, rehash or
+    resilient as at t=0 (module doc). Rehash is a function of the links down alone (modulo-N over
+    the members up): a link coming back moves flows back onto it (every flow hashed again over the
+    full group). Resilient remembers: a flow keeps its route while that crosses no link down, so
+    flows that left a failed member stay on the survivors after it returns
+    (fabric/timeline.epoch_routes, with the source)."""
+    from ..fabric.timeline import Epoch, MappedRouter
+    hit = [(e, _event_links(fabric, e)) for e in events]
+    nominal = fabric.links["gbps"].astype(np.int64)
+    n_fixed = fabric.planes * fabric.n_nics          # NIC ports come first in fabric.links
+    cuts = sorted({0} | {e.at_ns for e in events} | {e.until_ns for e in events if e.until_ns is not None})
+    states: list = []                                 # (at_ns, down, gbps) where something changes
+    for t in cuts:
+        down = np.zeros(len(nominal), bool)
+        gbps = nominal.copy()
+        for e, links in hit:
+            if e.at_ns <= t and (e.until_ns is None or t < e.until_ns):
+                if e.type == "down":
+                    down[links] = True
+                else:
+                    gbps[links] = np.minimum(gbps[links], e.gbps)
+        assert not down[:n_fixed].any()
+        if not states or not (np.array_equal(down, states[-1][1]) and np.array_equal(gbps, states[-1][2])):
+            states.append((t, down, gbps))
+    full = dataclasses.replace(fabric, links=fabric.links.copy())
+    full_router = full.router
+    routers: dict[bytes, tuple] = {}
+    epochs = []
+    for t, down, gbps in states:
+        key = down.tobytes()
+        if key not in routers:
+            if len(routers) >= MAX_STATES:
+                raise ConfigError(f"events: more than {MAX_STATES} distinct sets of links down over the run "
+                                  "(each routes every flow again) — fewer events on distinct links")
+            # epoch 0 resilient: today's ResilientRouter (intact routes kept unless they cross a
+            # link down); later epochs: the reduced router, for the flows that must move
+            # (fabric/timeline.epoch_routes keeps the others where they were)
+            mode = ecmp_on_failure if not epochs else "rehash"
+            routers[key] = (len(routers), _router(full, full_router, down, mode, t, MappedRouter))
+        state, router = routers[key]
+        epochs.append(Epoch(int(t), np.where(down, 0, gbps).astype(np.int64), router, state,
+                            sticky=ecmp_on_failure == "resilient"))
+    t0, down0, gbps0 = states[0]
+    links = fabric.links.copy()
+    links["gbps"] = np.where(down0, nominal, gbps0)   # a link down from t=0 keeps its rate: no route crosses it
+    new = dataclasses.replace(fabric, links=links)
+    new._cache["router"] = epochs[0].router
+    new._cache["epochs"] = tuple(epochs[1:])
+    return new
+
+
+def _router(full, full_router, down: np.ndarray, ecmp_on_failure: str, t: int, mapped):
+    """The routes with `down` links gone, in the full fabric's link ids."""
+    if not down.any():
+        return full_router
+    keep = np.flatnonzero(~down)
+    reduced = dataclasses.replace(full, links=full.links[keep])
+    try:
+        inner = reduced.router
+    except ConfigError as err:
+        raise ConfigError(f"events: with the links down at {t:,} ns, {str(err).removeprefix('fabric: ')}") from None
+    if ecmp_on_failure == "resilient":
+        new_id = np.full(len(down), -1, np.int64)
+        new_id[keep] = np.arange(len(keep))
+        inner = ResilientRouter(full_router, inner, new_id)
+    return mapped(inner, keep, full_router)
 
 
 class ResilientRouter:

@@ -102,24 +102,6 @@ def scenario_fabric(sc: Scenario) -> Fabric:
     return apply_fabric_events(base_fabric(sc), sc.events, sc.ecmp_on_failure)
 
 
-def link_epochs(sc: Scenario, events=None) -> list:
-    """The fabric at every instant a timed fabric event (at_ns > 0, or until_ns) changes it:
-    [(t_ns, fabric with the events in force then, routes rebuilt as ecmp_on_failure says)], in
-    time order - what an ns-3 run of the mix applies during the run (emit/sims/ns3_events.py).
-    events: the fabric events (default the scenario's); [] when none is timed."""
-    events = [e for e in (sc.events if events is None else events) if e.type in ("down", "degrade")]
-    instants = sorted({t for e in events for t in (e.at_ns, e.until_ns) if t})
-    if not instants:
-        return []
-    base = base_fabric(sc)
-    out = []
-    for t in instants:
-        now = [dataclasses.replace(e, at_ns=0, until_ns=None) for e in events
-               if e.at_ns <= t and (e.until_ns is None or t < e.until_ns)]
-        out.append((int(t), apply_fabric_events(base, now, sc.ecmp_on_failure)))
-    return out
-
-
 def renamed(ops: CommOps, ranks: np.ndarray, start_ns: int = 0) -> CommOps:
     """A job's ops on scenario GPUs (ranks[r] for job rank r), released start_ns late."""
     rows = ops.rows

@@ -1,7 +1,8 @@
 """A scenario's timed link events in its ns-3 scenario: what each simulator can apply of them.
 
-Input: the fabric at every instant a timed event changes it (scenario.run.link_epochs: links down
-removed, degraded links at their rate, routes rebuilt as `ecmp_on_failure` says). Written:
+Input: the fabric's later epochs (Fabric.epochs, fabric/timeline.py: from each instant a timed
+event changes the fabric, every link's rate, 0 when down, and the routes then - rehash, or
+resilient with its memory, fabric.timeline.epoch_routes). Written:
 
 - manifest.json `link_events` (tracegen ns3 run, ns3_scenarios/scenario.py): per instant, the
   links of topology.txt whose rate changes (gbps 0: down, the rate again: up or restored) and
@@ -18,57 +19,50 @@ removed, degraded links at their rate, routes rebuilt as `ecmp_on_failure` says)
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...tables import Flows
 from ...fabric.topology import Fabric
 from .ns3_lines import qp_table
 
 
-def _states(fabric: Fabric) -> dict:
-    """(a, b) node pair (a < b) -> the rates of its links, in topology order."""
-    out: dict[tuple[int, int], list[int]] = {}
-    for a, b, g in zip(*(fabric.links[k].tolist() for k in ("a", "b", "gbps"))):
-        out.setdefault((min(a, b), max(a, b)), []).append(int(g))
-    return out
-
-
-def link_events(epochs: list, flows: Flows, fabric: Fabric) -> tuple[list[dict], list[str], str]:
-    """(manifest records, warnings, config.txt LINK_DOWN value) of the fabric's epochs after t=0.
-    fabric: the one the flows were timed on (topology.txt's links, the QPs' first paths)."""
+def link_events(flows: Flows, fabric: Fabric) -> tuple[list[dict], list[str], str]:
+    """(manifest records, warnings, config.txt LINK_DOWN value) of the fabric's epochs after t=0
+    (none: [], [], "0 0 0"). fabric: the one the flows were timed on; topology.txt lists its
+    links in order, so a link of an epoch is the topology line of the same index."""
+    epochs = getattr(fabric, "epochs", ())
     if not epochs:
         return [], [], "0 0 0"
+    from ...fabric.timeline import epoch_routes
     _, qps = qp_table(flows, fabric)
-    args = (qps["src"], qps["dst"], qps["sport"], qps["sqpn"], qps["dqpn"])
-    paths = fabric.qp_paths(*args)
-    rpaths = fabric.qp_paths(*args, reverse=True)
-    before = _states(fabric)
-    name = lambda a, b: f"{fabric.node_name(a)}-{fabric.node_name(b)}"   # noqa: E731
-    records, missing, hpcc, not_hpcc = [], [], None, []
-    for t, fab in epochs:
-        now = _states(fab)
-        changed = []
-        for (a, b), rates in before.items():
-            new = now.get((a, b), [])
-            for k, g in enumerate(rates):
-                g2 = new[k] if k < len(new) else 0
-                if g2 != g:
-                    changed.append([a, b, g2])
-        missing += [f"{name(a, b)} at {t:,} ns" for (a, b), r in now.items() if len(r) > len(before.get((a, b), []))]
-        new_paths = fab.qp_paths(*args) if len(qps) else []
-        new_rpaths = fab.qp_paths(*args, reverse=True) if len(qps) else []
-        repin = [[q, p, rp] for q, (p, rp) in enumerate(zip(new_paths, new_rpaths))
-                 if p != paths[q] or rp != rpaths[q]]
-        records.append({"at_ns": int(t), "links": changed, "repin": repin})
-        for a, b, g2 in changed:
-            if g2 == 0 and hpcc is None and t % 1000 == 0:
-                hpcc = f"{t // 1000} {a} {b}"           # HPCC's clock: whole µs after t0
+    src, dst, sport = (qps[k].astype(np.int64) for k in ("src", "dst", "sport"))
+    sqpn, dqpn = qps["sqpn"].astype(np.int64), qps["dqpn"].astype(np.int64)
+    plane = sqpn % fabric.planes            # a QP's plane: its sender QPN (Fabric.qp_paths)
+    walk = fabric.router
+
+    def node_paths(routes, first):
+        nodes = np.column_stack([first] + [walk.node_after(routes, k) for k in range(routes.shape[1])])
+        return [row[row >= 0].tolist() for row in nodes]
+    fwd = [node_paths(r, src) for r in epoch_routes(fabric, src, dst, sport, plane, fabric.ip_version, dest_qpn=dqpn)]
+    rev = [node_paths(r, dst) for r in epoch_routes(fabric, dst, src, sport, plane, fabric.ip_version, dest_qpn=sqpn)]
+    a_of, b_of = fabric.links["a"].astype(np.int64), fabric.links["b"].astype(np.int64)
+    name = lambda k: f"{fabric.node_name(int(a_of[k]))}-{fabric.node_name(int(b_of[k]))}"   # noqa: E731
+    rates = fabric.links["gbps"].astype(np.int64)
+    records, hpcc, not_hpcc = [], None, []
+    for i, e in enumerate(epochs):
+        t = int(e.at_ns)
+        changed = np.flatnonzero(e.gbps != rates)
+        repin = [[q, fwd[i + 1][q], rev[i + 1][q]] for q in range(len(qps))
+                 if fwd[i + 1][q] != fwd[i][q] or rev[i + 1][q] != rev[i][q]]
+        records.append({"at_ns": t, "links": [[int(a_of[k]), int(b_of[k]), int(e.gbps[k])] for k in changed],
+                        "repin": repin})
+        for k in changed.tolist():
+            if e.gbps[k] == 0 and hpcc is None and t % 1000 == 0:
+                hpcc = f"{t // 1000} {int(a_of[k])} {int(b_of[k])}"      # HPCC's clock: whole µs after t0
                 continue
-            what = "down" if g2 == 0 else f"at {g2} Gb/s"
-            not_hpcc.append(f"{name(a, b)} {what} at {t:,} ns")
-        before, paths, rpaths = {k: now.get(k, [0] * len(v)) for k, v in before.items()}, new_paths, new_rpaths
+            not_hpcc.append(f"{name(k)} {'down' if e.gbps[k] == 0 else f'at {int(e.gbps[k])} Gb/s'} at {t:,} ns")
+        rates = e.gbps.astype(np.int64)
     warnings = []
-    if missing:
-        warnings.append("ns-3: links down at t=0 that come back later are not in topology.txt, so no ns-3 run "
-                        "brings them up: " + ", ".join(missing))
     if not_hpcc:
         warnings.append("config.txt / config_simai.txt: HPCC's LINK_DOWN takes one link down for good (whole µs "
                         "after t0); not expressed there (tracegen ns3 run applies them): " + ", ".join(not_hpcc))
