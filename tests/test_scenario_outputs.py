@@ -42,9 +42,9 @@ jobs:
 """
 
 
-def generate(tmp: Path, detail: str = "conn", qps: int = 2, *opts: str, out: str = "out"):
+def generate(tmp: Path, detail: str = "conn", qps: int = 2, *opts: str, out: str = "out", scenario: str = TWO_JOBS):
     (tmp / "j.yaml").write_text(JOB % {"detail": detail, "qps": qps})
-    (tmp / "s.yaml").write_text(TWO_JOBS)
+    (tmp / "s.yaml").write_text(scenario)
     return subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", "s.yaml", "-o", out, "-q",
                            *opts], capture_output=True, text=True, env=ENV, cwd=tmp)
 
@@ -155,6 +155,42 @@ def test_link_time_splits_each_link_exactly_between_the_jobs(tmp_path, detail):
     # the link's rate column: NIC ports 400 Gb/s; at 2:1 a leaf's 2 x 400 Gb/s of hosts go up over
     # 2 spine links of 400 / 2 each
     assert all(row[2] == ("400" if "node" in row[0] else "200") for row in body)
+
+
+@pytest.mark.parametrize("detail, ecmp", [("conn", "resilient"), ("full", "rehash")])
+def test_link_time_is_exact_when_links_change_during_the_run(tmp_path, detail, ecmp):
+    """A flap and a timed degrade: items move between routes at the epochs' instants; per bin,
+    the jobs' bytes on each link still add up to the engine's own load of it, and no job puts a
+    byte on the flapping link's directions in a bin wholly inside a down interval."""
+    from tracegen.scenario.run import run_scenario, scenario_fabric
+    from tracegen.scenario.spec import load_scenario
+    body = TWO_JOBS + (f"ecmp_on_failure: {ecmp}\nevents:\n"
+                       "  - {type: flap, link: leaf0-spine0, at_ns: 200000, down_ns: 300000, up_ns: 150000, count: 2}\n"
+                       "  - {type: degrade, link: leaf1-spine1, gbps: 50, at_ns: 400000, until_ns: 900000}\n")
+    got = generate(tmp_path, detail, 2, "--no-ns3", "--no-pcap", scenario=body)
+    assert got.returncode == 0, got.stderr
+    d = tmp_path / "out"
+    table = list(csv.reader((d / "link_time.csv").open()))
+    head, body = table[0], table[1:]
+    bins = [tuple(int(x) for x in h.split("_")[1:]) for h in head[3:]]
+    width = bins[0][1] - bins[0][0]
+    run = run_scenario(load_scenario(tmp_path / "s.yaml"), rates=True)
+    assert len(run.fabric.epochs) == 6
+    used, load = run.flows.link_load.binned_used(width, len(bins))
+    fab = scenario_fabric(load_scenario(tmp_path / "s.yaml"))
+    engine = {fab.link_dir_name(int(ln)): load[k] for k, ln in enumerate(used) if load[k].sum() > 0}
+    per_link: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(bins)))
+    for row in body:
+        per_link[row[0]] += np.array([float(x) for x in row[3:]]) * width / 8
+    assert set(per_link) <= set(engine)
+    for name, v in per_link.items():
+        assert np.allclose(v, engine[name], rtol=1e-6, atol=width / 8 * 0.002 * 2), name
+    down = [(200_000, 500_000), (650_000, 950_000)]
+    inside = [k for k, (a, b) in enumerate(bins) if any(lo <= a and b <= hi for lo, hi in down)]
+    assert inside
+    for name in ("leaf0->spine0", "spine0->leaf0"):
+        assert per_link.get(name, np.zeros(len(bins)))[inside].sum() == 0, name
+        assert per_link[name].sum() > 0                      # it does carry bytes while up
 
 
 def test_without_rate_records_the_split_still_sums_to_each_links_load(tmp_path):

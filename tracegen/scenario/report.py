@@ -269,20 +269,35 @@ def link_time(run):
 MAX_SPLIT_EVENTS = 50_000_000   # (rate changes x the item's (link, job) pairs) beyond which the split is approximate
 
 
+def _conn_csr(route: np.ndarray, q: int, n_conn: int):
+    """Per connection the link directions its q QP routes cross and the share on each (count/q):
+    Connections.link_csr of another route table (an epoch's)."""
+    rows = np.repeat(np.arange(len(route)) // q, route.shape[1])
+    links = route.reshape(-1)
+    ok = links >= 0
+    rows, links = rows[ok], links[ok].astype(np.int64)
+    width = int(links.max(initial=0)) + 1
+    uniq, counts = np.unique(rows * width + links, return_counts=True)
+    ptr = np.zeros(n_conn + 1, np.int64)
+    np.cumsum(np.bincount(uniq // width, minlength=n_conn), out=ptr[1:])
+    return ptr, uniq % width, counts / q
+
+
 def _exact_split(run, width: int):
     """Each (link direction, job)'s bytes per bin from the engine's own records: an item (a chunk,
     or per connection one op channel's edges - schedule_conn.group_items) sends at its recorded
     rate (Flows.item_rates) from each record until the next or its last byte (Flows.finish_ns),
     and puts rate x weight on each link it crosses, the weight being what the engine gives it:
     per NET row of the item, (row bytes / the item's largest row's bytes) x its connection's share
-    on the link (Connections.link_csr: 1/q per QP route). An item lies in one op, so in one job:
-    summed over jobs this is the engine's link load (Flows.link_load) exactly, up to float
-    rounding. (keys link x n_jobs + job, bytes [keys, bins]) or None (no records, or truncated,
-    or a fabric that changes during the run: its items move between routes, and the split falls
-    back to the proportional one of the engine's exact per-link bytes)."""
+    on the link (Connections.link_csr: 1/q per QP route). A fabric that changes during the run
+    (Fabric.epochs) moves the items at each epoch's instant onto that epoch's routes
+    (fabric.timeline.epoch_routes, as the engine moves them): each item's rate counts on the
+    links of the epoch it is in. An item lies in one op, so in one job: summed over jobs this is
+    the engine's link load (Flows.link_load) exactly, up to float rounding. (keys link x n_jobs +
+    job, bytes [keys, bins]) or None (no records, or truncated: the caller splits in proportion)."""
     f = run.flows
     rates = f.item_rates
-    if rates is None or rates.truncated or f.conns is None or getattr(run.fabric, "epochs", ()):
+    if rates is None or rates.truncated or f.conns is None:
         return None
     r = f.rows
     n = len(r)
@@ -295,28 +310,63 @@ def _exact_split(run, width: int):
     np.maximum.at(big, item, ebytes)                     # the item's bytes (group_items: its largest row)
     fin = np.zeros(n_items, np.int64)
     fin[item] = f.finish_ns
-    # (item, link, job) weights of the NET rows
-    c_ptr, c_link, c_w = f.conns.link_csr()
-    conn = f.row_conn[net]
-    lens = c_ptr[conn + 1] - c_ptr[conn]
-    pos = np.repeat(c_ptr[conn], lens) + np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
-    rows = np.repeat(net, lens)
+    # the routes of every epoch (epoch 0: the connections' own)
+    c, q = f.conns, f.conns.qps
+    epochs = getattr(run.fabric, "epochs", ())
+    csrs = [c.link_csr()]
+    if epochs:
+        from ..fabric.timeline import epoch_routes
+        tables = epoch_routes(run.fabric, np.repeat(c.src_nic, q), np.repeat(c.dst_nic, q), c.sport, c.plane,
+                              run.fabric.ip_version, dest_qpn=c.qpn_dst)
+        next(tables)
+        csrs += [_conn_csr(t, q, len(c)) for t in tables]
+    n_ep = len(csrs)
+    starts = np.array([0] + [int(e.at_ns) for e in epochs], np.int64)
     n_jobs = len(run.jobs)
-    key = c_link[pos].astype(np.int64) * n_jobs + run.op_job[r["op_id"][rows]]
-    w = c_w[pos] * ebytes[rows] / np.maximum(big[item[rows]], 1e-300)
-    pair, inv = np.unique(item[rows].astype(np.int64) * (int(key.max(initial=0)) + 1) + key, return_inverse=True)
-    pw = np.bincount(inv, weights=w, minlength=len(pair))
-    p_item, p_key = pair // (int(key.max(initial=0)) + 1), pair % (int(key.max(initial=0)) + 1)
-    # each item's rate changes: +v_k - v_(k-1) at its records, -v_last at its last byte
+    conn = f.row_conn[net]
+    vkeys, vweights = [], []                             # per epoch: (virtual item, key) pairs
+    for ep, (c_ptr, c_link, c_w) in enumerate(csrs):
+        lens = c_ptr[conn + 1] - c_ptr[conn]
+        pos = np.repeat(c_ptr[conn], lens) + np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)
+        rows = np.repeat(net, lens)
+        key = c_link[pos].astype(np.int64) * n_jobs + run.op_job[r["op_id"][rows]]
+        vkeys.append(((item[rows].astype(np.int64) * n_ep + ep), key))
+        vweights.append(c_w[pos] * ebytes[rows] / np.maximum(big[item[rows]], 1e-300))
+    v_item = np.concatenate([a for a, _ in vkeys])
+    v_key = np.concatenate([b for _, b in vkeys])
+    span = int(v_key.max(initial=0)) + 1
+    pair, inv = np.unique(v_item * span + v_key, return_inverse=True)
+    pw = np.bincount(inv, weights=np.concatenate(vweights), minlength=len(pair))
+    p_item, p_key = pair // span, pair % span
+    # each item's rate changes: +v_k - v_(k-1) at its records, -v_last at its last byte, each in
+    # the epoch of its instant; at an epoch's start, the rate then moves from the old epoch's links
     o = np.lexsort((rates.t, rates.item))
     it, t, v = rates.item[o].astype(np.int64), rates.t[o].astype(np.int64), rates.bytes_per_ns[o]
     first = np.r_[True, it[1:] != it[:-1]] if len(it) else np.zeros(0, bool)
     last = np.r_[it[1:] != it[:-1], True] if len(it) else np.zeros(0, bool)
     dv = v - np.where(first, 0.0, np.r_[0.0, v[:-1]])
-    ev_item = np.r_[it, it[last]]
-    ev_t = np.r_[t, np.maximum(fin[it[last]], t[last])]
-    ev_d = np.r_[dv, -v[last]]
-    # events x the item's pairs (p_item is sorted)
+    end = np.maximum(fin[it[last]], t[last])
+    ep_of = lambda x: np.searchsorted(starts, x, "right") - 1      # noqa: E731
+    ev = [(t, it * n_ep + ep_of(t), dv), (end, it[last] * n_ep + ep_of(end - 1), -v[last])]
+    if len(it):
+        t_first = np.full(n_items, np.iinfo(np.int64).max)
+        t_first[it[first]] = t[first]
+        fin_eff = np.zeros(n_items, np.int64)
+        fin_eff[it[last]] = end
+        rec_key = it * (int(max(t.max(), end.max())) + 2) + t
+        mul = int(max(t.max(), end.max())) + 2
+        for i in range(1, n_ep):
+            tb = starts[i]
+            items = np.unique(it)
+            live = items[(t_first[items] < tb) & (tb < fin_eff[items])]
+            k = np.searchsorted(rec_key, live * mul + tb, "left") - 1     # the last record before tb
+            vb = v[k]
+            ev.append((np.full(len(live), tb), live * n_ep + (i - 1), -vb))
+            ev.append((np.full(len(live), tb), live * n_ep + i, vb))
+    ev_t = np.concatenate([a for a, _, _ in ev]).astype(np.int64)
+    ev_item = np.concatenate([b for _, b, _ in ev]).astype(np.int64)
+    ev_d = np.concatenate([d for _, _, d in ev])
+    # events x the virtual item's pairs (p_item is sorted)
     lo, hi = np.searchsorted(p_item, ev_item, "left"), np.searchsorted(p_item, ev_item, "right")
     cnt = hi - lo
     total = int(cnt.sum())
