@@ -20,6 +20,9 @@ run. Helpers below do the repeated wiring. Model, and why:
   count) from topology.txt and, where several next hops tie, ECMP by a hash of (src IP, dst IP,
   UDP sport, dport) with the QP's own UDP port, so a QP keeps its path and two QPs may share a
   spine link, as in a real fabric.
+- Link events (manifest `link_events`, a scenario's events during the run): at their time a link
+  changes rate or goes down/up, and the QPs the scenario's routes move then are pinned anew
+  (_schedule_link_events).
 - NICs and replay: see roce_nic.h (QPs, send arbitration, DCQCN) and inputs.py (replay plan).
 """
 from __future__ import annotations
