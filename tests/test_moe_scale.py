@@ -1,0 +1,112 @@
+"""AllToAlls timed per sending rank (tracegen/timing/alltoall_agg.py, issue 27) against the pairwise
+connection-level form they replace beyond AGG_PAIRS rank pairs, and against a closed form.
+
+Judges: (1) on mid-size MoE jobs where both forms run - Mixtral (EP over 2 nodes, PXN proxies shared
+by the two EP groups of a TP pair) and a shrunk DeepSeek-V3 (ep=16 over 2 nodes) on rail-optimised,
+2:1 and 4:1 leaf-spine fabrics - every op's duration and the iteration within TOL of the pairwise
+form, and the bytes each NIC sends and receives and each fabric link direction carries identical
+(the pairwise rows summed by an independent bincount, not by the code under test); (2) a symmetric
+AllToAll alone on a non-blocking fabric takes the closed form (n - L) x block wire bytes / NIC rate
+within 1 %; (3) the work estimate admits deepseek-v3-2k per sender and counts its rows."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tracegen.config.load import load_job
+from tracegen.fabric.topology import build_fabric
+from tracegen.report.build import build_report
+from tracegen.tables import CollKind, LinkKind
+from tracegen.timing.schedule_conn import schedule_connections
+from tracegen.workload import build_commops
+
+TOL = 0.02          # per-op duration and iteration: aggregated vs pairwise
+
+JOBS = {
+    "mixtral rail": ("mixtral-8x7b", ["model.layers=4"]),
+    "mixtral 2:1": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-2to1"]),
+    "mixtral 4:1": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-4to1"]),
+    "deepseek ep16 rail": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
+                                          "parallelism.global_batch=32", "cluster.nodes=4"]),
+    "deepseek ep16 4:1": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
+                                         "parallelism.global_batch=32", "cluster.nodes=4",
+                                         "fabric=leaf-spine-4to1"]),
+}
+
+
+def _both(preset, sets):
+    job = load_job(preset=preset, sets=sets)
+    fab = build_fabric(job)
+    ops = build_commops(job)
+    pair = schedule_connections(ops, fab, job, aggregate=False)
+    agg = schedule_connections(ops, fab, job, aggregate=True)
+    return job, fab, ops, pair, agg
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_per_sender_alltoalls_match_the_pairwise_form(name):
+    job, fab, ops, pair, agg = _both(*JOBS[name])
+    a2a = ops.rows["kind"] == CollKind.ALLTOALL
+    assert a2a.sum() >= 8 and len(agg) < len(pair)          # the aggregated form is in use
+    # rows of the aggregated ops: one per (op, sender, NVLink/NET), no single receiver
+    r = agg.rows[a2a[agg.rows["op_id"]]]
+    assert (r["dst_rank"] == -1).all()
+    assert len(np.unique(r["op_id"].astype(np.int64) * 2 * fab.world + r["src_rank"] * 2 + r["link"])) == len(r)
+    d_pair = pair.op_end_ns - pair.op_start_ns
+    d_agg = agg.op_end_ns - agg.op_start_ns
+    assert np.all(np.abs(d_agg - d_pair) <= TOL * np.maximum(d_pair, 1) + 2), name
+    it_pair, it_agg = int(pair.op_end_ns.max()), int(agg.op_end_ns.max())
+    assert abs(it_agg - it_pair) <= TOL * it_pair
+    # bytes per NIC: the pairwise rows summed here; the aggregated form's report
+    pr = pair.rows[pair.rows["link"] == LinkKind.NET]
+    tx = np.bincount(pr["src_nic"], weights=pr["bytes"], minlength=fab.n_nics).astype(np.int64)
+    rx = np.bincount(pr["dst_nic"], weights=pr["bytes"], minlength=fab.n_nics).astype(np.int64)
+    rep = build_report(job, fab, agg)
+    assert (rep.nic_tx_bytes == tx).all() and (rep.nic_rx_bytes == rx).all()
+    # bytes per link direction: every pairwise NET row's wire bytes over its connection's QP routes
+    c = pair.conns
+    q = np.arange(len(c.qpn_src))
+    per_qp = np.bincount(pair.row_conn[pair.row_conn >= 0], weights=pair.row_net_wire[pair.row_conn >= 0],
+                         minlength=len(c))[q // c.qps] / c.qps
+    links = np.zeros(2 * len(fab.links))
+    for h in range(c.route.shape[1]):
+        on = c.route[:, h] >= 0
+        np.add.at(links, c.route[on, h], per_qp[on])
+    assert np.array_equal(rep.link_bytes, np.rint(links).astype(np.int64))
+
+
+@pytest.mark.parametrize("nodes,pxn", [(2, False), (4, False), (4, True)])
+def test_a_symmetric_alltoall_alone_takes_the_closed_form(nodes, pxn):
+    """n ranks on N nodes of L GPUs (one 400G NIC each), non-blocking rail-optimised fabric: every
+    NIC sends (n - L) blocks of S/n bytes; alone the op takes their wire bytes at the NIC rate,
+    plus a route's latency and the pipeline's first chunk (< 1 % at 256 MiB)."""
+    from tracegen.cli.collective import build_ops, collective_job
+    job = collective_job("dgx-h100", nodes, "auto", 0, "simple", "alone")
+    job = dataclasses.replace(job, nccl=dataclasses.replace(job.nccl, pxn=pxn))
+    fab = build_fabric(job)
+    size = 256 << 20
+    ops, _ = build_ops(CollKind.ALLTOALL, fab.world, [size], 2)
+    f = schedule_connections(ops, fab, job, aggregate=True)
+    assert (f.rows["dst_rank"] == -1).all()
+    n, L = fab.world, 8
+    blk = -(-size // 2 // n) * 2
+    pmtu, hdr = 4096, 14 + 4 + 20 + 8 + 12 + 4 + 4 + 20      # Eth+VLAN, IPv4, UDP, BTH, ICRC, FCS, preamble+IFG
+    wire = blk + -(-blk // pmtu) * hdr
+    closed = (n - L) * wire / (400 / 8)
+    got = int(f.op_end_ns[0] - f.op_start_ns[0])
+    assert abs(got - closed) <= 0.01 * closed, (got, closed)
+
+
+def test_the_estimate_admits_deepseek_v3_2k_per_sender():
+    from tracegen.timing import alltoall_agg
+    from tracegen.timing.work import DEFAULT_MAX_WORK, alltoall_pairs, estimate
+    job = load_job(preset="deepseek-v3-2k")
+    ops, pairs = alltoall_pairs(job)
+    assert pairs > alltoall_agg.AGG_PAIRS and ops == 87_840
+    w = estimate(job, DEFAULT_MAX_WORK, emit=False)
+    assert w.detail == "conn" and w.units <= DEFAULT_MAX_WORK
+    # every AllToAll counted as 2 rows per sender (NVLink, NET), not ep (ep - 1) pairs
+    assert w.conn_edges >= ops * 2 * job.parallelism.ep
+    assert w.conn_edges < pairs
