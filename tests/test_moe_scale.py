@@ -22,17 +22,23 @@ from tracegen.tables import CollKind, LinkKind
 from tracegen.timing.schedule_conn import schedule_connections
 from tracegen.workload import build_commops
 
-TOL = 0.02          # per-op duration and iteration: aggregated vs pairwise
+TOL = 0.02          # AllToAll durations and the iteration: aggregated vs pairwise
+OTHER_TOL = 0.15    # any op's duration
 
 JOBS = {
     "mixtral rail": ("mixtral-8x7b", ["model.layers=4"]),
-    "mixtral 2:1": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-2to1"]),
-    "mixtral 4:1": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-4to1"]),
+    "mixtral 2:1": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-2to1", "fabric.nodes_per_leaf=1"]),
+    "mixtral 4:1": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-4to1", "fabric.nodes_per_leaf=1"]),
+    "mixtral rail, a leaf per node": ("mixtral-8x7b", ["model.layers=4", "fabric.nodes_per_leaf=1"]),
     "deepseek ep16 rail": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
                                           "parallelism.global_batch=32", "cluster.nodes=4"]),
     "deepseek ep16 4:1": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
                                          "parallelism.global_batch=32", "cluster.nodes=4",
-                                         "fabric=leaf-spine-4to1"]),
+                                         "fabric=leaf-spine-4to1", "fabric.nodes_per_leaf=1"]),
+    "deepseek ep16 2:1, no PXN": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
+                                                 "parallelism.global_batch=32", "cluster.nodes=4",
+                                                 "fabric=leaf-spine-2to1", "fabric.nodes_per_leaf=1",
+                                                 "nccl.pxn=false"]),
 }
 
 
@@ -56,7 +62,11 @@ def test_per_sender_alltoalls_match_the_pairwise_form(name):
     assert len(np.unique(r["op_id"].astype(np.int64) * 2 * fab.world + r["src_rank"] * 2 + r["link"])) == len(r)
     d_pair = pair.op_end_ns - pair.op_start_ns
     d_agg = agg.op_end_ns - agg.op_start_ns
-    assert np.all(np.abs(d_agg - d_pair) <= TOL * np.maximum(d_pair, 1) + 2), name
+    off = np.abs(d_agg - d_pair) / np.maximum(d_pair, 1)
+    assert off[a2a].max() <= TOL, name
+    # an op sharing an oversubscribed link with an AllToAll sees it as per-sender items whose pairs
+    # move in step (pairwise: pairs on free routes finish early): PP sends on 4:1 up to 13 % off
+    assert off.max() <= OTHER_TOL, name
     it_pair, it_agg = int(pair.op_end_ns.max()), int(agg.op_end_ns.max())
     assert abs(it_agg - it_pair) <= TOL * it_pair
     # bytes per NIC: the pairwise rows summed here; the aggregated form's report
