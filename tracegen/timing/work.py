@@ -264,11 +264,14 @@ def _net_share(algo: str, n: int, N: int, L: int) -> float:
     return 1.0
 
 
-def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None = None) -> Work:
+def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None = None,
+             per_sender: bool = True) -> Work:
     """The work of `job`; with max_work > 0, refuses (ConfigError) as soon as it is exceeded.
     pcap: count the NCCL network messages the pcap estimate and writer expand (plan always does).
     emit: pcaps or an ns-3 scenario will be written (None: as the job's output says), which
-    decides the detail the pipeline times the job at (pipeline.pick_detail)."""
+    decides the detail the pipeline times the job at (pipeline.pick_detail).
+    per_sender=False: AllToAlls counted per pair even beyond alltoall_agg.AGG_PAIRS (a scenario
+    times them so)."""
     from .detail import needs_chunks, pick_detail
     if emit is None:
         emit = job.output.pcap or job.output.ns3
@@ -286,7 +289,7 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     # beyond alltoall_agg.AGG_PAIRS a connection-level schedule times AllToAlls per sending rank:
     # their pairs are then not what costs (only a chunk-level one - full detail, an ns-3
     # scenario - lists them all)
-    per_sender = agg_wanted(job) and job.detail != "full" and not needs_chunks(job, emit)
+    per_sender = per_sender and agg_wanted(job) and job.detail != "full" and not needs_chunks(job, emit)
     if max_work and not per_sender:
         _refuse_alltoall_pairs(job, max_work)
     ops = build_commops(job, fold=want_fold(job, emit))
