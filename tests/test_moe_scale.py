@@ -87,6 +87,46 @@ def test_per_sender_alltoalls_match_the_pairwise_form(name):
     assert np.array_equal(rep.link_bytes, np.rint(links).astype(np.int64))
 
 
+@pytest.mark.parametrize("name", ["mixtral 2:1", "deepseek ep16 2:1, no PXN"])
+def test_each_senders_links_carry_its_pairs_bytes(name):
+    """An aggregated item's links x weights x bytes = what the pairwise edges of its sender put on
+    each link direction: NVLink edges on the sender's tx and the receiver's rx port, network edges
+    over their connection's QP routes (1/qps each). Summed here from the pairwise edge table."""
+    from tracegen.timing import alltoall_agg
+    from tracegen.timing.connections import build_connections, communicator
+    from tracegen.timing.schedule_conn import edge_table
+    job = load_job(preset=JOBS[name][0], sets=JOBS[name][1])
+    fab, ops = build_fabric(job), build_commops(job)
+    op = int(alltoall_agg.agg_ops(ops)[0])
+    e = edge_table(ops, fab, job, which=[op])
+    net = e["link"] == LinkKind.NET
+    comm = communicator(ops.rows["dim"][e["op_id"]])
+    conns = build_connections(e["src_rank"][net], e["dst_rank"][net], comm[net], e["channel"][net], fab,
+                              job.nccl.qps_per_connection)
+    want = {}                                       # (sender, is NET, link dir) -> bytes
+    base = fab.n_link_dirs
+    for i in np.flatnonzero(~net):
+        s_, d_ = int(e["src_rank"][i]), int(e["dst_rank"][i])
+        for lk in (base + 2 * s_, base + 2 * d_ + 1):
+            want[s_, 0, lk] = want.get((s_, 0, lk), 0) + int(e["nvl_wire"][i])
+    rc = conns.lookup(e["src_rank"][net], e["dst_rank"][net], comm[net], e["channel"][net])
+    for i, c in zip(np.flatnonzero(net), rc):
+        for q in range(conns.qps):
+            for lk in conns.route[c * conns.qps + q]:
+                if lk >= 0:
+                    k = (int(e["src_rank"][i]), 1, int(lk))
+                    want[k] = want.get(k, 0) + e["net_wire"][i] / conns.qps
+    per_op = {k: np.zeros(len(ops), np.int64) for k in ("algo", "proto", "max_msg_bytes")}
+    agg = alltoall_agg.Aggregate(ops, [op], fab, job, per_op)
+    ptr, link, w, lat, big = agg.links(conns, job.output.pmtu, job.output.vlan, job.output.ip_version)
+    got = {}
+    for r in range(len(ptr) - 1):
+        for j in range(ptr[r], ptr[r + 1]):
+            got[int(agg.prow["src_rank"][r]), int(agg.prow["link"][r] == LinkKind.NET), int(link[j])] = w[j] * big[r]
+    assert got.keys() == want.keys()
+    assert all(abs(got[k] - want[k]) <= 1e-6 * want[k] for k in want)
+
+
 @pytest.mark.parametrize("nodes,pxn", [(2, False), (4, False), (4, True)])
 def test_a_symmetric_alltoall_alone_takes_the_closed_form(nodes, pxn):
     """n ranks on N nodes of L GPUs (one 400G NIC each), non-blocking rail-optimised fabric: every
