@@ -314,8 +314,8 @@ MUTATIONS = [
      'return et + self.expert_tp * (e + self.ep * k) + self.stage_ranks * p',
      'return et + self.expert_tp * (k + self.edp * e) + self.stage_ranks * p'),
     ('dp-group-without-cp', 'tracegen/workload/layout.py',
-     'for d in range(self.dp) for c in range(self.cp))',
-     'for d in range(self.dp) for c in range(1))'),
+     'for d in range(lay.dp) for c in range(lay.cp))',
+     'for d in range(lay.dp) for c in range(1))'),
     # --- tracegen/workload/params.py
     ('norms-without-beta', 'tracegen/workload/params.py',
      'return (4 if m.bias else 2) * m.hidden',
