@@ -30,6 +30,8 @@ JOBS = {
     "mixtral 2:1": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-2to1", "fabric.nodes_per_leaf=1"]),
     "mixtral 4:1": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-4to1", "fabric.nodes_per_leaf=1"]),
     "mixtral rail, a leaf per node": ("mixtral-8x7b", ["model.layers=4", "fabric.nodes_per_leaf=1"]),
+    "mixtral 2:1, 4 QPs": ("mixtral-8x7b", ["model.layers=4", "fabric=leaf-spine-2to1", "fabric.nodes_per_leaf=1",
+                                           "nccl.qps_per_connection=4"]),
     "deepseek ep16 rail": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
                                           "parallelism.global_batch=32", "cluster.nodes=4"]),
     "deepseek ep16 4:1": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
@@ -87,7 +89,7 @@ def test_per_sender_alltoalls_match_the_pairwise_form(name):
     assert np.array_equal(rep.link_bytes, np.rint(links).astype(np.int64))
 
 
-@pytest.mark.parametrize("name", ["mixtral 2:1", "deepseek ep16 2:1, no PXN"])
+@pytest.mark.parametrize("name", ["mixtral 2:1", "mixtral 2:1, 4 QPs", "deepseek ep16 2:1, no PXN"])
 def test_each_senders_links_carry_its_pairs_bytes(name):
     """An aggregated item's links x weights x bytes = what the pairwise edges of its sender put on
     each link direction: NVLink edges on the sender's tx and the receiver's rx port, network edges
