@@ -77,6 +77,7 @@ class Aggregate:
         op_pat, op_ids = [], []
         self.pairs = []                 # per pattern: its pair rows (columns), agg row of each
         self.rows = []                  # per pattern: its aggregated rows (columns)
+        self._templates = []
         for i, group, t, plan in op_templates(ops, fabric, nccl, which):
             for name, v in (("algo", int(plan.algo_id)), ("proto", int(plan.proto)),
                             ("max_msg_bytes", plan.max_msg_bytes)):
@@ -84,6 +85,7 @@ class Aggregate:
             key = (id(t), int(plan.proto), plan.max_msg_bytes, int(ops.rows["dim"][i]), group.tobytes())
             if key not in pat_of:
                 pat_of[key] = len(self.pairs)
+                self._templates.append(t)       # kept alive: an id in a key is never reused
                 self._pattern(t, plan, np.asarray(group, np.int64), int(communicator(ops.rows["dim"][i:i + 1])[0]),
                               out)
             op_pat.append(pat_of[key])
