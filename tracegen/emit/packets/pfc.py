@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .plan import Plan, Segs
+from .plan import Plan, Segs, wire_ns
 from .ports import running_max, serialize
 from .queue_marks import control_pcp
 
@@ -51,16 +51,22 @@ class Pauses:
     quanta: np.ndarray
     block_ns: np.ndarray    # the pause in ns at the NIC port's rate
     switch_port: np.ndarray  # the queue (link direction) that crossed Xoff: its switch sent it
+    wire_dir: np.ndarray     # the link direction the PAUSE travels (the switch's towards the paused port)
 
-    FIELDS = ("port", "nic", "t_ns", "quanta", "block_ns", "switch_port")
+    FIELDS = ("port", "nic", "t_ns", "quanta", "block_ns", "switch_port", "wire_dir")
 
     @staticmethod
     def none() -> "Pauses":
         z = np.zeros(0, np.int64)
-        return Pauses(z, z, z, z, z, z)
+        return Pauses(z, z, z, z, z, z, z)
 
     def take(self, sel) -> "Pauses":
         return Pauses(*(getattr(self, k)[sel] for k in self.FIELDS))
+
+    def at(self, t_ns) -> "Pauses":
+        """The same pauses reaching their NICs at t_ns."""
+        return Pauses(self.port, self.nic, np.asarray(t_ns, np.int64), self.quanta, self.block_ns, self.switch_port,
+                      self.wire_dir)
 
     def key(self) -> np.ndarray:
         return np.stack([self.port, self.t_ns, self.quanta]) if len(self.port) else np.zeros((3, 0), np.int64)
@@ -102,7 +108,7 @@ def pauses(p: Plan, f, network, m_port_tx: np.ndarray, k_port_tx: np.ndarray) ->
         block = -(-quanta * QUANTUM_BITS // nic_gbps)
         until[u] = t_nic + block
         for k, v in (("port", u), ("nic", int(src_nic[i])), ("t_ns", t_nic), ("quanta", quanta),
-                     ("block_ns", block), ("switch_port", int(f.port[i]))):
+                     ("block_ns", block), ("switch_port", int(f.port[i])), ("wire_dir", int(route0[i]) ^ 1)):
             out[k].append(v)
     res = Pauses(**{k: np.asarray(v, np.int64) for k, v in out.items()})
     return res.take(np.lexsort((res.t_ns, res.port)))
@@ -206,6 +212,23 @@ def _let_other_priorities_pass(pz: Pauses, start, k_port, k_nominal, k_wire, k_t
     return out
 
 
+def pause_slots(p: Plan, pz: Pauses, rx: Segs, k_rx: np.ndarray, m_port_rx, k_port_rx):
+    """The PAUSE frames' own slots on the leaf-to-NIC link: each goes on the wire at the first
+    frame boundary of what the leaf sends that NIC port at or after pz.t_ns (a MAC sends a
+    control frame next, ahead of the queued data - 802.1Qbb / 802.3 Annex 31B - but never cuts a
+    frame in flight), for 64 B + preamble + IFG at the NIC port's rate; the frames after it on
+    that link move later as far as they must. Returns (rx, k_rx, each pause's time at the NIC)."""
+    if not len(pz.port):
+        return rx, k_rx, pz.t_ns
+    K = len(k_rx)
+    w = int(wire_ns(PAUSE_FRAME_BYTES, p.line_gbps))
+    # the scheduled frames are already apart on the wire: as nominal times, serialize keeps
+    # them and only pushes what a PAUSE's slot overlaps
+    segs, t = serialize(p, Segs(rx.msg, rx.ka, rx.kb, rx.t), m_port_rx[rx.msg], np.r_[k_port_rx, pz.port],
+                        np.r_[k_rx, pz.t_ns], np.r_[p.k_wire_ns, np.full(len(pz.port), w, np.int64)])
+    return segs, t[:K], t[K:]
+
+
 def frame(src_mac: bytes, prio: int, quanta: int) -> bytes:
     """An 802.1Qbb PFC frame pausing priority prio for quanta (untagged: MAC control frames are
     not VLAN tagged), padded to the 60-byte minimum."""
@@ -216,18 +239,22 @@ def frame(src_mac: bytes, prio: int, quanta: int) -> bytes:
     return body + bytes(PAUSE_FRAME_BYTES - len(body))
 
 
-def records_for(p: Plan, fabric, nic: int, plane: int = -1) -> list[tuple[int, bytes]]:
-    """(time at the NIC, frame) of the PAUSE frames NIC `nic` receives (on NIC port plane
-    `plane`; -1: every plane) that the captures show (p.pfc_shown), in time order; each from the
-    router MAC of the NIC port's leaf."""
+def records_for(p: Plan, fabric, nic: int, plane: int = -1, iface: int = 0, as_sent: bool = False
+                ) -> list[tuple[int, bytes, int]]:
+    """(time at the NIC, frame, pcapng interface iface) of the PAUSE frames NIC `nic` receives
+    (on NIC port plane `plane`; -1: every plane) that the captures show (p.pfc_shown), in time
+    order; each from the router MAC of the NIC port's leaf. as_sent: at the time the leaf puts it
+    on the link (one link latency earlier: the classic merged capture's sender timestamps)."""
     pz = p.pfc
     if pz is None or not len(pz.port):
         return []
+    pz = pz.at(p.pfc_at if p.pfc_at is not None else pz.t_ns)      # their slots on the link
     P = fabric.planes
     keep = p.pfc_shown & (pz.nic == nic) & ((plane < 0) | (pz.port % P == plane))
     if p.sel.window_ns is not None:
         keep &= (pz.t_ns >= p.sel.window_ns[0]) & (pz.t_ns < p.sel.window_ns[1])
     sel = np.flatnonzero(keep)
     sel = sel[np.argsort(pz.t_ns[sel], kind="stable")]
-    return [(int(pz.t_ns[i]), frame(bytes(fabric.sw_mac[int(fabric.nic_port_leaf[nic, int(pz.port[i]) % P])]),
-                                    p.out.pcp, int(pz.quanta[i]))) for i in sel.tolist()]
+    t = pz.t_ns - (p.link_lat[pz.wire_dir >> 1] if as_sent else 0)
+    return [(int(t[i]), frame(bytes(fabric.sw_mac[int(fabric.nic_port_leaf[nic, int(pz.port[i]) % P])]),
+                              p.out.pcp, int(pz.quanta[i])), iface) for i in sel.tolist()]

@@ -101,6 +101,17 @@ def port_frames(p: Plan) -> PortFrames:
         ckey.append(kk * L + h.k_pos[kk])
         ct.append(h.k_t[kk])
         rows.append((False, h.k_port[kk], h.k_pos[kk], kk, None, None, h.k_t[kk]))
+    # the leaf's port to the receiving NIC (the route's last link): its egress queue drains at the
+    # receiving NIC port's serialisation (pacing.schedule's rx), a frame leaving it one link
+    # latency before the NIC's timestamp - the incast's congestion point (N senders -> 1 NIC)
+    seg, m, k, t = _expand(p, p.rx)
+    pos = (m_route[m] >= 0).sum(axis=1) - 1
+    d = m_route[m, pos]
+    rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))
+    kk = np.arange(K)
+    kpos = (p.k_route >= 0).sum(axis=1) - 1
+    kd = p.k_route[kk, kpos]
+    rows.append((False, kd, kpos, kk, None, None, p.k_rx_ns - lat(kd)))
     dkey, dt, ckey, ct = (np.concatenate(x) for x in (dkey, dt, ckey, ct))
     do, co = np.argsort(dkey, kind="stable"), np.argsort(ckey, kind="stable")
     dkey, dt, ckey, ct = dkey[do], dt[do], ckey[co], ct[co]
