@@ -1,29 +1,37 @@
 """PFC PAUSE frames from the switch egress queues (output.ecn_marking=queue with network.pfc).
 
-What is modelled: a switch-to-switch egress port whose frames come straight from NICs (route
-position 1: a leaf's uplink - the first switch port of their route) and whose queue of the
-data's priority (queue_marks.py) exceeds Xoff once a frame is enqueued pauses that frame's
-sending NIC port: the switch sends an 802.1Qbb PFC frame (MAC control, ethertype 0x8808,
-opcode 0x0101, class-enable vector with the data's priority, its time in quanta of 512 bit
-times at the NIC port's rate) that reaches the NIC one link latency later. The pause lasts until
-the queue, drained at the port's rate, would be down to Xon = Xoff - network.
-pfc_resume_offset_bytes (at most network.pfc_pause_quanta); while the queue stays above Xoff an
-arrival from a NIC whose pause has run out pauses it again (refresh); pauses run out by
-themselves (no XON frame). Xoff: network.pfc_xoff_bytes, 0: 1/8 of network.buffer_bytes.
+What is modelled: a switch egress port whose frame came straight from a NIC (route position 1:
+a leaf's uplink, or the leaf's port to another NIC of the same leaf - the incast's congestion
+point) and whose queue of the data's priority (queue_marks.py) exceeds Xoff once that frame is
+enqueued pauses the port the frame came in by, the sending NIC's: the switch sends an 802.1Qbb
+PFC frame (MAC control, ethertype 0x8808, opcode 0x0101, class-enable vector with the data's
+priority, its time in quanta of 512 bit times at the NIC port's rate). 802.1Qbb and switch
+MMUs count per ingress port and priority (HPCC's ns-3 SwitchMmu::CheckShouldPause(port, qIndex)
+takes the ingress port; GetPauseClasses the priorities to pause): here the egress queue the
+frame joins decides and the PAUSE goes to the port it came in by - the neighbour an ingress count
+would pause when that ingress feeds the congested egress. The pause lasts until the queue,
+drained at the port's rate, would be down to Xon = Xoff - network.pfc_resume_offset_bytes (at
+most network.pfc_pause_quanta); while the queue stays above Xoff an arrival from a NIC whose
+pause has run out pauses it again (refresh); pauses run out by themselves (no XON frame). Xoff:
+network.pfc_xoff_bytes, 0: 1/8 of network.buffer_bytes.
 
-The paused NIC port sends no frame of the paused priority from the PAUSE's arrival until it
-ends (serialize_paused: a pause is a silence of the port that goes in at the first packet
-boundary the trains really reach, so the NIC finishes the frame on the wire and then waits);
-frames of other priorities (CNPs at priority 6, nccl.fifo_tc's CTS/ACKs) that the silence held
-leave inside it, as 802.1Qbb pauses only the class-enable vector's priorities. The pauses are
-chosen on the schedule they shape (pacing.queue_marks_and_cnps: recomputed from the queues of
-the schedule the last pauses shaped, until they stay the same - 4 rounds on the 4:1 test job;
-with output.dcqcn they may not settle: summary.json queue_marks says); the captures show those
-the written schedule's queues call for during which their NIC starts no frame of the paused
-priority (pacing._pauses_shown; all 374 on the test job).
-Not modelled: pauses towards a switch (ports deeper in the route, whose upstream is another
-switch's egress port), the leaf's ports towards receiving NICs, and the PAUSE frame's own slot on
-the leaf-to-NIC link (it is not serialised with the frames the leaf sends the NIC).
+The PAUSE frame has its own slot on the leaf-to-NIC link (pause_slots): the leaf sends it at the
+first frame boundary of that link at or after the frame's arrival (a MAC control frame goes
+ahead of queued data, never cutting a frame in flight) for 64 B + preamble + IFG, the frames
+after it move later; it reaches the NIC one link latency after it started. The paused NIC port
+sends no frame of the paused priority from the PAUSE's arrival until it ends (serialize_paused:
+a pause is a silence of the port that goes in at the first packet boundary the trains really
+reach, so the NIC finishes the frame on the wire and then waits); frames of other priorities
+(CNPs at priority 6, nccl.fifo_tc's CTS/ACKs) that the silence held leave inside it, as 802.1Qbb
+pauses only the class-enable vector's priorities. The pauses are chosen on the schedule they
+shape (pacing.queue_marks_and_cnps: recomputed from the queues of the schedule the last pauses
+shaped, until they stay the same; with output.dcqcn they may not settle: summary.json
+queue_marks says); the captures show those the written schedule's queues call for during which
+their NIC starts no frame of the paused priority (pacing._pauses_shown).
+Not modelled: pauses towards a switch (a frame that came from another switch's egress port: a
+spine's port to the leaf, a leaf's uplink to the spine). Tried: as silences of those switch ports
+in hops.py, the pauses recomputed per round never settled on the 15:1 incast (each round's
+PAUSE times and quanta moved with the last round's) - see the README.
 """
 from __future__ import annotations
 
