@@ -70,14 +70,15 @@ class Row(list):
 
 
 def replay(out: Path, leaf: str = "leaf0", lat: int = 0):
-    """Every frame leaving an egress port of `leaf` (its uplinks and its ports to NICs) as a Row,
-    with the queue of its port and priority it found on arrival; and the leaf's MAC."""
+    """Every frame leaving an egress port of switch `leaf` (a leaf's uplinks and ports to NICs, a
+    spine's ports to the leaves) as a Row, with the queue of its port and priority it found on
+    arrival; and the switch's MAC (the one every port file of its view shares)."""
     pcap = out / "pcap"
     nic_files = sorted(f for f in pcap.glob(f"{leaf}-*") if "-node" in f.name)
     sw_files = sorted(f for f in pcap.glob(f"{leaf}-*") if f not in nic_files)
-    macs = [{h[0] for _, _, h in frames(f) if h} for f in nic_files]
-    leaf_mac = set.intersection(*macs)
-    assert len(leaf_mac) == 1, "the leaf's router MAC is the one MAC every NIC port file shares"
+    macs = [{h[0] for _, _, h in frames(f) if h} for f in (nic_files or sw_files)]   # a leaf: its NIC files
+    leaf_mac = set.intersection(*(m for m in macs if m))
+    assert len(leaf_mac) == 1, "the switch's router MAC is the one MAC every port file shares"
     leaf_mac = leaf_mac.pop()
     up = defaultdict(list)            # key -> (time it started upstream, upstream file, CE), in file order
     leaving = []                      # (egress file, t leaving, bytes, header)

@@ -205,3 +205,20 @@ def test_merged_views_hold_the_pauses(runs, tmp_path):
         # pcapng: each PAUSE judged in its slot on its NIC's interface; classic: the leaf's
         # PAUSEs to several NICs share its MAC, their link is not named - left out of [overlap]
         assert stats["pfc"] == n and stats["pfc_unattributed"] == (0 if fmt == "pcapng" else n), stats
+
+
+def test_spine_ports_towards_the_leaf_mark_by_their_queue(tmp_path):
+    """The same incast in spine0's switch view: spine0's port towards leaf0 (where two leaves'
+    uplinks meet) marks by its own replayed queue (no CE set there at or below Kmin, every data
+    packet above Kmax CE) - a switch-to-switch egress port like the leaf's uplinks."""
+    kmin = 20_000
+    out = _run(tmp_path / "spine", kmin, "switch: spine0")
+    rows, _ = replay(out, leaf="spine0", lat=LAT)
+    data = [r for r in rows if r[R.FILE] == "spine0-leaf0" and r[R.DATA]]
+    here = [r for r in data if r[R.CE] and not r[R.CE_UP]]
+    assert len(data) > 500 and len(here) > 10, (len(data), len(here))
+    assert max(r[R.QUEUE] for r in data) > kmin
+    assert not [r for r in here if r[R.QUEUE] <= kmin]
+    assert not [r for r in data if r[R.QUEUE] > KMAX and not r[R.CE]]
+    print(f"\nspine0 -> leaf0: {len(data)} data frames, {len(here)} CE set there, "
+          f"max queue {max(r[R.QUEUE] for r in data)} B")

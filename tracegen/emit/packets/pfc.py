@@ -31,7 +31,8 @@ their NIC starts no frame of the paused priority (pacing._pauses_shown).
 Not modelled: pauses towards a switch (a frame that came from another switch's egress port: a
 spine's port to the leaf, a leaf's uplink to the spine). Tried: as silences of those switch ports
 in hops.py, the pauses recomputed per round never settled on the 15:1 incast (each round's
-PAUSE times and quanta moved with the last round's) - see the README.
+PAUSE times and quanta moved with the last round's; grown instead of replaced they settle, but
+few of the silences are pauses the final queues call for) - see the README.
 """
 from __future__ import annotations
 
