@@ -5,6 +5,8 @@
   * merged (`output.merge`): pcapng: the selected NICs' captures in one file, one interface each
     (a frame between two selected NICs twice: sent and received, told apart by interface id);
     classic pcap: every frame of the selected NICs once, as sent (replays put it on the wire once);
+    PFC PAUSE frames the NICs receive (pfc.py) on the NIC's interface at its time, in classic pcap
+    as the leaf sends them;
   * switch ports (`output.switch`, e.g. leaf3, spine0): one file per port of that switch, every
     packet whose route (emit/packets/routes.py) crosses the port's link;
   * lab (`output.lab`): one file per tester port, what its host transmits (lab.py).
