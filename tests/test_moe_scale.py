@@ -37,6 +37,10 @@ JOBS = {
     "deepseek ep16 4:1": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
                                          "parallelism.global_batch=32", "cluster.nodes=4",
                                          "fabric=leaf-spine-4to1", "fabric.nodes_per_leaf=1"]),
+    # ep 64 over 8 nodes as deepseek-v3-2k's EP groups, 2 nodes a leaf, 4:1: uplinks bind (4x slower)
+    "deepseek-v3-2k ep64 4:1": ("deepseek-v3-2k", ["parallelism.pp=1", "parallelism.dp=64", "cluster.nodes=8",
+                                                   "model.layers=5", "parallelism.global_batch=128",
+                                                   "fabric=leaf-spine-4to1", "fabric.nodes_per_leaf=2"]),
     "deepseek ep16 2:1, no PXN": ("deepseek-v3", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=16",
                                                  "parallelism.global_batch=32", "cluster.nodes=4",
                                                  "fabric=leaf-spine-2to1", "fabric.nodes_per_leaf=1",
