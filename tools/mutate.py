@@ -314,8 +314,8 @@ MUTATIONS = [
      'return et + self.expert_tp * (e + self.ep * k) + self.stage_ranks * p',
      'return et + self.expert_tp * (k + self.edp * e) + self.stage_ranks * p'),
     ('dp-group-without-cp', 'tracegen/workload/layout.py',
-     'for d in range(self.dp) for c in range(self.cp))',
-     'for d in range(self.dp) for c in range(1))'),
+     'for d in range(lay.dp) for c in range(lay.cp))',
+     'for d in range(lay.dp) for c in range(1))'),
     # --- tracegen/workload/params.py
     ('norms-without-beta', 'tracegen/workload/params.py',
      'return (4 if m.bias else 2) * m.hidden',
@@ -441,8 +441,8 @@ MUTATIONS = [
      '"rank_nic": np.asarray(fab.rank_gpu).tolist(),'),
     # --- tracegen/report/build.py
     ('report-rx-from-src-nic', 'tracegen/report/build.py',  # *
-     'rx = np.bincount(r["dst_nic"][net]',
-     'rx = np.bincount(r["src_nic"][net]'),
+     'rx = np.bincount(r["dst_nic"][one]',
+     'rx = np.bincount(r["src_nic"][one]'),
     ('link-load-not-split-over-qps', 'tracegen/report/build.py',
      'weights=conn_bytes[owner] * w, minlength=n_dirs)',
      'weights=conn_bytes[owner], minlength=n_dirs)'),
@@ -531,6 +531,25 @@ MUTATIONS = [
     ('conn-channel-edges-unscaled', 'tracegen/timing/schedule_conn.py',
      'scale = np.where(big[item] > 0, nbytes / np.maximum(big[item], 1e-300), 1.0)',
      'scale = np.ones(len(nbytes))'),
+    # --- tracegen/timing/alltoall_agg.py (AllToAlls per sending rank) and its users
+    ('agg-item-bytes-summed', 'tracegen/timing/alltoall_agg.py',
+     'np.maximum.at(big, p["agg"], nb)',
+     'np.add.at(big, p["agg"], nb)'),
+    ('agg-nvlink-rx-ports-unloaded', 'tracegen/timing/alltoall_agg.py',
+     'wb = np.r_[c_w[take] * nb[own_net], nb[vi], nb[vi]]',
+     'wb = np.r_[c_w[take] * nb[own_net], nb[vi], 0 * nb[vi]]'),
+    ('agg-item-bytes-are-the-rows', 'tracegen/timing/schedule_conn.py',
+     '        ebytes[is_agg] = a_big[prow[is_agg]]',
+     '        pass'),
+    ('agg-rx-not-kept', 'tracegen/report/build.py',
+     '        rx += flows.agg_rx_nic_bytes',
+     '        pass'),
+    ('agg-link-bytes-not-kept', 'tracegen/report/build.py',
+     '        loads = loads + flows.agg_link_wire',
+     '        pass'),
+    ('work-a2a-per-sender-as-pairs', 'tracegen/timing/work.py',
+     'per_op = 2 * n              # per sender',
+     'per_op = t              # per sender'),
     # --- tracegen/timing/work.py (the work estimate)
     ('work-ring-allreduce-one-pass', 'tracegen/timing/work.py',
      'rows = _pieces(elems, ch * n, chunk) * 2 * (n - 1)',
@@ -904,6 +923,25 @@ MUTATIONS = [
     ('placed-class-lost', 'tracegen/emit/views/placed.py',
      'nic_sharing=flows.nic_sharing, op_tc=flows.op_tc)',
      'nic_sharing=flows.nic_sharing, op_tc=None)'),
+    # --- output.ecn_marking=queue at the leaf's port to the receiving NIC (issue 24)
+    ('queue-nic-port-not-queued', 'tracegen/emit/packets/queue_marks.py',
+     '    rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))\n',
+     '    pass\n'),
+    ('queue-nic-port-leaves-at-nic-time', 'tracegen/emit/packets/queue_marks.py',
+     'rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))',
+     'rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t))'),
+    ('pfc-pause-no-slot', 'tracegen/emit/packets/pacing.py',
+     'rx, k_rx, placed = pfc.pause_slots(p, p.pfc, rx, k_rx, m_port_rx, k_port_rx)',
+     'placed = p.pfc.t_ns'),
+    ('pfc-pause-slot-cuts-frame', 'tracegen/emit/packets/pfc.py',
+     'np.r_[k_rx, pz.t_ns], np.r_[p.k_wire_ns, np.full(len(pz.port), w, np.int64)])',
+     'np.r_[k_rx, pz.t_ns], np.r_[p.k_wire_ns, np.full(len(pz.port), 0, np.int64)])'),
+    ('pfc-merged-pause-at-nic-time', 'tracegen/emit/packets/pfc.py',
+     't = pz.t_ns - (p.link_lat[pz.wire_dir >> 1] if as_sent else 0)',
+     't = pz.t_ns - 0'),
+    ('counters-nic-port-marks-dropped', 'tracegen/emit/views/counters.py',
+     'if len(p.ce_g) and p.ce_pos is not None:',
+     'if len(p.ce_g) and p.ce_pos is not None and is_a is not None:'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -915,6 +953,9 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 # run (--related-only) runs them too.
 COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py"]
 ALSO_RELATED = {
+    "tracegen/emit/packets/queue_marks.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
+    "tracegen/emit/packets/pfc.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
+    "tracegen/emit/views/counters.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
     "tracegen/scenario/spec.py": ["tests/test_scenario.py", "tests/test_bad_commands.py",
                                   "tests/test_scenario_timed_events.py"],
     "tracegen/scenario/patterns.py": ["tests/test_scenario.py"],
@@ -937,6 +978,7 @@ ALSO_RELATED = {
     "tracegen/emit/packets/rate_curve.py": ["tests/test_pacing_trajectory.py", "tests/test_pcap.py"],
     "tracegen/emit/views/files.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],
     "tracegen/timing/fluid.py": ["tests/test_judge_fluid.py"],
+    "tracegen/timing/alltoall_agg.py": ["tests/test_moe_scale.py"],
     "tracegen/timing/fluid_engine.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py",
                                         "tests/test_scenario_timed_events.py"],
     "tracegen/timing/fluid_solve.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],

@@ -79,6 +79,8 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             if scheduler:                       # before any work (emit/views/distributed.py)
                 from ..emit.views.distributed import check_scheduler
                 check_scheduler(scheduler)
+            from ..timing.alltoall_agg import check_generate
+            check_generate(job)
             target = choose_target(out_dir, job, job_file, force)
             with stages(quiet) as stage:
                 stage("work estimate: the job's collectives")
@@ -149,6 +151,13 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
                     stage("pcap files")
                     texts["pcaps"] = write_pcaps(flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
                                                  network=hw.network)
+                if hw.output.switch:     # the counters that switch should show, as a job's switch view writes them
+                    from ..config import table_formats
+                    from ..emit.tables.counters import write_counters
+                    from ..emit.views.counters import COLUMNS
+                    from ..emit.views.pcap import port_counters
+                    rows = port_counters(flows, done.fabric, hw.output, nccl=hw.nccl, network=hw.network)
+                    write_counters(COLUMNS, rows, tmp, table_formats(hw.output), sc.name)
             if hw.output.pictures:        # from the files just written, as `report DIR` draws them
                 from ..emit.pictures.scenario_plots import scenario_pictures
                 with stages(quiet) as stage:
