@@ -244,3 +244,17 @@ def test_link_bytes_follow_the_flows_that_moved(tmp_path, base):
     s1 = sum(v for k, v in got.items() if "spine1" in k)
     s0_ = sum(v for k, v in got.items() if "spine0" in k)
     assert 0 < s1 < 0.8 * s0_
+
+
+def test_pcaps_of_a_flapping_scenario_pass_the_wire_checks(tmp_path):
+    from wire_check import Stats, check_wire, tags
+    (tmp_path / "j.yaml").write_text(JOB % {"spines": 4, "qps": 4, "detail": "full"})
+    (tmp_path / "s.yaml").write_text(ALTERNATE + "events: [{type: flap, switch: spine1, at_ns: 200000, "
+                                     "down_ns: 100000, up_ns: 50000, count: 2}]\n")
+    res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", "s.yaml", "--no-ns3", "-q",
+                          "-o", "out"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    st = Stats()
+    bad = check_wire(str(tmp_path / "out" / "pcap"), port_rate_gbps=400, stats=st)
+    assert st["files"] == 8 and st["roce"] > 0
+    assert not bad, dict(tags(bad))

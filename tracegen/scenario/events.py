@@ -1,12 +1,17 @@
-"""Events on the fabric and the GPUs, from t=0: what the schedule sees of them.
+"""Events on the fabric and the GPUs: what the schedule sees of them.
 
-down      a switch-to-switch link, or a spine/core switch (every link of it), is gone from the
-          start: routing never uses it (fabric.routing.Router over the remaining graph), and ECMP
+Fabric events hold over [at_ns, until_ns) (spec.py; a flap is its down intervals). All from t=0
+to the end: the fabric is built without the links down (apply_fabric_events, as ever). Any of
+them timed: every link is kept and the run is cut into epochs (timed_fabric; fabric/timeline.py),
+the engine changes capacities and moves flows at their instants (timing/epochs.py).
+
+down      a switch-to-switch link, or a spine/core switch (every link of it), is gone while the
+          event holds: routing does not use it (fabric.routing.Router over the remaining graph), and ECMP
           spreads over the members left (`ecmp_on_failure`, below). A leaf cannot go down (its
           hosts would be cut off): take its uplinks down instead.
 degrade   a link runs at `gbps` (a bad optic: 400 -> 100 Gb/s) in both directions; routes stay (a
           slow member stays in the ECMP group - switches do not weigh members by rate).
-straggler a GPU computes `factor` times slower: the compute before every op its TP group takes part
+straggler a GPU computes `factor` times slower (from t=0): the compute before every op its TP group takes part
           in (a TP group computes in lockstep, and a collective waits for its slowest member:
           workload/streams.py gives a shared op the largest of its members' gaps) is x factor.
 
@@ -18,6 +23,8 @@ ecmp_on_failure (what a switch does with the flows of an ECMP group that lost a 
   resilient  flows whose path avoided the failed member keep it; only the failed member's flows
              are hashed again over the survivors - resilient hashing of the ASICs' ECMP member
              tables (NVIDIA Cumulus Linux "Resilient Hashing", Arista EOS "Resilient ECMP").
+  When a member comes back: rehash hashes every flow over the whole group again (flows move
+  back); resilient leaves the flows that moved where they are (fabric/timeline.epoch_routes).
 """
 from __future__ import annotations
 
