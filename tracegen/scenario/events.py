@@ -100,6 +100,7 @@ def apply_fabric_events(fabric, events, ecmp_on_failure: str = "rehash"):
 
 
 MAX_STATES = 256      # distinct sets of links down over a run: each routes every QP once more
+INF_NS = np.iinfo(np.int64).max
 
 
 def _event_links(fabric, e) -> np.ndarray:
@@ -131,15 +132,17 @@ def timed_fabric(fabric, events, ecmp_on_failure: str = "rehash"):
     n_fixed = fabric.planes * fabric.n_nics          # NIC ports come first in fabric.links
     cuts = sorted({0} | {e.at_ns for e in events} | {e.until_ns for e in events if e.until_ns is not None})
     states: list = []                                 # (at_ns, down, gbps) where something changes
+    at = np.array([e.at_ns for e in events], np.int64)
+    until = np.array([INF_NS if e.until_ns is None else e.until_ns for e in events], np.int64)
     for t in cuts:
         down = np.zeros(len(nominal), bool)
         gbps = nominal.copy()
-        for e, links in hit:
-            if e.at_ns <= t and (e.until_ns is None or t < e.until_ns):
-                if e.type == "down":
-                    down[links] = True
-                else:
-                    gbps[links] = np.minimum(gbps[links], e.gbps)
+        for k in np.flatnonzero((at <= t) & (t < until)).tolist():     # the events holding at t
+            e, links = hit[k]
+            if e.type == "down":
+                down[links] = True
+            else:
+                gbps[links] = np.minimum(gbps[links], e.gbps)
         assert not down[:n_fixed].any()
         if not states or not (np.array_equal(down, states[-1][1]) and np.array_equal(gbps, states[-1][2])):
             states.append((t, down, gbps))
