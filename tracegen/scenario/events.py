@@ -120,7 +120,7 @@ def timed_fabric(fabric, events, ecmp_on_failure: str = "rehash"):
     itself, the later epochs in Fabric.epochs (fabric/timeline.py). An epoch starts at every
     instant where the links down or the rates change: a link is down while any of its down
     events holds ([at_ns, until_ns)); a degraded link runs at the lowest rate of its degrade
-    events holding (never above its own). Routes per epoch: the remaining graph's ECMP, rehash or
+    events holding. Routes per epoch: the remaining graph's ECMP, rehash or
     resilient as at t=0 (module doc). Rehash is a function of the links down alone (modulo-N over
     the members up): a link coming back moves flows back onto it (every flow hashed again over the
     full group). Resilient remembers: a flow keeps its route while that crosses no link down, so
@@ -136,21 +136,23 @@ def timed_fabric(fabric, events, ecmp_on_failure: str = "rehash"):
     until = np.array([INF_NS if e.until_ns is None else e.until_ns for e in events], np.int64)
     for t in cuts:
         down = np.zeros(len(nominal), bool)
-        gbps = nominal.copy()
+        deg = np.full(len(nominal), INF_NS, np.int64)
         for k in np.flatnonzero((at <= t) & (t < until)).tolist():     # the events holding at t
             e, links = hit[k]
             if e.type == "down":
                 down[links] = True
             else:
-                gbps[links] = np.minimum(gbps[links], e.gbps)
+                deg[links] = np.minimum(deg[links], e.gbps)
+        gbps = np.where(deg < INF_NS, deg, nominal)     # the event's rate, as at t=0 (apply_fabric_events)
         assert not down[:n_fixed].any()
-        if not states or not (np.array_equal(down, states[-1][1]) and np.array_equal(gbps, states[-1][2])):
-            states.append((t, down, gbps))
+        seen_as = np.where(down, 0, gbps)              # a rate hidden under a down is no change
+        if not states or not (np.array_equal(down, states[-1][1]) and np.array_equal(seen_as, states[-1][3])):
+            states.append((t, down, gbps, seen_as))
     full = dataclasses.replace(fabric, links=fabric.links.copy())
     full_router = full.router
     routers: dict[bytes, tuple] = {}
     epochs = []
-    for t, down, gbps in states:
+    for t, down, gbps, _ in states:
         key = down.tobytes()
         if key not in routers:
             if len(routers) >= MAX_STATES:
@@ -164,7 +166,7 @@ def timed_fabric(fabric, events, ecmp_on_failure: str = "rehash"):
         state, router = routers[key]
         epochs.append(Epoch(int(t), np.where(down, 0, gbps).astype(np.int64), router, state,
                             sticky=ecmp_on_failure == "resilient"))
-    t0, down0, gbps0 = states[0]
+    t0, down0, gbps0, _ = states[0]
     links = fabric.links.copy()
     links["gbps"] = np.where(down0, nominal, gbps0)   # a link down from t=0 keeps its rate: no route crosses it
     new = dataclasses.replace(fabric, links=links)
