@@ -391,6 +391,13 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
                                                     ops.rows["kind"][rows["op_id"]], row_q, ebytes, links, len(cap),
                                                     row_lens=row_lens)
+    epochs = None
+    if shared_fabric and fabric.epochs:     # events during the run: routes and capacities per epoch
+        from .epochs import epoch_tables
+        from .schedule import nvlink_ports
+        share = np.where(it_bytes[item] > 0, ebytes / np.maximum(it_bytes[item], 1e-300), 1.0)   # as group_items
+        epochs = epoch_tables(fabric, conns, row_conn, item, share, nvlink_ports(fabric, rows["src_rank"], rows["dst_rank"]),
+                              len(it_op), len(cap), cap)
     links = row_lens = csr = None           # the connections' link CSR: only the items' links from here
     # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
     # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it
@@ -410,7 +417,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         cap, jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue,
         record_links=fabric.n_link_dirs if shared_fabric else 0,
         record_items=np.bincount(item[net], minlength=len(it_op)) > 0
-        if (job.output.pcap if rates is None else rates) else None)
+        if (job.output.pcap if rates is None else rates) else None, epochs=epochs)
     load, item_rates = (load + [None, None])[:2]
     progress.report(len(it_op), len(it_op))          # the engine tells every PROGRESS_EVERY items
     # the flow table, column by column: each edge column dropped once copied (64k GPUs: ~1 GB each way)
