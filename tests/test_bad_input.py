@@ -325,7 +325,7 @@ def test_alltoall_pairs_are_the_built_tables(preset, sets):
     """The closed form the early refusal uses, judged by the CommOp table the workload builds."""
     import numpy as np
     from tracegen.tables import CollKind
-    from tracegen.timing.work import alltoall_pairs
+    from tracegen.timing.alltoall_agg import alltoall_pairs
     from tracegen.workload import build_commops
     job = load_job(preset=preset, sets=sets)
     ops = build_commops(job)

@@ -161,7 +161,8 @@ def test_the_estimate_counts_per_sender_rows(monkeypatch):
     closed-form pair count is beyond the real threshold (so `plan` times it per sender)."""
     from tracegen.timing import alltoall_agg
     from tracegen.timing.schedule_conn import edge_table
-    from tracegen.timing.work import alltoall_pairs, estimate
+    from tracegen.timing.alltoall_agg import alltoall_pairs
+    from tracegen.timing.work import estimate
     ops2k, pairs2k = alltoall_pairs(load_job(preset="deepseek-v3-2k"))
     assert (ops2k, pairs2k) == (87_840, 354_170_880) and pairs2k > alltoall_agg.AGG_PAIRS
     job = load_job(preset="deepseek-v3", sets=["model.layers=4", "detail=conn"])

@@ -244,3 +244,39 @@ def test_link_bytes_follow_the_flows_that_moved(tmp_path, base):
     s1 = sum(v for k, v in got.items() if "spine1" in k)
     s0_ = sum(v for k, v in got.items() if "spine0" in k)
     assert 0 < s1 < 0.8 * s0_
+
+
+def test_pcaps_of_a_flapping_scenario_pass_the_wire_checks(tmp_path):
+    from wire_check import Stats, check_wire, tags
+    (tmp_path / "j.yaml").write_text(JOB % {"spines": 4, "qps": 4, "detail": "full"})
+    (tmp_path / "s.yaml").write_text(ALTERNATE + "events: [{type: flap, switch: spine1, at_ns: 200000, "
+                                     "down_ns: 100000, up_ns: 50000, count: 2}]\n")
+    res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", "s.yaml", "--no-ns3", "-q",
+                          "-o", "out"], cwd=tmp_path, env=ENV, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    st = Stats()
+    bad = check_wire(str(tmp_path / "out" / "pcap"), port_rate_gbps=400, stats=st)
+    assert st["files"] == 8 and st["roce"] > 0
+    assert not bad, dict(tags(bad))
+
+
+def test_the_epochs_of_overlapping_events(tmp_path):
+    from tracegen.scenario.run import prepare
+    (tmp_path / "j.yaml").write_text(JOB % {"spines": 4, "qps": 1, "detail": "full"})
+    (tmp_path / "s.yaml").write_text(ALTERNATE + "events: [{type: down, link: leaf0-spine1, at_ns: 100, until_ns: 200}, "
+                                     "{type: degrade, link: leaf0-spine1, gbps: 100, at_ns: 150, until_ns: 300}, "
+                                     "{type: degrade, link: leaf0-spine1, gbps: 200, at_ns: 120, until_ns: 400}, "
+                                     "{type: down, switch: spine3, at_ns: 0, until_ns: 50}]\n")
+    _, f = prepare(load_scenario(tmp_path / "s.yaml"))
+    ln = _link_dirs(SimpleRun(f), "leaf0", "spine1")[0] // 2
+    # a link is down while a down event holds; else at the lowest rate of the degrades holding
+    assert [(e.at_ns, int(e.gbps[ln])) for e in f.epochs] == [(50, 400), (100, 0), (200, 100), (300, 200), (400, 400)]
+    node = f.node_id(f.switch_id("spine3"))
+    on3 = (f.links["a"] == node) | (f.links["b"] == node)
+    assert (f.links["gbps"][on3] == 400).all()          # down at t=0: no route crosses it, its rate kept
+    assert all((e.gbps[on3] == 400).all() for e in f.epochs)   # up again from 50 ns
+
+
+class SimpleRun:
+    def __init__(self, fabric):
+        self.fabric = fabric

@@ -52,19 +52,24 @@ class MappedRouter:
 
 
 def epoch_routes(fabric, src_nic, dst_nic, sport, plane, ip_version: int = 4, dest_qpn=None):
-    """(A generator: one epoch's table at a time.) The routes of the given flows in every epoch (epoch 0 - the fabric's router - first), each
-    [n, width] link-direction ids, -1 padded. Rehash: each epoch's router alone (modulo-N over the
-    members up: a function of the links down). Resilient (Epoch.sticky): a flow keeps its route of
-    the epoch before while that crosses no link down now, else the epoch's router hashes it over
-    the members up - when a link comes back, flows that left it stay where they are: a resilient
-    group hands a returning member only buckets that have been idle for idle_timer (Linux
-    nexthop-group-resilient, ip-nexthop(8): default 120 s; unbalanced_timer 0: never forced),
-    far longer than the gaps of a training step, so busy flows are not moved back."""
+    """(A generator: one epoch's table at a time.) The routes of the given flows in every epoch
+    (epoch 0 - the fabric's router - first), each [n, width] link-direction ids, -1 padded. Rehash:
+    each epoch's router alone (modulo-N over the members up: a function of the links down).
+    Resilient (Epoch.sticky): a flow keeps its route of the epoch before while that crosses no link
+    down now, else the epoch's router hashes it over the members up - when a link comes back, flows
+    that left it stay where they are: a resilient group hands a returning member only buckets that
+    have been idle for idle_timer (Linux nexthop-group-resilient, ip-nexthop(8): default 120 s;
+    unbalanced_timer 0: never forced), far longer than the gaps of a training step, so busy flows
+    are not moved back."""
     src, dst = np.asarray(src_nic, np.int64), np.asarray(dst_nic, np.int64)
     last = fabric.router.routes(src, dst, sport, plane, ip_version, dest_qpn=dest_qpn)
     yield last
+    recent: dict = {}               # the last two states' tables: a flap alternates two (routed once each)
     for e in fabric.epochs:
-        new = e.router.routes(src, dst, sport, plane, ip_version, dest_qpn=dest_qpn)
+        new = recent.get(e.state)
+        if new is None:
+            new = e.router.routes(src, dst, sport, plane, ip_version, dest_qpn=dest_qpn)
+            recent = {**dict(list(recent.items())[-1:]), e.state: new}
         if e.sticky:
             prev = last
             w = max(prev.shape[1], new.shape[1])

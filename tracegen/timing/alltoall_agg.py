@@ -29,16 +29,31 @@ from ..collectives import op_templates
 from ..collectives.edges import pxn_split_columns, template_edges
 from ..tables import CollKind, CommOps, LinkKind
 
-# Beyond this many AllToAll rank pairs in a job (work.alltoall_pairs), a connection-level schedule
+# Beyond this many AllToAll rank pairs in a job (alltoall_pairs below), a connection-level schedule
 # times AllToAlls per sending rank (~380 B of memory per pair row: 20 M pairs ~7.6 GB).
 AGG_PAIRS = 20_000_000
 
 _SUM_COLS = ("transfers", "messages", "packets", "payload", "nvl_wire", "net_wire")
 
 
+def alltoall_pairs(job) -> tuple[int, int]:
+    """(EP AllToAll ops, their rank pairs) of the job, exact (workload/iteration.py's _routed):
+    per EP group of each stage (tp·cp·dp / ep of them), micro-batch and MoE layer, dispatch and
+    combine each way, again in a full recompute's forward. Every pair moves a block of its own,
+    so each is at least one transfer and one connection-level row, whatever the detail."""
+    m, par = job.model, job.parallelism
+    if not (m.experts and par.ep > 1):
+        return 0, 0
+    from ..workload.compute import moe_rows
+    if moe_rows(job) * m.hidden < par.ep:            # blocks of fewer elements than ranks: some empty
+        return 0, 0
+    n_dir = 3 if par.recompute == "full" else 2
+    ops = (par.tp * par.cp * par.dp // par.ep) * par.microbatches * m.moe_layers * 2 * n_dir * job.iterations
+    return ops, ops * par.ep * (par.ep - 1)
+
+
 def wanted(job) -> bool:
     """Does a connection-level schedule of `job` time its AllToAlls per sending rank?"""
-    from .work import alltoall_pairs
     return alltoall_pairs(job)[1] > AGG_PAIRS
 
 
@@ -46,7 +61,6 @@ def check_generate(job) -> None:
     """generate writes per-pair rows (flow tables, pcaps, ns-3): refuse a job whose AllToAlls would
     be timed per sender - before any work, in one line naming what to shrink."""
     from ..errors import ConfigError
-    from .work import alltoall_pairs
     if job.detail == "full" or not wanted(job):
         return              # chunk level: the work estimate refuses the pairs if they are too many
     ops, pairs = alltoall_pairs(job)

@@ -29,6 +29,11 @@ active once its op is released and every item it depends on (same op) has arrive
 integer ns (an item finishes at the first whole ns its bytes are through); remaining bytes are
 float64 between events.
 
+A fabric that changes during the run (scenario events at t > 0; timing/epochs.py): at each
+epoch's instant the links' capacities change and the items whose route differs in the new epoch
+leave their links for the new route's with the bytes they have left; the components of every
+link touched are re-solved, as for a start or an end. Without epochs nothing of this runs.
+
 Records, on request only: every link's load over time (LinkLoad: the report's utilisation) and
 the rate of chosen items over time (ItemRates: the pcap writer paces a flow's packets along its
 cumulative sent-bytes curve, progress_times inverts it); fluid_records.py.

@@ -395,8 +395,9 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     if shared_fabric and fabric.epochs:     # events during the run: routes and capacities per epoch
         from .epochs import epoch_tables
         from .schedule import nvlink_ports
-        epochs = epoch_tables(fabric, conns, row_conn, item, np.where(it_bytes[item] > 0, ebytes / np.maximum(it_bytes[item], 1e-300), 1.0),
-                              nvlink_ports(fabric, rows["src_rank"], rows["dst_rank"]), len(it_op), len(cap), cap)
+        share = np.where(it_bytes[item] > 0, ebytes / np.maximum(it_bytes[item], 1e-300), 1.0)   # as group_items
+        epochs = epoch_tables(fabric, conns, row_conn, item, share, nvlink_ports(fabric, rows["src_rank"], rows["dst_rank"]),
+                              len(it_op), len(cap), cap)
     links = row_lens = csr = None           # the connections' link CSR: only the items' links from here
     # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
     # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it

@@ -365,25 +365,10 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     return w
 
 
-def alltoall_pairs(job: Job) -> tuple[int, int]:
-    """(EP AllToAll ops, their rank pairs) of the job, exact (workload/iteration.py's _routed):
-    per EP group of each stage (tp·cp·dp / ep of them), micro-batch and MoE layer, dispatch and
-    combine each way, again in a full recompute's forward. Every pair moves a block of its own,
-    so each is at least one transfer and one connection-level row, whatever the detail."""
-    m, par = job.model, job.parallelism
-    if not (m.experts and par.ep > 1):
-        return 0, 0
-    from ..workload.compute import moe_rows
-    if moe_rows(job) * m.hidden < par.ep:            # blocks of fewer elements than ranks: some empty
-        return 0, 0
-    n_dir = 3 if par.recompute == "full" else 2
-    ops = (par.tp * par.cp * par.dp // par.ep) * par.microbatches * m.moe_layers * 2 * n_dir * job.iterations
-    return ops, ops * par.ep * (par.ep - 1)
-
-
 def _refuse_alltoall_pairs(job: Job, max_work: int) -> None:
     """Before the CommOps are built (minutes for a big MoE job): refuse a job whose AllToAll pairs
     alone exceed the budget, naming what to shrink."""
+    from .alltoall_agg import alltoall_pairs
     ops, pairs = alltoall_pairs(job)
     if pairs <= max_work:
         return
