@@ -823,6 +823,12 @@ MUTATIONS = [
     ('placed-drops-received-rows', 'tracegen/emit/views/placed.py',
      'touch = net & (mask[np.maximum(r["src_nic"], 0)] | mask[np.maximum(r["dst_nic"], 0)])',
      'touch = net & mask[np.maximum(r["src_nic"], 0)]'),
+    ('placed-block-drops-its-last-op', 'tracegen/emit/views/placed.py',
+     '(todo[:, 0] <= block[-1][0])]',
+     '(todo[:, 0] < block[-1][0])]'),
+    ('placed-block-skips-an-op', 'tracegen/emit/views/placed.py',
+     '            hi += 1\n        block = listed[lo:hi]',
+     '            hi += 1\n        block = listed[lo:hi]\n        hi += 1'),
     # --- tracegen/timing/detail.py
     ('detail-auto-limit-exclusive', 'tracegen/timing/detail.py',
      'transfers <= FULL_DETAIL_MAX_TRANSFERS else "conn"',
