@@ -829,6 +829,10 @@ MUTATIONS = [
     ('placed-block-skips-an-op', 'tracegen/emit/views/placed.py',
      '            hi += 1\n        block = listed[lo:hi]',
      '            hi += 1\n        block = listed[lo:hi]\n        hi += 1'),
+    # --- tracegen/timing/order.py
+    ('order-counts-at-own-key', 'tracegen/timing/order.py',
+     'start[keys[i] + 1] += 1',
+     'start[keys[i]] += 1'),
     # --- tracegen/timing/detail.py
     ('detail-auto-limit-exclusive', 'tracegen/timing/detail.py',
      'transfers <= FULL_DETAIL_MAX_TRANSFERS else "conn"',

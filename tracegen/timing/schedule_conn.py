@@ -29,6 +29,7 @@ from ..collectives.edges import pxn_split_columns, template_edges
 from ..collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
 from ..config import Job
 from .connections import build_connections, communicator
+from .order import stable_order
 from .schedule import nic_only_links
 from ..tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged
 from ..fabric.topology import Fabric
@@ -112,7 +113,7 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None, per_op: dict 
     progress.report(80, 100)
     # one gather per column, unfolded and sorted by op at once (a folded 32k-GPU job's table is
     # ~10 M rows: gathering the replicas' rows, concatenating, then sorting cost three copies)
-    order = np.argsort(out["op_id"][sel], kind="stable")
+    order = stable_order(out["op_id"][sel])        # counting: O(rows), as argsort(kind="stable")
     sel = sel[order]
     shift = None
     if rep_of is not None:
