@@ -19,7 +19,12 @@ Rules (each violation line starts with its tag):
                Transmitter = (pcapng interface, source MAC, destination MAC): every frame on a
                link carries the MACs of the two ends, so that pair names one direction of one
                link (a NIC's plane ports go to different leaves); a lab tester port (one
-               transmitter whatever the peer) = (interface, source MAC).
+               transmitter whatever the peer) = (interface, source MAC). A PFC frame (to
+               01:80:C2:00:00:01) belongs to the transmitter of its source MAC's other frames
+               in the interface when they go to one peer: the PAUSE's own slot on that link
+               (else its link is unknown and it is left out of this rule: stats
+               "pfc_unattributed", e.g. a classic merged capture's PAUSEs from one leaf to
+               several NICs).
   [pfc]        an Ethernet MAC control frame (0x8808, untagged) is an 802.1Qbb PFC frame: opcode
                0x0101, destination 01:80:C2:00:00:01, a class-enable vector with only classes
                whose time is set, 60 B; counted (stats "pfc"), never a RoCE frame nor in QP checks.
@@ -351,8 +356,23 @@ def check_capture(path, port_rate_gbps=None, complete: bool = True, per_source: 
             break
     rate = _rate_fn(port_rate_gbps, ifaces, name, bad)
     tx = defaultdict(list)
+    pfc_mac = bytes.fromhex("0180c2000001")
+    peers = defaultdict(set)                       # (iface, src) -> the MACs it sends to
     for f in frames:
-        tx[(f.iface, f.src) if per_source else (f.iface, f.src, f.dst)].append(f)
+        if f.dst != pfc_mac:
+            peers[f.iface, f.src].add(f.dst)
+    for f in frames:
+        dst = f.dst
+        if dst == pfc_mac and not per_source:
+            # a PFC frame is on the wire of its sender's link direction: it takes its slot there
+            # (64 B + preamble + IFG), the other frames that sender puts on that link go before or
+            # after it. Its multicast destination does not name the link: when the sender sends to
+            # several peers (or none) in this interface, its link is unknown - not spacing-checked.
+            if len(peers[f.iface, f.src]) != 1:
+                stats["pfc_unattributed"] += 1
+                continue
+            dst = next(iter(peers[f.iface, f.src]))
+        tx[(f.iface, f.src) if per_source else (f.iface, f.src, dst)].append(f)
     stats["transmitters"] += len(tx)
     gbps_of = {}                                   # frame number -> its transmitter's rate
     for key, seq in tx.items():

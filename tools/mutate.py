@@ -879,6 +879,25 @@ MUTATIONS = [
     ('scenario-link-time-unscaled', 'tracegen/scenario/report.py',
      'acc = shares * total[lk]',
      'acc = acc + 0 * shares'),
+    # --- output.ecn_marking=queue at the leaf's port to the receiving NIC (issue 24)
+    ('queue-nic-port-not-queued', 'tracegen/emit/packets/queue_marks.py',
+     '    rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))\n',
+     '    pass\n'),
+    ('queue-nic-port-leaves-at-nic-time', 'tracegen/emit/packets/queue_marks.py',
+     'rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))',
+     'rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t))'),
+    ('pfc-pause-no-slot', 'tracegen/emit/packets/pacing.py',
+     'rx, k_rx, placed = pfc.pause_slots(p, p.pfc, rx, k_rx, m_port_rx, k_port_rx)',
+     'placed = p.pfc.t_ns'),
+    ('pfc-pause-slot-cuts-frame', 'tracegen/emit/packets/pfc.py',
+     'np.r_[k_rx, pz.t_ns], np.r_[p.k_wire_ns, np.full(len(pz.port), w, np.int64)])',
+     'np.r_[k_rx, pz.t_ns], np.r_[p.k_wire_ns, np.full(len(pz.port), 0, np.int64)])'),
+    ('pfc-merged-pause-at-nic-time', 'tracegen/emit/packets/pfc.py',
+     't = pz.t_ns - (p.link_lat[pz.wire_dir >> 1] if as_sent else 0)',
+     't = pz.t_ns - 0'),
+    ('counters-nic-port-marks-dropped', 'tracegen/emit/views/counters.py',
+     'if len(p.ce_g) and p.ce_pos is not None:',
+     'if len(p.ce_g) and p.ce_pos is not None and is_a is not None:'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -890,6 +909,9 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 # run (--related-only) runs them too.
 COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py"]
 ALSO_RELATED = {
+    "tracegen/emit/packets/queue_marks.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
+    "tracegen/emit/packets/pfc.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
+    "tracegen/emit/views/counters.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
     "tracegen/scenario/spec.py": ["tests/test_scenario.py", "tests/test_bad_commands.py"],
     "tracegen/scenario/patterns.py": ["tests/test_scenario.py"],
     "tracegen/scenario/report.py": ["tests/test_scenario.py"],

@@ -143,6 +143,13 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
                     stage("pcap files")
                     texts["pcaps"] = write_pcaps(done.flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
                                                  network=hw.network)
+                if hw.output.switch:     # the counters that switch should show, as a job's switch view writes them
+                    from ..config import table_formats
+                    from ..emit.tables.counters import write_counters
+                    from ..emit.views.counters import COLUMNS
+                    from ..emit.views.pcap import port_counters
+                    rows = port_counters(done.flows, done.fabric, hw.output, nccl=hw.nccl, network=hw.network)
+                    write_counters(COLUMNS, rows, tmp, table_formats(hw.output), sc.name)
             if hw.output.pictures:
                 from ..emit.pictures.scenario_plots import draw_scenario
                 with stages(quiet) as stage:

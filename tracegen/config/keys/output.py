@@ -35,8 +35,9 @@ class OutputKeys:
     pkey: int = key(0xFFFF, "16-bit BTH P_Key", 1, 0xFFFF, count=False)
     # congestion artefacts (emit/packets/congestion.py): CE marks and the CNPs receivers send back
     ecn_marking: str = key("fraction", "where CE marks come from: fraction (ecn_mark_fraction, seeded) or queue "
-                                       "(RED on each switch-to-switch egress queue: network.kmin_bytes, kmax_bytes, "
-                                       "pmax; with network.pfc PFC pauses above Xoff; emit/packets/queue_marks.py)",
+                                       "(RED on each switch egress queue - switch-to-switch and a leaf's ports to "
+                                       "NICs: network.kmin_bytes, kmax_bytes, pmax; with network.pfc PFC pauses "
+                                       "to the NICs above Xoff; emit/packets/queue_marks.py)",
                            choices=("fraction", "queue"))
     ecn_mark_fraction: float = key(0.0, "a fraction of data packets", 0.0, 1.0)
     ecn_pattern: str = key("random", "where CE marks go: random (seeded by ecn_seed) or periodic",

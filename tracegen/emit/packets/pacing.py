@@ -106,8 +106,9 @@ def _pauses_shown(p: Plan, wanted) -> None:
     if p.pfc is None:
         return
     m_port_tx, _, k_port_tx, _ = ports(p)
-    first = pfc.next_start(p, p.pfc, p.tx, p.k_tx_ns, m_port_tx, k_port_tx, pfc.stopped(p))
-    p.pfc_shown = pfc.agree(p.pfc, wanted) & (first >= p.pfc.t_ns + p.pfc.block_ns)
+    at = p.pfc_at if p.pfc_at is not None else p.pfc.t_ns          # in its slot on the link
+    first = pfc.next_start(p, p.pfc.at(at), p.tx, p.k_tx_ns, m_port_tx, k_port_tx, pfc.stopped(p))
+    p.pfc_shown = pfc.agree(p.pfc, wanted) & (first >= at + p.pfc.block_ns)
 
 
 def cnp_estimate(p: Plan) -> np.ndarray:
@@ -325,6 +326,10 @@ def schedule(p: Plan) -> None:
     # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
     # flow's following messages with it) and reschedule. Nominal times only grow.
     m_port_tx, m_port_rx, k_port_tx, k_port_rx = ports(p)
+    paused = p.pfc is not None and len(p.pfc.port) > 0
+    p.pfc_at = None
+    pause_at = p.pfc.t_ns if paused else None      # where each PAUSE reaches its NIC: its slot (pfc.pause_slots)
+    moved = False
     for fix in range(FIX_ROUNDS):
         progress.report(fix, FIX_ROUNDS)         # the CLI's bar: rounds, at most FIX_ROUNDS
         m_nominal = qp_in_order(p, m_nominal)
@@ -335,13 +340,18 @@ def schedule(p: Plan) -> None:
                                                + p.m_flight_ns[cm] + p.wire.span(p.m_npk[cm], cm, cj, cj + 1))
         k_nominal = control_in_order(p, k_nominal)
         bursts = paced_trains(p, m_nominal)
-        if p.pfc is not None and len(p.pfc.port):    # PFC: the paused priority is silent (pfc.py)
-            tx, k_tx, _ = pfc.serialize_paused(p, p.pfc, bursts, m_port_tx, k_port_tx, k_nominal, p.k_wire_ns)
+        if paused:    # PFC: the paused priority is silent from the PAUSE's arrival (pfc.py)
+            tx, k_tx, _ = pfc.serialize_paused(p, p.pfc.at(pause_at), bursts, m_port_tx, k_port_tx, k_nominal,
+                                               p.k_wire_ns)
         else:
             tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
         seg_arrive, k_arrive, hop_list = hops.through(p, tx, k_tx)       # the switch links on the way
         rx, k_rx = serialize(p, Segs(tx.msg, tx.ka, tx.kb, seg_arrive), m_port_rx[tx.msg], k_port_rx, k_arrive,
                              p.k_wire_ns)
+        if paused:    # the PAUSE frames take their slots on the leaf-to-NIC links
+            rx, k_rx, placed = pfc.pause_slots(p, p.pfc, rx, k_rx, m_port_rx, k_port_rx)
+            moved = not np.array_equal(placed, pause_at)
+            p.pfc_at, pause_at = placed, placed
         ack_ready = np.r_[k_rx[n_ack:], arrival(p, rx, acked_m, acked_j)] + acked_wire
         data_ready = np.zeros(M, np.int64)       # messages without a CTS (later parts) wait for none
         data_ready[p.cts_msg] = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
@@ -354,7 +364,7 @@ def schedule(p: Plan) -> None:
             np.maximum.at(nccl_end, p.m_nccl, m_end)
             cts_ready = np.where(cts_wait >= 0, nccl_end[np.maximum(cts_wait, 0)], 0)
         late_cts = k_nominal[n_ack:] < cts_ready
-        if not (late_ack.any() or late_data.any() or late_cts.any()):
+        if not (late_ack.any() or late_data.any() or late_cts.any() or moved):
             break
         k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
         if windowed and (late_cts.any() or late_data.any()):     # the window, with measured spans

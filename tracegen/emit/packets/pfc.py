@@ -1,29 +1,38 @@
 """PFC PAUSE frames from the switch egress queues (output.ecn_marking=queue with network.pfc).
 
-What is modelled: a switch-to-switch egress port whose frames come straight from NICs (route
-position 1: a leaf's uplink - the first switch port of their route) and whose queue of the
-data's priority (queue_marks.py) exceeds Xoff once a frame is enqueued pauses that frame's
-sending NIC port: the switch sends an 802.1Qbb PFC frame (MAC control, ethertype 0x8808,
-opcode 0x0101, class-enable vector with the data's priority, its time in quanta of 512 bit
-times at the NIC port's rate) that reaches the NIC one link latency later. The pause lasts until
-the queue, drained at the port's rate, would be down to Xon = Xoff - network.
-pfc_resume_offset_bytes (at most network.pfc_pause_quanta); while the queue stays above Xoff an
-arrival from a NIC whose pause has run out pauses it again (refresh); pauses run out by
-themselves (no XON frame). Xoff: network.pfc_xoff_bytes, 0: 1/8 of network.buffer_bytes.
+What is modelled: a switch egress port whose frame came straight from a NIC (route position 1:
+a leaf's uplink, or the leaf's port to another NIC of the same leaf - the incast's congestion
+point) and whose queue of the data's priority (queue_marks.py) exceeds Xoff once that frame is
+enqueued pauses the port the frame came in by, the sending NIC's: the switch sends an 802.1Qbb
+PFC frame (MAC control, ethertype 0x8808, opcode 0x0101, class-enable vector with the data's
+priority, its time in quanta of 512 bit times at the NIC port's rate). 802.1Qbb and switch
+MMUs count per ingress port and priority (HPCC's ns-3 SwitchMmu::CheckShouldPause(port, qIndex)
+takes the ingress port; GetPauseClasses the priorities to pause): here the egress queue the
+frame joins decides and the PAUSE goes to the port it came in by - the neighbour an ingress count
+would pause when that ingress feeds the congested egress. The pause lasts until the queue,
+drained at the port's rate, would be down to Xon = Xoff - network.pfc_resume_offset_bytes (at
+most network.pfc_pause_quanta); while the queue stays above Xoff an arrival from a NIC whose
+pause has run out pauses it again (refresh); pauses run out by themselves (no XON frame). Xoff:
+network.pfc_xoff_bytes, 0: 1/8 of network.buffer_bytes.
 
-The paused NIC port sends no frame of the paused priority from the PAUSE's arrival until it
-ends (serialize_paused: a pause is a silence of the port that goes in at the first packet
-boundary the trains really reach, so the NIC finishes the frame on the wire and then waits);
-frames of other priorities (CNPs at priority 6, nccl.fifo_tc's CTS/ACKs) that the silence held
-leave inside it, as 802.1Qbb pauses only the class-enable vector's priorities. The pauses are
-chosen on the schedule they shape (pacing.queue_marks_and_cnps: recomputed from the queues of
-the schedule the last pauses shaped, until they stay the same - 4 rounds on the 4:1 test job;
-with output.dcqcn they may not settle: summary.json queue_marks says); the captures show those
-the written schedule's queues call for during which their NIC starts no frame of the paused
-priority (pacing._pauses_shown; all 374 on the test job).
-Not modelled: pauses towards a switch (ports deeper in the route, whose upstream is another
-switch's egress port), the leaf's ports towards receiving NICs, and the PAUSE frame's own slot on
-the leaf-to-NIC link (it is not serialised with the frames the leaf sends the NIC).
+The PAUSE frame has its own slot on the leaf-to-NIC link (pause_slots): the leaf sends it at the
+first frame boundary of that link at or after the frame's arrival (a MAC control frame goes
+ahead of queued data, never cutting a frame in flight) for 64 B + preamble + IFG, the frames
+after it move later; it reaches the NIC one link latency after it started. The paused NIC port
+sends no frame of the paused priority from the PAUSE's arrival until it ends (serialize_paused:
+a pause is a silence of the port that goes in at the first packet boundary the trains really
+reach, so the NIC finishes the frame on the wire and then waits); frames of other priorities
+(CNPs at priority 6, nccl.fifo_tc's CTS/ACKs) that the silence held leave inside it, as 802.1Qbb
+pauses only the class-enable vector's priorities. The pauses are chosen on the schedule they
+shape (pacing.queue_marks_and_cnps: recomputed from the queues of the schedule the last pauses
+shaped, until they stay the same; with output.dcqcn they may not settle: summary.json
+queue_marks says); the captures show those the written schedule's queues call for during which
+their NIC starts no frame of the paused priority (pacing._pauses_shown).
+Not modelled: pauses towards a switch (a frame that came from another switch's egress port: a
+spine's port to the leaf, a leaf's uplink to the spine). Tried: as silences of those switch ports
+in hops.py, the pauses recomputed per round never settled on the 15:1 incast (each round's
+PAUSE times and quanta moved with the last round's; grown instead of replaced they settle, but
+few of the silences are pauses the final queues call for) - see the README.
 """
 from __future__ import annotations
 
@@ -31,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .plan import Plan, Segs
+from .plan import Plan, Segs, wire_ns
 from .ports import running_max, serialize
 from .queue_marks import control_pcp
 
@@ -51,16 +60,22 @@ class Pauses:
     quanta: np.ndarray
     block_ns: np.ndarray    # the pause in ns at the NIC port's rate
     switch_port: np.ndarray  # the queue (link direction) that crossed Xoff: its switch sent it
+    wire_dir: np.ndarray     # the link direction the PAUSE travels (the switch's towards the paused port)
 
-    FIELDS = ("port", "nic", "t_ns", "quanta", "block_ns", "switch_port")
+    FIELDS = ("port", "nic", "t_ns", "quanta", "block_ns", "switch_port", "wire_dir")
 
     @staticmethod
     def none() -> "Pauses":
         z = np.zeros(0, np.int64)
-        return Pauses(z, z, z, z, z, z)
+        return Pauses(z, z, z, z, z, z, z)
 
     def take(self, sel) -> "Pauses":
         return Pauses(*(getattr(self, k)[sel] for k in self.FIELDS))
+
+    def at(self, t_ns) -> "Pauses":
+        """The same pauses reaching their NICs at t_ns."""
+        return Pauses(self.port, self.nic, np.asarray(t_ns, np.int64), self.quanta, self.block_ns, self.switch_port,
+                      self.wire_dir)
 
     def key(self) -> np.ndarray:
         return np.stack([self.port, self.t_ns, self.quanta]) if len(self.port) else np.zeros((3, 0), np.int64)
@@ -102,7 +117,7 @@ def pauses(p: Plan, f, network, m_port_tx: np.ndarray, k_port_tx: np.ndarray) ->
         block = -(-quanta * QUANTUM_BITS // nic_gbps)
         until[u] = t_nic + block
         for k, v in (("port", u), ("nic", int(src_nic[i])), ("t_ns", t_nic), ("quanta", quanta),
-                     ("block_ns", block), ("switch_port", int(f.port[i]))):
+                     ("block_ns", block), ("switch_port", int(f.port[i])), ("wire_dir", int(route0[i]) ^ 1)):
             out[k].append(v)
     res = Pauses(**{k: np.asarray(v, np.int64) for k, v in out.items()})
     return res.take(np.lexsort((res.t_ns, res.port)))
@@ -206,6 +221,23 @@ def _let_other_priorities_pass(pz: Pauses, start, k_port, k_nominal, k_wire, k_t
     return out
 
 
+def pause_slots(p: Plan, pz: Pauses, rx: Segs, k_rx: np.ndarray, m_port_rx, k_port_rx):
+    """The PAUSE frames' own slots on the leaf-to-NIC link: each goes on the wire at the first
+    frame boundary of what the leaf sends that NIC port at or after pz.t_ns (a MAC sends a
+    control frame next, ahead of the queued data - 802.1Qbb / 802.3 Annex 31B - but never cuts a
+    frame in flight), for 64 B + preamble + IFG at the NIC port's rate; the frames after it on
+    that link move later as far as they must. Returns (rx, k_rx, each pause's time at the NIC)."""
+    if not len(pz.port):
+        return rx, k_rx, pz.t_ns
+    K = len(k_rx)
+    w = int(wire_ns(PAUSE_FRAME_BYTES, p.line_gbps))
+    # the scheduled frames are already apart on the wire: as nominal times, serialize keeps
+    # them and only pushes what a PAUSE's slot overlaps
+    segs, t = serialize(p, Segs(rx.msg, rx.ka, rx.kb, rx.t), m_port_rx[rx.msg], np.r_[k_port_rx, pz.port],
+                        np.r_[k_rx, pz.t_ns], np.r_[p.k_wire_ns, np.full(len(pz.port), w, np.int64)])
+    return segs, t[:K], t[K:]
+
+
 def frame(src_mac: bytes, prio: int, quanta: int) -> bytes:
     """An 802.1Qbb PFC frame pausing priority prio for quanta (untagged: MAC control frames are
     not VLAN tagged), padded to the 60-byte minimum."""
@@ -216,18 +248,22 @@ def frame(src_mac: bytes, prio: int, quanta: int) -> bytes:
     return body + bytes(PAUSE_FRAME_BYTES - len(body))
 
 
-def records_for(p: Plan, fabric, nic: int, plane: int = -1) -> list[tuple[int, bytes]]:
-    """(time at the NIC, frame) of the PAUSE frames NIC `nic` receives (on NIC port plane
-    `plane`; -1: every plane) that the captures show (p.pfc_shown), in time order; each from the
-    router MAC of the NIC port's leaf."""
+def records_for(p: Plan, fabric, nic: int, plane: int = -1, iface: int = 0, as_sent: bool = False
+                ) -> list[tuple[int, bytes, int]]:
+    """(time at the NIC, frame, pcapng interface iface) of the PAUSE frames NIC `nic` receives
+    (on NIC port plane `plane`; -1: every plane) that the captures show (p.pfc_shown), in time
+    order; each from the router MAC of the NIC port's leaf. as_sent: at the time the leaf puts it
+    on the link (one link latency earlier: the classic merged capture's sender timestamps)."""
     pz = p.pfc
     if pz is None or not len(pz.port):
         return []
+    pz = pz.at(p.pfc_at if p.pfc_at is not None else pz.t_ns)      # their slots on the link
     P = fabric.planes
     keep = p.pfc_shown & (pz.nic == nic) & ((plane < 0) | (pz.port % P == plane))
     if p.sel.window_ns is not None:
         keep &= (pz.t_ns >= p.sel.window_ns[0]) & (pz.t_ns < p.sel.window_ns[1])
     sel = np.flatnonzero(keep)
     sel = sel[np.argsort(pz.t_ns[sel], kind="stable")]
-    return [(int(pz.t_ns[i]), frame(bytes(fabric.sw_mac[int(fabric.nic_port_leaf[nic, int(pz.port[i]) % P])]),
-                                    p.out.pcp, int(pz.quanta[i]))) for i in sel.tolist()]
+    t = pz.t_ns - (p.link_lat[pz.wire_dir >> 1] if as_sent else 0)
+    return [(int(t[i]), frame(bytes(fabric.sw_mac[int(fabric.nic_port_leaf[nic, int(pz.port[i]) % P])]),
+                              p.out.pcp, int(pz.quanta[i])), iface) for i in sel.tolist()]

@@ -223,6 +223,7 @@ class Plan:
                                            # at (>= 1; pacing.pace), None: no DCQCN reaction
     ce_pos: np.ndarray | None = None  # output.ecn_marking=queue: per mark, the route position that set CE
     pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.Pauses (the NICs paused)
+    pfc_at: np.ndarray | None = None       # per pause: its time at the NIC, in its slot on the link (pfc.pause_slots)
     pfc_shown: np.ndarray | None = None    # per pause: written in the captures (pacing._pauses_shown)
     queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (pacing.queue_marks_and_cnps)
     queue_stable: bool = True

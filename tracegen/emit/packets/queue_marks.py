@@ -1,9 +1,11 @@
 """CE marks from the switch egress queues (output.ecn_marking=queue), beside congestion.py's
 seeded fraction.
 
-Every direction of a switch-to-switch link is an egress port of the schedule (hops.py): a frame
-reaches it one link latency after it started on the link before (cut-through) and leaves when
-the port sends it. Per port and priority, the queue a frame sees on arrival is the bytes of the
+Every direction of a switch-to-switch link is an egress port of the schedule (hops.py), and so
+is the leaf's port to each receiving NIC (its queue drains at the receiving NIC port's
+serialisation, pacing.schedule's rx: the incast's congestion point, N senders -> 1 NIC): a frame
+reaches a port one link latency after it started on the link before (cut-through) and leaves
+when the port sends it (a leaf-to-NIC port: one link latency before the NIC's timestamp). Per port and priority, the queue a frame sees on arrival is the bytes of the
 frames that arrived before it and have not started to leave:
 
     queue_i = sum of bytes_j over j with (a_j, d_j) < (a_i, d_i) and d_j > a_i
@@ -14,10 +16,9 @@ enqueue as RED with an instantaneous queue does (weight 1, as DCQCN configures s
 et al. SIGCOMM 2015 §3; ns-3 RedQueueDisc marks on enqueue; HPCC's SwitchMmu::ShouldSendCN has
 the same curve): p = 0 up to Kmin, pmax (q - Kmin) / (Kmax - Kmin) up to Kmax, 1 above -
 drawn from a seeded hash of (packet, route position), so the same input marks the same
-packets. A packet stays CE after the first port that marked it; the leaf's port to the
-receiving NIC (the receiving NIC's serialisation in the schedule) does not mark.
+packets. A packet stays CE after the first port that marked it.
 
-Per packet arrays: memory is proportional to the packets that cross a switch-to-switch link.
+Per packet arrays: memory is proportional to the packets the schedule holds.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ FCS_BYTES = 4
 
 @dataclass
 class PortFrames:
-    """Every frame entering a switch-to-switch egress port, one row per (frame, port)."""
+    """Every frame entering a switch egress port (switch-to-switch or leaf-to-NIC), one row per (frame, port)."""
     port: np.ndarray        # link direction (2 l: a -> b of fabric link l, 2 l + 1: b -> a)
     prio: np.ndarray        # 802.1p priority it is queued in
     pos: np.ndarray         # route position of that link
@@ -80,7 +81,7 @@ def frame_pcp(p: Plan, kind, m) -> np.ndarray:
 
 
 def port_frames(p: Plan) -> PortFrames:
-    """The frames at every switch-to-switch egress port of the scheduled plan, with their queue."""
+    """The frames at every switch egress port of the scheduled plan, with their queue."""
     L = p.c_route.shape[1]
     m_route = p.c_route[p.m_conn]
     lat = lambda d: np.where(d >= 0, p.link_lat[np.maximum(d, 0) >> 1], 0)      # noqa: E731
@@ -101,6 +102,17 @@ def port_frames(p: Plan) -> PortFrames:
         ckey.append(kk * L + h.k_pos[kk])
         ct.append(h.k_t[kk])
         rows.append((False, h.k_port[kk], h.k_pos[kk], kk, None, None, h.k_t[kk]))
+    # the leaf's port to the receiving NIC (the route's last link): its egress queue drains at the
+    # receiving NIC port's serialisation (pacing.schedule's rx), a frame leaving it one link
+    # latency before the NIC's timestamp - the incast's congestion point (N senders -> 1 NIC)
+    seg, m, k, t = _expand(p, p.rx)
+    pos = (m_route[m] >= 0).sum(axis=1) - 1
+    d = m_route[m, pos]
+    rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))
+    kk = np.arange(K)
+    kpos = (p.k_route >= 0).sum(axis=1) - 1
+    kd = p.k_route[kk, kpos]
+    rows.append((False, kd, kpos, kk, None, None, p.k_rx_ns - lat(kd)))
     dkey, dt, ckey, ct = (np.concatenate(x) for x in (dkey, dt, ckey, ct))
     do, co = np.argsort(dkey, kind="stable"), np.argsort(ckey, kind="stable")
     dkey, dt, ckey, ct = dkey[do], dt[do], ckey[co], ct[co]

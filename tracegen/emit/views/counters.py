@@ -1,8 +1,9 @@
 """Expected switch counters (issue 24, capability 4): per port of the switch view and 802.1p
 priority, what that switch should report for the trace - frames and bytes it sent and received
 on the port, the data packets it marked CE there (output.ecn_marking=queue: the egress port
-that set CE, queue_marks.py; the seeded fraction marks no switch port: 0), and the PFC PAUSE
-frames it sent and received there (0 without PFC).
+that set CE - a switch-to-switch port or the leaf's port to the receiving NIC, queue_marks.py;
+the seeded fraction marks no switch port: 0), and the PFC PAUSE frames it sent and received
+there (0 without PFC).
 
 Counted from the items each capture file records (items.windows: the same packets, time window
 included), so the counters and the captures tell one story. Bytes are frames with their FCS, as
@@ -68,7 +69,7 @@ def switch_counters(p: Plan, fabric, fset: FileSet) -> list[tuple]:
             # direction leaving this switch (queue 0: end a -> end b)
             tx = it.rx[g].astype(bool) if is_a is None else (it.queue[g] == 0) == is_a
             marked = np.zeros(len(g), bool)
-            if len(p.ce_g) and p.ce_pos is not None and is_a is not None:
+            if len(p.ce_g) and p.ce_pos is not None:      # a NIC port's: the route's last position
                 gl = p.m_pkt0[m] + j
                 at = np.minimum(np.searchsorted(p.ce_g, gl), len(p.ce_g) - 1)
                 marked = data & tx & (p.ce_g[at] == gl) & (p.ce_pos[at] == link)

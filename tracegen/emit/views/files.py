@@ -5,6 +5,8 @@
   * merged (`output.merge`): pcapng: the selected NICs' captures in one file, one interface each
     (a frame between two selected NICs twice: sent and received, told apart by interface id);
     classic pcap: every frame of the selected NICs once, as sent (replays put it on the wire once);
+    PFC PAUSE frames the NICs receive (pfc.py) on the NIC's interface at its time, in classic pcap
+    as the leaf sends them;
   * switch ports (`output.switch`, e.g. leaf3, spine0): one file per port of that switch, every
     packet whose route (emit/packets/routes.py) crosses the port's link;
   * lab (`output.lab`): one file per tester port, what its host transmits (lab.py).
@@ -70,16 +72,25 @@ def files(p: Plan, fabric: Fabric) -> FileSet:
     nics = nics[np.isin(nics, p.nics)].tolist()
     v = p.out.ip_version
     if view == "merge" and not p.fmt.pcapng:
-        return FileSet([FileSpec("merged", [nic_interface(fabric, n, v) for n in nics], _sent_once(p))],
-                       Addressing(fabric))
+        return FileSet([FileSpec("merged", [nic_interface(fabric, n, v) for n in nics], _sent_once(p),
+                                 pauses=_merged_pauses(p, fabric, nics, as_sent=True))], Addressing(fabric))
     by_nic = index_by_nic(p)
     if view == "merge":
         parts = [part for k, nic in enumerate(nics) for part in host_parts(p, by_nic, nic, k)]
-        specs = [FileSpec("merged", [nic_interface(fabric, n, v) for n in nics], parts)]
+        specs = [FileSpec("merged", [nic_interface(fabric, n, v) for n in nics], parts,
+                          pauses=_merged_pauses(p, fabric, nics))]
     else:
         specs = [FileSpec(fabric.nic_name(nic), [nic_interface(fabric, nic, v)], host_parts(p, by_nic, nic, 0),
                           pauses=pfc.records_for(p, fabric, nic)) for nic in nics]
     return FileSet(specs, Addressing(fabric))
+
+
+def _merged_pauses(p: Plan, fabric: Fabric, nics: list[int], as_sent: bool = False) -> list:
+    """The PFC PAUSE frames the selected NICs receive, in time order: pcapng on the NIC's
+    interface at its timestamp; classic pcap once, as the leaf sends it (pfc.records_for)."""
+    recs = [r for k, nic in enumerate(nics) for r in pfc.records_for(p, fabric, nic, iface=0 if as_sent else k,
+                                                                       as_sent=as_sent)]
+    return sorted(recs, key=lambda r: (r[0], r[2]))
 
 
 def _sent_once(p: Plan) -> list[Part]:

@@ -123,7 +123,7 @@ def _count(p: Plan, spec) -> tuple[int, int]:
     n, nbytes = items.count(p, spec)
     if spec.pauses:
         n += len(spec.pauses)
-        nbytes += sum(len(p.fmt.record(t, fr)) for t, fr in spec.pauses)
+        nbytes += sum(len(p.fmt.record(t, fr, i)) for t, fr, i in spec.pauses)
     return n, nbytes
 
 
@@ -293,7 +293,7 @@ def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
             yield frames.records(p, fset.addressing, it, pos, li, j, t, scratch)
         return
     # PFC PAUSE frames (pfc.py) go in between, in time order (after frames of the same ns)
-    pause_t = np.array([t for t, _ in spec.pauses], np.int64) - spec.t0_ns
+    pause_t = np.array([t for t, _, _ in spec.pauses], np.int64) - spec.t0_ns
     k = 0
     for pos, li, j, t in packets:
         a = 0
@@ -301,12 +301,12 @@ def _slices(p: Plan, fset: views.FileSet, spec, scratch: "_Scratch"):
             b = int(np.searchsorted(t, pause_t[k], "right"))
             if b > a:
                 yield frames.records(p, fset.addressing, it, pos, li[a:b], j[a:b], t[a:b], scratch)
-            yield p.fmt.record(int(pause_t[k]), spec.pauses[k][1])
+            yield p.fmt.record(int(pause_t[k]), *spec.pauses[k][1:])
             a, k = b, k + 1
         if a < len(t):
             yield frames.records(p, fset.addressing, it, pos, li[a:], j[a:], t[a:], scratch)
     for i in range(k, len(pause_t)):
-        yield p.fmt.record(int(pause_t[i]), spec.pauses[i][1])
+        yield p.fmt.record(int(pause_t[i]), *spec.pauses[i][1:])
 
 
 def _write_all(f, buf: np.ndarray) -> None:
