@@ -848,6 +848,10 @@ MUTATIONS = [
     ('placed-block-skips-an-op', 'tracegen/emit/views/placed.py',
      '            hi += 1\n        block = listed[lo:hi]',
      '            hi += 1\n        block = listed[lo:hi]\n        hi += 1'),
+    # --- tracegen/timing/fluid_engine.py (no epochs: no per-item route copies)
+    ('fluid-no-variants-entries-unowned', 'tracegen/timing/fluid_engine.py',
+     '    if len(var_item) == 0:                       # no route variants',
+     '    if len(var_item) < 0:                        # no route variants'),
     # --- tracegen/timing/order.py
     ('order-counts-at-own-key', 'tracegen/timing/order.py',
      'start[keys[i] + 1] += 1',
