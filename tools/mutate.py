@@ -852,6 +852,9 @@ MUTATIONS = [
     ('fluid-no-variants-entries-unowned', 'tracegen/timing/fluid_engine.py',
      '    if len(var_item) == 0:                       # no route variants',
      '    if len(var_item) < 0:                        # no route variants'),
+    ('conn-rows-in-key-order', 'tracegen/timing/connections.py',
+     'return (conns, key_conn[inv.reshape(-1)]) if rows else conns',
+     'return (conns, inv.reshape(-1)) if rows else conns'),
     # --- tracegen/timing/order.py
     ('order-counts-at-own-key', 'tracegen/timing/order.py',
      'start[keys[i] + 1] += 1',

@@ -326,12 +326,12 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     keys = [rows["src_rank"][plain], rows["dst_rank"][plain], comm[plain], rows["channel"][plain]]
     if agg is not None:             # the aggregated ops' pairs: the connections the pairwise form has
         keys = [np.concatenate([np.asarray(a, np.int64), b]) for a, b in zip(keys, agg.net_pairs())]
-    conns = build_connections(*keys, fabric, job.nccl.qps_per_connection)
+    conns, key_rows = build_connections(*keys, fabric, job.nccl.qps_per_connection, rows=True)
     del keys
     progress.report(1, 3)
     row_conn = np.full(n, -1, np.int64)
-    row_conn[plain] = conns.lookup(rows["src_rank"][plain], rows["dst_rank"][plain], comm[plain],
-                                   rows["channel"][plain])
+    row_conn[plain] = key_rows[:int(plain.sum())]            # the plain rows' keys come first
+    del key_rows
     progress.report(2, 3)
     lat = np.zeros(n, np.int64)
     lat[plain] = net_latency_ns(conns, row_conn[plain], rows["net_wire"][plain], pmtu, job.output.vlan,
