@@ -221,4 +221,4 @@ def _table(flows: Flows, ops, fabric, cols: dict, start, end, finish, rates=None
                 if n else np.zeros(0, np.int64))
     return Flows(rows, Ragged.empty(n), ops, flows.op_start_ns, flows.op_end_ns, conns=flows.conns,
                  row_conn=row_conn, finish_ns=np.asarray(finish, np.int64), detail="placed", item_rates=rates,
-                 nic_sharing=flows.nic_sharing)
+                 nic_sharing=flows.nic_sharing, op_tc=flows.op_tc)
