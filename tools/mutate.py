@@ -842,6 +842,23 @@ MUTATIONS = [
     ('placed-drops-received-rows', 'tracegen/emit/views/placed.py',
      'touch = net & (mask[np.maximum(r["src_nic"], 0)] | mask[np.maximum(r["dst_nic"], 0)])',
      'touch = net & mask[np.maximum(r["src_nic"], 0)]'),
+    ('placed-block-drops-its-last-op', 'tracegen/emit/views/placed.py',
+     '(todo[:, 0] <= block[-1][0])]',
+     '(todo[:, 0] < block[-1][0])]'),
+    ('placed-block-skips-an-op', 'tracegen/emit/views/placed.py',
+     '            hi += 1\n        block = listed[lo:hi]',
+     '            hi += 1\n        block = listed[lo:hi]\n        hi += 1'),
+    # --- tracegen/timing/fluid_engine.py (no epochs: no per-item route copies)
+    ('fluid-no-variants-entries-unowned', 'tracegen/timing/fluid_engine.py',
+     '    if len(var_item) == 0:                       # no route variants',
+     '    if len(var_item) < 0:                        # no route variants'),
+    ('conn-rows-in-key-order', 'tracegen/timing/connections.py',
+     'return (conns, key_conn[inv.reshape(-1)]) if rows else conns',
+     'return (conns, inv.reshape(-1)) if rows else conns'),
+    # --- tracegen/timing/order.py
+    ('order-counts-at-own-key', 'tracegen/timing/order.py',
+     'start[keys[i] + 1] += 1',
+     'start[keys[i]] += 1'),
     # --- tracegen/timing/detail.py
     ('detail-auto-limit-exclusive', 'tracegen/timing/detail.py',
      'transfers <= FULL_DETAIL_MAX_TRANSFERS else "conn"',
