@@ -88,7 +88,7 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
     cnp = np.flatnonzero(p.k_kind == CNP)
     ans = p.m_pkt0[p.k_msg[cnp]] + p.k_pkt[cnp]
     at = np.flatnonzero((f.g >= 0) & (f.queue_bytes > network.kmin_bytes))
-    L = p.c_route.shape[1]
+    L = p.m_route.shape[1]
     prev = np.isin(f.g[at] * L + f.pos[at], (p.ce_g * L + p.ce_pos)[np.isin(p.ce_g, ans)])
     g2, pos2 = np.r_[g, f.g[at][prev]], np.r_[pos, f.pos[at][prev]]
     o = np.lexsort((pos2, g2))

@@ -212,8 +212,14 @@ class Plan:
     # routes (routes.link_dirs: link directions, -1 padded) and the links they cross (hops.py)
     c_route: np.ndarray | None = None      # per QP pair: the data's route, sender to receiver
     c_rroute: np.ndarray | None = None     # per QP pair: the way back (CTS, ACKs of data)
+    m_route: np.ndarray | None = None      # per message: the route its data takes (its QP pair's; the
+                                           # one place a message's route is read - hops, marks, pauses)
     k_route: np.ndarray | None = None      # per control frame: its route
-    link_gbps: np.ndarray | None = None    # per fabric link
+    link_gbps: np.ndarray | None = None    # per fabric link (at t=0)
+    # a scenario whose links change mid-run (fabric/timeline.py): epoch e starts at epoch_ns[e] with
+    # link rates link_gbps_ep[e] (0: down); None: one epoch, link_gbps throughout
+    epoch_ns: np.ndarray | None = None
+    link_gbps_ep: np.ndarray | None = None
     link_lat: np.ndarray | None = None
     frame_bytes: tuple | None = None       # data frames (no FCS): (First, Middle, Last per message, Only per message)
     k_frame: np.ndarray | None = None      # per control frame: its bytes (no FCS)
@@ -262,6 +268,15 @@ class Plan:
         if self.m_cap is not None:
             out = np.maximum(out, np.floor(x * self.m_cap[m]).astype(np.int64))
         return out
+
+    def link_gbps_at(self, d, t_ns) -> np.ndarray:
+        """The rate of link directions d (their link's) when a frame enters them at t_ns: the one
+        place the packet stages read a switch link's rate (hops, marks, pauses)."""
+        d = np.asarray(d)
+        if self.epoch_ns is None:
+            return self.link_gbps[d >> 1]
+        e = np.searchsorted(self.epoch_ns, t_ns, "right") - 1
+        return self.link_gbps_ep[np.maximum(e, 0), d >> 1]
 
     @property
     def n_msgs(self) -> int:
