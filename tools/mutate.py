@@ -738,8 +738,8 @@ MUTATIONS = [
      'k_arrive = k_tx + _lat(p, p.k_route[:, 0]) + _lat(p, p.k_route[:, 1])',
      'k_arrive = k_tx + _lat(p, p.k_route[:, 0])'),
     ('hops-rate-of-fastest-link', 'tracegen/emit/packets/hops.py',
-     'gbps[cm] = np.minimum(gbps[cm], p.link_gbps[d >> 1])',
-     'gbps[cm] = np.maximum(gbps[cm], p.link_gbps[d >> 1])'),
+     'gbps[cm] = np.minimum(gbps[cm], p.link_gbps_at(d, nominal))',
+     'gbps[cm] = np.maximum(gbps[cm], p.link_gbps_at(d, nominal))'),
     # --- tracegen/emit/packets/items.py
     ('items-window-end-inclusive', 'tracegen/emit/packets/items.py',
      'keep = (t >= t_a) & (t < t_b)',
