@@ -617,6 +617,9 @@ MUTATIONS = [
      '    if b[0] & 1:\n',
      '    if b[0] & 0x80:\n'),
     # --- tracegen/emit/views/pcap.py
+    ('causality-hides-late-acks', 'tracegen/emit/views/pcap.py',
+     'return {"late_frames": int(p.late), "late_acks": int(p.late_acks),',
+     'return {"late_frames": int(p.late), "late_acks": 0,'),
     ('pcap-estimate-sender-only', 'tracegen/emit/views/pcap.py',
      '(p.m_src, p.m_keep, p.m_npk, m_bytes), (p.m_dst, p.m_keep, p.m_npk, m_bytes),',
      '(p.m_src, p.m_keep, p.m_npk, m_bytes),'),
@@ -716,6 +719,9 @@ MUTATIONS = [
      'first, last = link == 0, link == hops'),
     # --- issue 25, second pass: two per emit / timing / config module that had fewer
     # --- tracegen/emit/bundle.py
+    ('bundle-late-frames-unsaid', 'tracegen/emit/bundle.py',
+     '            if causal["late_frames"]:',
+     '            if causal["late_frames"] < 0:'),
     ('bundle-wire-note-always', 'tracegen/emit/bundle.py',
      '    if not skipped or on_the_wire(run):\n',
      '    if not skipped:\n'),
