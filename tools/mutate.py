@@ -714,9 +714,11 @@ MUTATIONS = [
      'psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK',
      'psn = (tm.psn[tid] + j) & roce.PSN_MASK'),
     # --- tracegen/emit/packets/addresses.py
-    ('addresses-last-link-off-by-one', 'tracegen/emit/packets/addresses.py',
-     'first, last = link == 0, link == hops - 1',
-     'first, last = link == 0, link == hops'),
+    # (was addresses-last-link-off-by-one: link == hops sends the last link through the routed
+    # branch, which gives the same two ends - an equivalent mutant, no test can catch it)
+    ('addresses-last-link-from-sender-leaf', 'tracegen/emit/packets/addresses.py',
+     'src = np.where(first, tx_nic, routes.port_leaf_node(fabric, rx_nic, plane))',
+     'src = np.where(first, tx_nic, routes.port_leaf_node(fabric, tx_nic, plane))'),
     # --- issue 25, second pass: two per emit / timing / config module that had fewer
     # --- tracegen/emit/bundle.py
     ('bundle-late-frames-unsaid', 'tracegen/emit/bundle.py',
@@ -1208,7 +1210,7 @@ def write_readme(rows: dict[str, str]) -> int:
     caught = sum(" | caught | " in ln for ln in lines)
     related = sum(ln.rstrip(" |").rsplit("|", 1)[-1].strip().startswith("related") for ln in lines)
     n = len(MUTATIONS)
-    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.0f} %); "
+    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.1f} %); "
                f"{n - len(lines)} of all {n} not run yet. "
                f"The last verdict of each: run `related` = `--related-only`, a PARTIAL run over only the "
                f"test files that name the mutated module ({related} rows); `suite` = the --tests given. "
