@@ -1,0 +1,219 @@
+"""Switches pausing switches in one forward pass (issue 24: pfc_pass.forward), judged by an own
+replay of the departures it returns (this file's code only: the queues from arrivals and
+departures, the pause windows, a plain FIFO without PFC).
+
+The lab incast's shape: 15 senders -> 1 NIC port; 4 senders on the receiver's leaf (their frames
+go NIC -> leaf0 -> receiver), 11 on three other leaves (NIC -> leaf uplink -> spine -> leaf0 ->
+receiver, a spine per sender in turn); 1 MiB each in 4 KiB frames. NIC ports 400 Gb/s, uplinks and
+spine ports 100 Gb/s, 1 us links: the receiver's port (800 Gb/s in, 400 out) pauses the local
+NICs and the spine ports feeding it, each spine port (300 in, 100 out) pauses the leaf uplinks
+(the cascade), each uplink the NICs behind it.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from tracegen.emit.packets.pfc_pass import forward
+
+NIC_G, SW_G, LAT = 400, 100, 1000
+FRAME = 4096 + 58 + 4                # payload + headers + FCS (bytes a switch buffers)
+WIRE = lambda g: -(-(FRAME + 20) * 8 // g)   # noqa: E731  preamble + IFG
+PAUSE_WIRE = -(-(64 + 20) * 8 // NIC_G)
+PRIO = 3
+XOFF, XON, QMAX = 150_000, 150_000 - 3072, 65535
+PER_SENDER = (1 << 20) // 4096
+
+# ports: 0..14 the senders' NIC ports, 15 leaf0 -> receiver, 16..19 spine s -> leaf0,
+# 20..31 uplink (leaf 1..3, spine s) = 20 + 4 (leaf - 1) + s
+RX, SPINE0, UP0 = 15, 16, 20
+GBPS = np.array([NIC_G] * 15 + [NIC_G] + [SW_G] * 4 + [SW_G] * 12)
+IS_SWITCH = np.arange(len(GBPS)) >= 15
+LAYER = np.array([0] * 15 + [3] + [2] * 4 + [1] * 12)
+
+
+def incast():
+    """Per frame: path, wire, latency, ready time, sender."""
+    rows = []
+    for s in range(15):
+        if s < 4:
+            path = [s, RX, -1, -1]
+        else:
+            leaf, spine = 1 + (s - 4) // 4, (s - 4) % 4
+            path = [s, UP0 + 4 * (leaf - 1) + spine, SPINE0 + spine, RX]
+        for j in range(PER_SENDER):
+            rows.append((path, j * WIRE(NIC_G), s, j))
+    path = np.array([r[0] for r in rows])
+    wire = np.where(path >= 0, -(-(FRAME + 20) * 8 // GBPS[np.maximum(path, 0)]), 0)
+    lat = np.where(path >= 0, LAT, 0)
+    ready = np.array([r[1] for r in rows])
+    return path, wire, lat, ready, np.array([r[2] for r in rows]), np.array([r[3] for r in rows])
+
+
+def run(xoff=XOFF, xon=XON):
+    path, wire, lat, ready, sender, j = incast()
+    n = len(ready)
+    r = forward(path, wire, lat, ready, np.full(n, PRIO), np.full(n, FRAME), GBPS, IS_SWITCH,
+                np.arange(8) == PRIO, xoff, xon, QMAX, PAUSE_WIRE)
+    return r, path, wire, ready, sender, j
+
+
+def arrivals(path, dep, ready):
+    a = np.full(path.shape, -1)
+    a[:, 0] = ready
+    a[:, 1:] = np.where(path[:, 1:] >= 0, dep[:, :-1] + LAT, -1)
+    return a
+
+
+def replay_queues(path, arr, dep):
+    """Per (frame, hop): bytes of that port's frames arrived before it and not yet leaving (an own
+    heap of departures per port, as tests/queue_replay.py)."""
+    by_port = defaultdict(list)
+    for f, h in zip(*np.nonzero(path >= 0)):
+        by_port[int(path[f, h])].append((int(arr[f, h]), int(dep[f, h]), int(f), int(h)))
+    q = {}
+    for evs in by_port.values():
+        heap, held = [], 0
+        for a, d, f, h in sorted(evs):
+            while heap and heap[0] <= a:
+                heapq.heappop(heap)
+                held -= FRAME
+            q[f, h] = held
+            heapq.heappush(heap, d)
+            held += FRAME
+    return q
+
+
+@pytest.fixture(scope="module")
+def paused():
+    return run()
+
+
+def test_ports_never_overlap_and_keep_each_senders_order(paused):
+    r, path, wire, ready, sender, j = paused
+    dep = r.depart_ns
+    for port in range(len(GBPS)):
+        f, h = np.nonzero(path == port)
+        o = np.argsort(dep[f, h], kind="stable")
+        d, w = dep[f, h][o], wire[f, h][o]
+        assert (d[1:] >= d[:-1] + w[:-1]).all(), f"port {port}: two frames on the wire at once"
+        for s in np.unique(sender[f]):       # one QP per sender: PSN order on every port
+            mine = sender[f][o] == s
+            assert (np.diff(j[f][o][mine]) > 0).all(), (port, s)
+    arr = arrivals(path, dep, ready)
+    assert ((dep >= arr) | (path < 0)).all(), "a frame left a port before it arrived"
+
+
+def queue_at(path, arr, dep, port, t, arrived_by_t=True):
+    """Bytes queued at port at instant t: arrived (at or before t; strictly before: False) and
+    not started to leave by t."""
+    on = path == port
+    a, d = arr[on], dep[on]
+    got = (a <= t) if arrived_by_t else (a < t)
+    return int((got & (d > t)).sum()) * FRAME
+
+
+BY_ARRIVAL, BY_REFRESH, BY_XON = 2, 3, 4        # why a PFC frame was sent (pfc_pass)
+
+
+def test_every_pause_follows_a_frame_above_xoff(paused):
+    """Each PFC frame, judged by the replayed queue of the port that sent it: a PAUSE after a frame
+    from the paused port made it exceed Xoff (to that frame's previous port, the quanta its drain to
+    Xon needs), a refresh while it is still above Xon as the last PAUSE runs out, an XON when it
+    went down to Xon."""
+    r, path, wire, ready, sender, j = paused
+    arr = arrivals(path, r.depart_ns, ready)
+    q = replay_queues(path, arr, r.depart_ns)
+    assert len(r.pause_to) > 10
+    last_end = {}
+    for frm, to, t_sent, t_at, quanta, block, f, why in zip(r.pause_from, r.pause_to, r.pause_sent_ns,
+                                                            r.pause_at_ns, r.pause_quanta, r.pause_block_ns,
+                                                            r.pause_frame, r.pause_why):
+        assert t_at == t_sent + PAUSE_WIRE + LAT
+        if why == BY_ARRIVAL:
+            h = int(np.flatnonzero(path[f] == frm)[0])
+            assert arr[f, h] == t_sent and path[f, h - 1] == to, "a PAUSE goes to the port its trigger came from"
+            assert q[f, h] + FRAME > XOFF, (frm, to, q[f, h])
+            assert last_end.get(to, -1) <= t_at, "paused again while a PAUSE still held it"
+            qb = q[f, h] + FRAME
+        elif why == BY_REFRESH:
+            qb = queue_at(path, arr, r.depart_ns, frm, t_sent)
+            assert qb > XON and last_end[to] <= t_at, (frm, to, qb)
+        else:
+            assert why == BY_XON and quanta == 0 and last_end[to] > t_at
+            assert queue_at(path, arr, r.depart_ns, frm, t_sent, False) <= XON
+            last_end[to] = t_at
+            continue
+        drain_ns = -(-(qb - XON) * 8 // GBPS[frm])
+        assert quanta == min(QMAX, max(1, -(-drain_ns * GBPS[to] // 512)))
+        assert block == -(-quanta * 512 // GBPS[to])
+        last_end[to] = t_at + block
+    why = r.pause_why
+    to_spine = int(((r.pause_from == RX) & (r.pause_to >= SPINE0) & (r.pause_to < UP0) & (why == BY_ARRIVAL)).sum())
+    cascade = int(((r.pause_from >= SPINE0) & (r.pause_from < UP0) & (why == BY_ARRIVAL)).sum())
+    assert to_spine > 0 and cascade > 0, (to_spine, cascade)
+    print(f"\n{int((why == BY_ARRIVAL).sum())} PAUSEs after a frame above Xoff ({to_spine} leaf0 -> spine ports, "
+          f"{cascade} spine -> leaf uplinks, {int(((r.pause_to < 15) & (why == BY_ARRIVAL)).sum())} to NICs), "
+          f"{int((why == BY_REFRESH).sum())} refreshes, {int((why == BY_XON).sum())} XONs")
+
+
+def test_no_frame_leaves_a_paused_port(paused):
+    """A PAUSE holds its port from its arrival for its quanta, or until the next PFC frame for that
+    port arrives (a refresh carries it on, an XON ends it)."""
+    r, path, wire, ready, sender, j = paused
+    dep = r.depart_ns
+    o = np.lexsort((r.pause_at_ns, r.pause_to))
+    to, at, block = r.pause_to[o], r.pause_at_ns[o], r.pause_block_ns[o]
+    nxt_at = np.where(np.r_[to[1:] == to[:-1], False], np.r_[at[1:], 0], 1 << 62)
+    held = 0
+    for port, t0, t1 in zip(to, at, np.minimum(at + block, nxt_at)):
+        d = dep[path == port]
+        inside = d[(d >= t0) & (d < t1)]
+        assert not len(inside), f"port {port} sent at {inside[:3]} while paused [{t0}, {t1})"
+        held += t1 > t0
+    assert held > 10
+
+
+def headroom(port: int, ingress_gbps) -> int:
+    """Xoff + per ingress that can be paused: what it sends until its PAUSE arrives (the trigger
+    crossing one link, the PAUSE's slot and the way back: 2 latencies) and the frame it is in the
+    middle of, and the trigger frame itself."""
+    return XOFF + sum(-(-g * (2 * LAT + PAUSE_WIRE) // 8) + 2 * FRAME for g in ingress_gbps)
+
+
+def test_receiver_queue_stays_within_xoff_and_headroom(paused):
+    r, path, wire, ready, sender, j = paused
+    q = replay_queues(path, arrivals(path, r.depart_ns, ready), r.depart_ns)
+    rx = max(v for (f, h), v in q.items() if path[f, h] == RX) + FRAME
+    bound = headroom(RX, [NIC_G] * 4 + [SW_G] * 4)
+    assert rx <= bound, (rx, bound)
+    for s in range(4):
+        sq = max(v for (f, h), v in q.items() if path[f, h] == SPINE0 + s) + FRAME
+        assert sq <= headroom(SPINE0 + s, [SW_G] * 3), (s, sq)
+    # without PFC the same incast overfills it: the bound is not vacuous
+    free, p2, _, r2, _, _ = run(xoff=1 << 40, xon=1 << 40)
+    assert not len(free.pause_to)
+    q2 = replay_queues(p2, arrivals(p2, free.depart_ns, r2), free.depart_ns)
+    rx_free = max(v for (f, h), v in q2.items() if p2[f, h] == RX) + FRAME
+    assert rx_free > bound, (rx_free, bound)
+    print(f"\nreceiver port queue {rx} B with PFC (bound {bound}), {rx_free} B without")
+
+
+def test_without_pressure_it_is_a_plain_fifo():
+    """Xoff out of reach: every port a FIFO in arrival order (ties: frame order), layer by layer."""
+    r, path, wire, ready, sender, j = run(xoff=1 << 40, xon=1 << 40)
+    dep = np.full(path.shape, -1)
+    arr = np.full(path.shape, -1)
+    arr[:, 0] = ready
+    for layer in range(4):
+        for port in np.flatnonzero(LAYER == layer):
+            f, h = np.nonzero(path == port)
+            a = np.where(h == 0, ready[f], dep[f, np.maximum(h - 1, 0)] + LAT)
+            free = -1
+            for i in np.lexsort((f, a)):
+                dep[f[i], h[i]] = max(a[i], free)
+                free = dep[f[i], h[i]] + wire[f[i], h[i]]
+    assert np.array_equal(dep, r.depart_ns)
