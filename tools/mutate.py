@@ -888,6 +888,19 @@ MUTATIONS = [
     ('counters-nic-port-marks-dropped', 'tracegen/emit/views/counters.py',
      'if len(p.ce_g) and p.ce_pos is not None:',
      'if len(p.ce_g) and p.ce_pos is not None and is_a is not None:'),
+    # --- switches pausing switches in one forward pass (issue 24, pfc_pass.py)
+    ('pfc-pass-pauses-the-nic', 'tracegen/emit/packets/pfc_pass.py',
+     '                up = path[f, h - 1]\n',
+     '                up = path[f, 0]\n'),
+    ('pfc-pass-paused-port-sends', 'tracegen/emit/packets/pfc_pass.py',
+     'if paused[s] > t:',
+     'if paused[s] > t + 200:'),
+    ('pfc-pass-no-refresh', 'tracegen/emit/packets/pfc_pass.py',
+     'if owner[a] == b and rtime[a] == t and qbytes[b] > xon:',
+     'if owner[a] == b and rtime[a] == t and qbytes[b] > xon and t < 0:'),
+    ('pfc-pass-xon-early', 'tracegen/emit/packets/pfc_pass.py',
+     'if qbytes[s] <= xon < qbytes[s] + fbytes[f]:',
+     'if qbytes[s] <= xoff < qbytes[s] + fbytes[f]:'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
