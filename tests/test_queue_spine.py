@@ -202,6 +202,12 @@ def test_receiver_queue_stays_within_xoff_and_headroom(paused):
     print(f"\nreceiver port queue {rx} B with PFC (bound {bound}), {rx_free} B without")
 
 
+def test_same_input_same_pass(paused):
+    r2 = run()[0]
+    for k, v in vars(paused[0]).items():
+        assert np.array_equal(v, getattr(r2, k)), k
+
+
 def test_without_pressure_it_is_a_plain_fifo():
     """Xoff out of reach: every port a FIFO in arrival order (ties: frame order), layer by layer."""
     r, path, wire, ready, sender, j = run(xoff=1 << 40, xon=1 << 40)
@@ -217,3 +223,84 @@ def test_without_pressure_it_is_a_plain_fifo():
                 dep[f[i], h[i]] = max(a[i], free)
                 free = dep[f[i], h[i]] + wire[f[i], h[i]]
     assert np.array_equal(dep, r.depart_ns)
+
+
+def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
+    """The lab incast of tests/test_queue_incast.py (16 ranks on the 4:1 leaf-spine, rank 0 the
+    receiver): its scheduled frames, ready at their NIC ports when the schedule sends them, through
+    one pass (pfc_pass.from_plan). Judged as above from the departures alone: every PAUSE after a
+    frame above Xoff at the port that sent it, the leaf's port to the receiving NIC pauses spine
+    ports, no frame leaves a paused port, each QP's data in PSN order on every port, the receiver's
+    port queue within Xoff + its ingresses' headroom."""
+    from test_queue_incast import _run
+    from tracegen.emit.packets import pacing, pfc_pass
+    plans = []
+    real = pacing.prepare
+
+    def keep(*a, **kw):
+        p = real(*a, **kw)
+        plans.append((p, kw.get("network")))
+        return p
+    monkeypatch.setattr(pacing, "prepare", keep)
+    _run(tmp_path / "incast", 20_000)
+    p, network = next((p, n) for p, n in plans if p is not None and p.tx is not None and len(p.m_conn) >= 15)
+    pp = pfc_pass.from_plan(p, network)
+    r, path = pp.res, pp.path
+    dep = r.depart_ns
+    lat = np.where(path >= 0, p.link_lat[np.maximum(path - pp.nic_ports, 0) >> 1], 0)
+    arr = np.full(path.shape, -1)
+    arr[:, 0] = pp.ready_ns
+    arr[:, 1:] = np.where(path[:, 1:] >= 0, dep[:, :-1] + lat[:, :-1], -1)
+    fb = pp.frame_bytes
+    # own replay: per port, bytes arrived and not started to leave, at each arrival
+    q = {}
+    by_port = defaultdict(list)
+    for f, h in zip(*np.nonzero(path >= 0)):
+        by_port[int(path[f, h])].append((int(arr[f, h]), int(dep[f, h]), int(f), int(h)))
+    for evs in by_port.values():
+        heap, held = [], 0
+        for a, d, f, h in sorted(evs):
+            while heap and heap[0][0] <= a:
+                held -= heapq.heappop(heap)[1]
+            q[f, h] = held
+            heapq.heappush(heap, (d, int(fb[f])))
+            held += int(fb[f])
+    xoff = network.pfc_xoff_bytes
+    arrive = r.pause_why == BY_ARRIVAL
+    assert arrive.sum() > 10
+    for frm, to, t_sent, f in zip(r.pause_from[arrive], r.pause_to[arrive], r.pause_sent_ns[arrive],
+                                  r.pause_frame[arrive]):
+        h = int(np.flatnonzero(path[f] == frm)[0])
+        assert arr[f, h] == t_sent and path[f, h - 1] == to and q[f, h] + fb[f] > xoff
+    # the receiver's port: the last port of the data's paths (all to one NIC)
+    data = pp.g >= 0
+    last = (path >= 0).sum(axis=1) - 1
+    rx_ports = np.unique(path[data, last[data]])
+    assert len(rx_ports) == 1, rx_ports
+    rx = int(rx_ports[0])
+    to_spine = arrive & (r.pause_from == rx) & (r.pause_to >= pp.nic_ports)
+    assert to_spine.sum() > 0, "the leaf's port to the receiver pauses the spine ports feeding it"
+    # no frame leaves a paused port
+    o = np.lexsort((r.pause_at_ns, r.pause_to))
+    to, at, block = r.pause_to[o], r.pause_at_ns[o], r.pause_block_ns[o]
+    nxt_at = np.where(np.r_[to[1:] == to[:-1], False], np.r_[at[1:], 0], 1 << 62)
+    for port, t0, t1 in zip(to, at, np.minimum(at + block, nxt_at)):
+        d = dep[path == port]
+        assert not ((d >= t0) & (d < t1)).any(), port
+    # PSN order per QP on every port
+    for port in np.unique(path[data][path[data] >= 0]):
+        f, h = np.nonzero((path == port) & data[:, None])
+        o = np.lexsort((dep[f, h], pp.qp[f]))
+        same = pp.qp[f][o][1:] == pp.qp[f][o][:-1]
+        assert (np.diff(pp.g[f][o])[same] > 0).all(), port
+    # the receiver's queue: Xoff + per ingress port feeding it 2 latencies at its rate + 2 frames
+    ins = np.unique([int(path[f, h - 1]) for f, h in zip(*np.nonzero(path == rx)) if h > 0])
+    mtu = int(fb.max())
+    pause_wire = -(-(64 + 20) * 8 // int(pp.port_gbps[rx]))
+    bound = xoff + sum(-(-int(pp.port_gbps[u]) * (2 * int(lat.max()) + pause_wire) // 8) + 2 * mtu for u in ins)
+    peak = max(q[f, h] + int(fb[f]) for f, h in zip(*np.nonzero(path == rx)))
+    assert peak <= bound, (peak, bound)
+    print(f"\nlab incast, one pass: {int(arrive.sum())} PAUSEs ({int(to_spine.sum())} leaf0 -> spine ports, "
+          f"{int((arrive & (r.pause_to < pp.nic_ports)).sum())} to NICs), {int((r.pause_why == BY_REFRESH).sum())} "
+          f"refreshes, {int((r.pause_why == BY_XON).sum())} XONs; receiver port queue peak {peak} B "
+          f"(bound {bound}, {len(ins)} ingresses)")

@@ -200,3 +200,52 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
         for c in range(9):
             res[i, c] = pz[i][c]
     return dep, qat, res
+
+
+@dataclass
+class PlanPass:
+    """forward() over a scheduled plan's frames (from_plan): ports 0 .. nic_ports - 1 are NIC
+    ports (pacing.ports' numbering), nic_ports + d the egress port of link direction d."""
+    res: PassResult
+    path: np.ndarray
+    ready_ns: np.ndarray
+    frame_bytes: np.ndarray   # with FCS
+    port_gbps: np.ndarray
+    nic_ports: int
+    g: np.ndarray             # per frame: global data packet number, -1 for a control frame
+    k: np.ndarray             # per frame: control frame index, -1 for a data packet
+    qp: np.ndarray            # per frame: its QP direction (data: the QP pair; control frames: -1)
+
+
+def from_plan(p, network) -> PlanPass:
+    """Every frame of the scheduled plan p, ready at its NIC port when the schedule sends it,
+    through its route's switch egress ports in one pass with PFC (network.pfc_xoff_bytes, ...)."""
+    from .pacing import ports
+    from .pfc import PAUSE_FRAME_BYTES, xoff_xon
+    from .plan import DATA, wire_ns
+    from .queue_marks import FCS_BYTES, _expand, control_pcp, data_bytes, frame_pcp
+    m_port_tx, _, k_port_tx, _ = ports(p)
+    _, m, k, t = _expand(p, p.tx)
+    K = len(p.k_kind)
+    route = np.r_[p.c_route[p.m_conn[m]], p.k_route]
+    fb = np.r_[data_bytes(p, m, k), p.k_frame + FCS_BYTES]
+    nic = np.r_[m_port_tx[m], k_port_tx]
+    NP = int(max(nic.max(initial=0), 0)) + 1
+    links = (route >= 0).sum(axis=1)
+    H = route.shape[1]
+    h = np.arange(H)[None, :]
+    on = h < links[:, None]
+    path = np.where(on, np.where(h == 0, nic[:, None], NP + route), -1)
+    gbps_of = np.where(on & (h > 0), p.link_gbps[np.maximum(route, 0) >> 1], p.line_gbps)
+    wire = np.where(on, wire_ns(fb[:, None] - FCS_BYTES, gbps_of), 0)
+    lat = np.where(on, p.link_lat[np.maximum(route, 0) >> 1], 0)
+    port_gbps = np.r_[np.full(NP, p.line_gbps, np.int64), np.repeat(p.link_gbps, 2)]
+    prio = np.r_[frame_pcp(p, DATA, m), control_pcp(p, np.arange(K))]
+    ready = np.r_[t, p.k_tx_ns]
+    xoff, xon = xoff_xon(network)
+    res = forward(path, wire, lat, ready, prio, fb, port_gbps, np.arange(len(port_gbps)) >= NP,
+                  np.arange(8) == p.out.pcp, xoff, xon, network.pfc_pause_quanta,
+                  int(wire_ns(PAUSE_FRAME_BYTES, p.line_gbps)))
+    g = np.r_[p.m_pkt0[m] + k, np.full(K, -1, np.int64)]
+    return PlanPass(res, path, ready, fb, port_gbps, NP, g, np.r_[np.full(len(m), -1, np.int64), np.arange(K)],
+                    np.r_[p.m_conn[m], np.full(K, -1, np.int64)])
