@@ -105,6 +105,13 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
     owner = np.full(P * NP, -1, np.int64)
     back = np.zeros(P * NP, np.int64)
     rtime = np.full(P * NP, -1, np.int64)       # when its pauser looks again (REFRESH)
+    # per queue s the ports it paused since its last XON (a linked list: each PAUSE adds one node,
+    # each XON walks them once)
+    held_by = np.full(P * NP, -1, np.int64)
+    node_u = [np.int64(0)]
+    node_u.pop()
+    node_next = [np.int64(0)]
+    node_next.pop()
     pz = []
     # events (time, kind, a, b): PAUSE a = u, b = its end (b = time: XON); TRY a = port;
     # ARRIVE a = entry; REFRESH a = u, b = the queue that paused it
@@ -152,6 +159,9 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
                     quanta = _quanta(qbytes[s], xon, gbps[port], gbps[up], qmax)
                     block = -(-quanta * QUANTUM_BITS // gbps[up])
                     until[u], owner[u], back[u] = t_up + block, s, lat[f, h - 1]
+                    node_u.append(u)
+                    node_next.append(held_by[s])
+                    held_by[s] = len(node_u) - 1
                     rtime[u] = max(t + 1, until[u] - pause_wire - back[u])
                     pz.append((port, up, pr, t, t_up, quanta, block, f, np.int64(_ARRIVE)))
                     heapq.heappush(ev, (t_up, np.int64(_PAUSE), u, t_up + block))
@@ -183,13 +193,17 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
         qbytes[s] -= fbytes[f]
         if qbytes[s] <= xon < qbytes[s] + fbytes[f]:
             # down to Xon: XON (a PFC frame with quanta 0) to every port this queue still holds
-            for u in range(P * NP):
+            i = held_by[s]
+            while i >= 0:
+                u = node_u[i]
                 if owner[u] == s and until[u] > t + pause_wire + back[u]:
                     t_up = t + pause_wire + back[u]
                     until[u], owner[u] = t_up, -1
                     pz.append((port_try, u // NP, u % NP, t, t_up, np.int64(0), np.int64(0), np.int64(-1),
                                np.int64(_XON)))
                     heapq.heappush(ev, (t_up, np.int64(_PAUSE), u, t_up))
+                i = node_next[i]
+            held_by[s] = -1
         dep[f, h] = t
         busy[port_try] = t + wire[f, h]
         heapq.heappush(ev, (busy[port_try], np.int64(_TRY), port_try, np.int64(0)))
