@@ -23,17 +23,19 @@ from tracegen.emit.packets.pfc_pass import forward
 NIC_G, SW_G, LAT = 400, 100, 1000
 FRAME = 4096 + 58 + 4                # payload + headers + FCS (bytes a switch buffers)
 WIRE = lambda g: -(-(FRAME + 20) * 8 // g)   # noqa: E731  preamble + IFG
-PAUSE_WIRE = -(-(64 + 20) * 8 // NIC_G)
+PFC_WIRE_BYTES = 64 + 20             # a PFC frame (FCS included) + preamble + IFG
 PRIO = 3
 XOFF, XON, QMAX = 150_000, 150_000 - 3072, 65535
 PER_SENDER = (1 << 20) // 4096
 
 # ports: 0..14 the senders' NIC ports, 15 leaf0 -> receiver, 16..19 spine s -> leaf0,
-# 20..31 uplink (leaf 1..3, spine s) = 20 + 4 (leaf - 1) + s
+# 20..31 uplink (leaf 1..3, spine s) = 20 + 4 (leaf - 1) + s; the other directions, where PAUSEs
+# go: 32..46 the leaves' ports to the senders, 47..50 leaf0 -> spine s, 51..62 spine s -> leaf 1..3
 RX, SPINE0, UP0 = 15, 16, 20
-GBPS = np.array([NIC_G] * 15 + [NIC_G] + [SW_G] * 4 + [SW_G] * 12)
+GBPS = np.array([NIC_G] * 15 + [NIC_G] + [SW_G] * 4 + [SW_G] * 12 + [NIC_G] * 15 + [SW_G] * 16)
 IS_SWITCH = np.arange(len(GBPS)) >= 15
-LAYER = np.array([0] * 15 + [3] + [2] * 4 + [1] * 12)
+LAYER = np.array([0] * 15 + [3] + [2] * 4 + [1] * 12 + [9] * 31)
+REVERSE = np.r_[np.arange(32, 47), -1, np.arange(47, 51), np.arange(51, 63), np.full(31, -1)]
 
 
 def incast():
@@ -58,7 +60,7 @@ def run(xoff=XOFF, xon=XON):
     path, wire, lat, ready, sender, j = incast()
     n = len(ready)
     r = forward(path, wire, lat, ready, np.full(n, PRIO), np.full(n, FRAME), GBPS, IS_SWITCH,
-                np.arange(8) == PRIO, xoff, xon, QMAX, PAUSE_WIRE)
+                np.arange(8) == PRIO, xoff, xon, QMAX, PFC_WIRE_BYTES, REVERSE)
     return r, path, wire, ready, sender, j
 
 
@@ -130,10 +132,12 @@ def test_every_pause_follows_a_frame_above_xoff(paused):
     q = replay_queues(path, arr, r.depart_ns)
     assert len(r.pause_to) > 10
     last_end = {}
-    for frm, to, t_sent, t_at, quanta, block, f, why in zip(r.pause_from, r.pause_to, r.pause_sent_ns,
-                                                            r.pause_at_ns, r.pause_quanta, r.pause_block_ns,
-                                                            r.pause_frame, r.pause_why):
-        assert t_at == t_sent + PAUSE_WIRE + LAT
+    for i, (frm, to, t_sent, t_at, quanta, block, f, why) in enumerate(zip(
+            r.pause_from, r.pause_to, r.pause_sent_ns, r.pause_at_ns, r.pause_quanta, r.pause_block_ns,
+            r.pause_frame, r.pause_why)):
+        rp = REVERSE[to]
+        assert r.pause_slot_port[i] == rp and r.pause_slot_ns[i] >= t_sent
+        assert t_at == r.pause_slot_ns[i] + -(-PFC_WIRE_BYTES * 8 // GBPS[rp]) + LAT
         if why == BY_ARRIVAL:
             h = int(np.flatnonzero(path[f] == frm)[0])
             assert arr[f, h] == t_sent and path[f, h - 1] == to, "a PAUSE goes to the port its trigger came from"
@@ -156,6 +160,10 @@ def test_every_pause_follows_a_frame_above_xoff(paused):
     to_spine = int(((r.pause_from == RX) & (r.pause_to >= SPINE0) & (r.pause_to < UP0) & (why == BY_ARRIVAL)).sum())
     cascade = int(((r.pause_from >= SPINE0) & (r.pause_from < UP0) & (why == BY_ARRIVAL)).sum())
     assert to_spine > 0 and cascade > 0, (to_spine, cascade)
+    # PFC frames on one port one after the other (those ports carry nothing else here)
+    for rp in np.unique(r.pause_slot_port):
+        st = np.sort(r.pause_slot_ns[r.pause_slot_port == rp])
+        assert (np.diff(st) >= -(-PFC_WIRE_BYTES * 8 // GBPS[rp])).all(), rp
     print(f"\n{int((why == BY_ARRIVAL).sum())} PAUSEs after a frame above Xoff ({to_spine} leaf0 -> spine ports, "
           f"{cascade} spine -> leaf uplinks, {int(((r.pause_to < 15) & (why == BY_ARRIVAL)).sum())} to NICs), "
           f"{int((why == BY_REFRESH).sum())} refreshes, {int((why == BY_XON).sum())} XONs")
@@ -180,9 +188,10 @@ def test_no_frame_leaves_a_paused_port(paused):
 
 def headroom(port: int, ingress_gbps) -> int:
     """Xoff + per ingress that can be paused: what it sends until its PAUSE arrives (the trigger
-    crossing one link, the PAUSE's slot and the way back: 2 latencies) and the frame it is in the
-    middle of, and the trigger frame itself."""
-    return XOFF + sum(-(-g * (2 * LAT + PAUSE_WIRE) // 8) + 2 * FRAME for g in ingress_gbps)
+    crossing one link, the PAUSE's slot and the way back: 2 latencies; the frame the PAUSE waits
+    for on the way back) and the frame it is in the middle of, and the trigger frame itself."""
+    return XOFF + sum(-(-g * (2 * LAT + -(-PFC_WIRE_BYTES * 8 // g)) // 8) + 3 * FRAME + PFC_WIRE_BYTES
+                      for g in ingress_gbps)
 
 
 def test_receiver_queue_stays_within_xoff_and_headroom(paused):
@@ -288,17 +297,30 @@ def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
     for port, t0, t1 in zip(to, at, np.minimum(at + block, nxt_at)):
         d = dep[path == port]
         assert not ((d >= t0) & (d < t1)).any(), port
+    # each PFC frame in its own slot: no frame of that port on the wire at the same time
+    for rp in np.unique(r.pause_slot_port):
+        st = np.sort(r.pause_slot_ns[r.pause_slot_port == rp])
+        pw = -(-84 * 8 // int(pp.port_gbps[rp]))
+        f, h = np.nonzero(path == rp)
+        d, w = dep[f, h], pp.wire_ns[f, h]
+        o = np.argsort(d)
+        d, w = d[o], w[o]
+        i = np.searchsorted(d, st, "right") - 1
+        assert ((i < 0) | (d[np.maximum(i, 0)] + w[np.maximum(i, 0)] <= st)).all(), rp
+        j = np.searchsorted(d, st, "left")
+        assert ((j >= len(d)) | (d[np.minimum(j, len(d) - 1)] >= st + pw)).all(), rp
+        assert (np.diff(st) >= pw).all(), rp
     # PSN order per QP on every port
     for port in np.unique(path[data][path[data] >= 0]):
         f, h = np.nonzero((path == port) & data[:, None])
         o = np.lexsort((dep[f, h], pp.qp[f]))
         same = pp.qp[f][o][1:] == pp.qp[f][o][:-1]
         assert (np.diff(pp.g[f][o])[same] > 0).all(), port
-    # the receiver's queue: Xoff + per ingress port feeding it 2 latencies at its rate + 2 frames
+    # the receiver's queue: Xoff + per ingress port feeding it 2 latencies at its rate + 3 frames
     ins = np.unique([int(path[f, h - 1]) for f, h in zip(*np.nonzero(path == rx)) if h > 0])
     mtu = int(fb.max())
-    pause_wire = -(-(64 + 20) * 8 // int(pp.port_gbps[rx]))
-    bound = xoff + sum(-(-int(pp.port_gbps[u]) * (2 * int(lat.max()) + pause_wire) // 8) + 2 * mtu for u in ins)
+    bound = xoff + sum(-(-int(pp.port_gbps[u]) * (2 * int(lat.max()) + -(-84 * 8 // int(pp.port_gbps[u]))) // 8)
+                       + 3 * mtu + 84 for u in ins)
     peak = max(q[f, h] + int(fb[f]) for f, h in zip(*np.nonzero(path == rx)))
     assert peak <= bound, (peak, bound)
     # without PFC the same frames queue deeper there (own FIFO replay of the unpaused pass)

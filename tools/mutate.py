@@ -901,6 +901,9 @@ MUTATIONS = [
     ('pfc-pass-xon-early', 'tracegen/emit/packets/pfc_pass.py',
      'if qbytes[s] <= xon < qbytes[s] + fbytes[f]:',
      'if qbytes[s] <= xoff < qbytes[s] + fbytes[f]:'),
+    ('pfc-pass-pause-cuts-frame', 'tracegen/emit/packets/pfc_pass.py',
+     '    start = max(t, busy[rp])\n',
+     '    start = t\n'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "

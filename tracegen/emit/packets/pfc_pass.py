@@ -18,8 +18,11 @@ priorities while nothing is paused), for its wire time at the port's rate. A swi
 leave, queue_marks.queue_at_arrival) that exceeds Xoff once a frame of a pausable priority is
 enqueued pauses the port that frame came from (its path's previous port, a NIC's or a switch's)
 - the ingress an 802.1Qbb switch MMU counts (HPCC's ns-3 SwitchMmu::CheckShouldPause(port,
-qIndex)) when that ingress feeds the congested egress. The PAUSE leaves after pause_wire_ns and
-reaches the upstream port one link latency later; its quanta (512 bit times at the paused port's
+qIndex)) when that ingress feeds the congested egress. The PAUSE takes its own slot on the port
+that sends towards the paused one (reverse_port: a switch port, the link's other direction, or the
+leaf's port to that NIC) at its first frame boundary at or after the trigger (64 B + preamble +
+IFG; the frames queued there wait), a capture at the paused port shows it one link latency after
+its slot starts, and it acts once it has fully arrived; its quanta (512 bit times at the paused port's
 rate, at most qmax) cover the drain of the queue to Xon at the congested port's rate. While a
 PAUSE holds a port no arrival from it pauses it again; instead, when a new PAUSE would just reach
 it as the old runs out and the queue is still above Xon (its own port may be paused: it did not
@@ -61,23 +64,28 @@ class PassResult:
     pause_block_ns: np.ndarray
     pause_frame: np.ndarray    # the frame whose arrival crossed Xoff (-1: a refresh or an XON)
     pause_why: np.ndarray      # _ARRIVE: a frame above Xoff, _REFRESH: still above Xon as it runs out, _XON
+    pause_slot_ns: np.ndarray  # its start on the wire (reverse_port's first frame boundary at or after pause_sent_ns)
+    pause_slot_port: np.ndarray  # the port it goes out by (-1: none given)
 
 
 def forward(path, wire_ns, lat_ns, ready_ns, prio, frame_bytes, port_gbps, is_switch, pausable,
-            xoff: int, xon: int, qmax: int, pause_wire_ns: int) -> PassResult:
+            xoff: int, xon: int, qmax: int, pause_wire_bytes: int, reverse_port=None) -> PassResult:
     """One pass over every frame's path (see the module doc). path [n, H]: egress port ids, -1
     padded; wire_ns [n, H]: the frame's wire time at each port; lat_ns [n, H]: latency of the
     link each port sends on; ready_ns [n]: when the frame is ready at its first port; prio,
     frame_bytes [n]; per port: port_gbps, is_switch (its queue may pause); pausable [8]: the
-    priorities PFC pauses (802.1Qbb class-enable)."""
+    priorities PFC pauses (802.1Qbb class-enable); pause_wire_bytes: a PFC frame on the wire
+    (preamble, IFG and FCS included); reverse_port: per port, the port that sends towards it (its
+    PAUSEs' own slot), -1 or None: none (a PAUSE then takes no port's time)."""
     n, H = path.shape
     P = len(port_gbps)
+    rev = np.full(P, -1, np.int64) if reverse_port is None else np.asarray(reverse_port, np.int64)
     out = _forward(np.ascontiguousarray(path, np.int64), np.ascontiguousarray(wire_ns, np.int64),
                    np.ascontiguousarray(lat_ns, np.int64), np.asarray(ready_ns, np.int64), np.asarray(prio, np.int64),
                    np.asarray(frame_bytes, np.int64), np.asarray(port_gbps, np.int64), np.asarray(is_switch, np.bool_),
-                   np.asarray(pausable, np.bool_), int(xoff), int(xon), int(qmax), int(pause_wire_ns), n, H, P)
+                   np.asarray(pausable, np.bool_), int(xoff), int(xon), int(qmax), int(pause_wire_bytes), rev, n, H, P)
     dep, q, pz = out[0], out[1], out[2]
-    return PassResult(dep, q, *(pz[:, c].copy() for c in range(9)))
+    return PassResult(dep, q, *(pz[:, c].copy() for c in range(11)))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -88,7 +96,22 @@ def _quanta(q, xon, port_gbps, up_gbps, qmax):
 
 
 @numba.njit(cache=True, nogil=True)
-def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xoff, xon, qmax, pause_wire, n, H, P):
+def _slot(t, rp, up_gbps, busy, gbps, pause_bytes, ev):
+    """A PFC frame towards a port: (its start, its wire time) on rp, the port that sends towards
+    it - at the first frame boundary at or after t (a MAC control frame goes ahead of the queued
+    data, never cutting a frame in flight: 802.3 Annex 31B), the port busy meanwhile."""
+    if rp < 0:
+        return t, -(-pause_bytes * 8 // up_gbps)
+    start = max(t, busy[rp])
+    w = -(-pause_bytes * 8 // gbps[rp])
+    busy[rp] = start + w
+    heapq.heappush(ev, (busy[rp], np.int64(_TRY), rp, np.int64(0)))
+    return start, w
+
+
+@numba.njit(cache=True, nogil=True)
+def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xoff, xon, qmax, pause_bytes, rev,
+             n, H, P):
     NP = 8
     dep = np.full((n, H), -1, np.int64)
     arr = np.full((n, H), -1, np.int64)
@@ -103,7 +126,8 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
     # queue sent that, the latency back to it
     until = np.full(P * NP, -(1 << 62), np.int64)
     owner = np.full(P * NP, -1, np.int64)
-    back = np.zeros(P * NP, np.int64)
+    lead = np.zeros(P * NP, np.int64)           # a PFC frame's wire time + the latency back to it
+    lat_back = np.zeros(P * NP, np.int64)
     rtime = np.full(P * NP, -1, np.int64)       # when its pauser looks again (REFRESH)
     # per queue s the ports it paused since its last XON (a linked list: each PAUSE adds one node,
     # each XON walks them once)
@@ -132,10 +156,12 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
                 up, port = a // NP, b // NP
                 quanta = _quanta(qbytes[b], xon, gbps[port], gbps[up], qmax)
                 block = -(-quanta * QUANTUM_BITS // gbps[up])
-                t_up = t + pause_wire + back[a]       # = until[a], or just after it for a short pause
+                start, w = _slot(t, rev[up], gbps[up], busy, gbps, pause_bytes, ev)
+                t_up = start + w + lat_back[a]      # = until[a], or later: a short pause, a busy port
+                lead[a] = w + lat_back[a]
                 until[a] = t_up + block
-                rtime[a] = max(t + 1, until[a] - pause_wire - back[a])
-                pz.append((port, up, a % NP, t, t_up, quanta, block, np.int64(-1), np.int64(_REFRESH)))
+                rtime[a] = max(t + 1, until[a] - lead[a])
+                pz.append((port, up, a % NP, t, t_up, quanta, block, np.int64(-1), np.int64(_REFRESH), start, rev[up]))
                 heapq.heappush(ev, (t_up, np.int64(_PAUSE), a, t_up + block))
                 heapq.heappush(ev, (rtime[a], np.int64(_REFRESH), a, b))
             continue
@@ -154,16 +180,17 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
             if is_switch[port] and pausable[pr] and h > 0 and qbytes[s] > xoff:
                 up = path[f, h - 1]
                 u = up * NP + pr
-                t_up = t + pause_wire + lat[f, h - 1]
-                if until[u] <= t_up:            # not while a PAUSE still holds it (REFRESH does)
+                if until[u] <= t + lat[f, h - 1]:  # not while a PAUSE still holds it (REFRESH does)
+                    start, w = _slot(t, rev[up], gbps[up], busy, gbps, pause_bytes, ev)
+                    t_up = start + w + lat[f, h - 1]
                     quanta = _quanta(qbytes[s], xon, gbps[port], gbps[up], qmax)
                     block = -(-quanta * QUANTUM_BITS // gbps[up])
-                    until[u], owner[u], back[u] = t_up + block, s, lat[f, h - 1]
+                    until[u], owner[u], lat_back[u], lead[u] = t_up + block, s, lat[f, h - 1], w + lat[f, h - 1]
                     node_u.append(u)
                     node_next.append(held_by[s])
                     held_by[s] = len(node_u) - 1
-                    rtime[u] = max(t + 1, until[u] - pause_wire - back[u])
-                    pz.append((port, up, pr, t, t_up, quanta, block, f, np.int64(_ARRIVE)))
+                    rtime[u] = max(t + 1, until[u] - lead[u])
+                    pz.append((port, up, pr, t, t_up, quanta, block, f, np.int64(_ARRIVE), start, rev[up]))
                     heapq.heappush(ev, (t_up, np.int64(_PAUSE), u, t_up + block))
                     heapq.heappush(ev, (rtime[u], np.int64(_REFRESH), u, s))
             port_try = port
@@ -191,27 +218,30 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
         if head[s] < 0:
             tail[s] = -1
         qbytes[s] -= fbytes[f]
-        if qbytes[s] <= xon < qbytes[s] + fbytes[f]:
-            # down to Xon: XON (a PFC frame with quanta 0) to every port this queue still holds
-            i = held_by[s]
-            while i >= 0:
-                u = node_u[i]
-                if owner[u] == s and until[u] > t + pause_wire + back[u]:
-                    t_up = t + pause_wire + back[u]
-                    until[u], owner[u] = t_up, -1
-                    pz.append((port_try, u // NP, u % NP, t, t_up, np.int64(0), np.int64(0), np.int64(-1),
-                               np.int64(_XON)))
-                    heapq.heappush(ev, (t_up, np.int64(_PAUSE), u, t_up))
-                i = node_next[i]
-            held_by[s] = -1
         dep[f, h] = t
         busy[port_try] = t + wire[f, h]
         heapq.heappush(ev, (busy[port_try], np.int64(_TRY), port_try, np.int64(0)))
         if h + 1 < H and path[f, h + 1] >= 0:
             heapq.heappush(ev, (t + lat[f, h], np.int64(_ARRIVE), best + 1, np.int64(0)))
-    res = np.zeros((len(pz), 9), np.int64)
+        if qbytes[s] <= xon < qbytes[s] + fbytes[f]:
+            # down to Xon: XON (a PFC frame with quanta 0) to every port this queue still holds
+            # (after the frame that just started, if it goes out by the same port)
+            i = held_by[s]
+            while i >= 0:
+                u = node_u[i]
+                if owner[u] == s and until[u] > t + lead[u]:
+                    up = u // NP
+                    start, w = _slot(t, rev[up], gbps[up], busy, gbps, pause_bytes, ev)
+                    t_up = start + w + lat_back[u]
+                    until[u], owner[u] = t_up, -1
+                    pz.append((port_try, up, u % NP, t, t_up, np.int64(0), np.int64(0), np.int64(-1),
+                               np.int64(_XON), start, rev[up]))
+                    heapq.heappush(ev, (t_up, np.int64(_PAUSE), u, t_up))
+                i = node_next[i]
+            held_by[s] = -1
+    res = np.zeros((len(pz), 11), np.int64)
     for i in range(len(pz)):
-        for c in range(9):
+        for c in range(11):
             res[i, c] = pz[i][c]
     return dep, qat, res
 
@@ -222,6 +252,7 @@ class PlanPass:
     ports (pacing.ports' numbering), nic_ports + d the egress port of link direction d."""
     res: PassResult
     path: np.ndarray
+    wire_ns: np.ndarray
     ready_ns: np.ndarray
     frame_bytes: np.ndarray   # with FCS
     port_gbps: np.ndarray
@@ -237,6 +268,7 @@ def from_plan(p, network) -> PlanPass:
     from .pacing import ports
     from .pfc import PAUSE_FRAME_BYTES, xoff_xon
     from .plan import DATA, wire_ns
+    from .roce import WIRE_OVERHEAD_BYTES
     from .queue_marks import FCS_BYTES, _expand, control_pcp, data_bytes, frame_pcp
     m_port_tx, _, k_port_tx, _ = ports(p)
     _, m, k, t = _expand(p, p.tx)
@@ -257,9 +289,13 @@ def from_plan(p, network) -> PlanPass:
     prio = np.r_[frame_pcp(p, DATA, m), control_pcp(p, np.arange(K))]
     ready = np.r_[t, p.k_tx_ns]
     xoff, xon = xoff_xon(network)
+    # PFC frames towards a NIC port go out by its leaf's port to it, towards a switch port by the
+    # other direction of its link
+    rev = np.r_[np.full(NP, -1, np.int64), NP + (np.arange(2 * len(p.link_gbps)) ^ 1)]
+    rev[nic] = NP + (route[:, 0] ^ 1)
     res = forward(path, wire, lat, ready, prio, fb, port_gbps, np.arange(len(port_gbps)) >= NP,
                   np.arange(8) == p.out.pcp, xoff, xon, network.pfc_pause_quanta,
-                  int(wire_ns(PAUSE_FRAME_BYTES, p.line_gbps)))
+                  PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev)
     g = np.r_[p.m_pkt0[m] + k, np.full(K, -1, np.int64)]
-    return PlanPass(res, path, ready, fb, port_gbps, NP, g, np.r_[np.full(len(m), -1, np.int64), np.arange(K)],
+    return PlanPass(res, path, wire, ready, fb, port_gbps, NP, g, np.r_[np.full(len(m), -1, np.int64), np.arange(K)],
                     np.r_[p.m_conn[m], np.full(K, -1, np.int64)])
