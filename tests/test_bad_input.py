@@ -325,7 +325,7 @@ def test_alltoall_pairs_are_the_built_tables(preset, sets):
     """The closed form the early refusal uses, judged by the CommOp table the workload builds."""
     import numpy as np
     from tracegen.tables import CollKind
-    from tracegen.timing.work import alltoall_pairs
+    from tracegen.timing.alltoall_agg import alltoall_pairs
     from tracegen.workload import build_commops
     job = load_job(preset=preset, sets=sets)
     ops = build_commops(job)
@@ -348,15 +348,21 @@ def test_connection_rows_of_moe_jobs_are_estimated(preset, sets):
 
 
 def test_moe_job_beyond_the_budget_is_refused_before_its_ops_are_built():
-    """deepseek-v3-2k: 87,840 AllToAlls x 64 x 63 pairs; refused in seconds (the CommOp table alone
-    took ~2 min), one line naming what to shrink, exit 2."""
+    """deepseek-v3-2k at chunk level (--detail full lists every pair: 87,840 AllToAlls x 64 x 63);
+    refused in seconds (the CommOp table alone took ~2 min), one line naming what to shrink, exit 2.
+    Per connection (plan's auto) its AllToAlls are timed per sender (timing/alltoall_agg.py), and
+    generate, which writes every pair, refuses it in one line too."""
     import time
     t0 = time.perf_counter()
-    res = tracegen("plan", "--preset", "deepseek-v3-2k", cwd=ROOT)
+    res = tracegen("plan", "--preset", "deepseek-v3-2k", "--detail", "full", cwd=ROOT)
     assert res.returncode == 2 and time.perf_counter() - t0 < 30
     err = res.stderr.decode().strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and res.stdout == b""
     assert "354,170,880" in err and "parallelism.ep=64" in err and "global_batch=15360" in err
+    res = tracegen("generate", "--preset", "deepseek-v3-2k", "-o", "/nonexistent/never-written", cwd=ROOT)
+    err = res.stderr.decode().strip()
+    assert res.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "354,170,880" in err and "tracegen plan" in err
 
 
 @pytest.mark.parametrize("kind", ["ALLREDUCE", "ALLGATHER", "REDUCESCATTER", "BROADCAST", "REDUCE"])

@@ -216,6 +216,8 @@ class Flows:
                                             # pending work, each QP in order) - what ns-3 replays
     op_tc: np.ndarray | None = None         # per CommOp: (dscp, pcp) its RoCE frames carry (a scenario's
                                             # per-job classes); None: output.dscp / output.pcp
+    agg_rx_nic_bytes: np.ndarray | None = None  # conn, AllToAlls timed per sender (timing/alltoall_agg.py):
+    agg_link_wire: np.ndarray | None = None     # their rows' payload each NIC receives, wire bytes per link dir
 
     def __len__(self) -> int:
         return len(self.rows)

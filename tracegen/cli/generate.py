@@ -78,6 +78,8 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             if scheduler:                       # before any work (emit/views/distributed.py)
                 from ..emit.views.distributed import check_scheduler
                 check_scheduler(scheduler)
+            from ..timing.alltoall_agg import check_generate
+            check_generate(job)
             target = choose_target(out_dir, job, job_file, force)
             with stages(quiet) as stage:
                 stage("work estimate: the job's collectives")

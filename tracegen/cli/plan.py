@@ -39,10 +39,12 @@ def plan(job_file, preset, sets, detail, corpus, tokenizer, as_json, out_dir, fo
             open_corpus(corpus)
             resolve_tokenizer(tokenizer)
         try:
+            from ..timing.alltoall_agg import check_generate
+            check_generate(job)             # AllToAlls timed per sender: generate refuses (per-pair outputs)
             target = choose_target(out_dir, job, job_file, force)
             where = f"generate would write {target.shown}/ ({target.note})"
             output = {"dir": target.shown, "generate": "write", "note": target.note}
-        except OutputError as e:
+        except (OutputError, ConfigError) as e:
             where = f"generate would refuse: {e}"
             output = {"dir": place.choose(out_dir, job.output.dir, job.name)[1], "generate": "refuse",
                       "note": str(e)}

@@ -190,6 +190,12 @@ class Fabric:
         return [row[row >= 0].tolist() for row in nodes]
 
     @property
+    def epochs(self) -> tuple:
+        """Timed changes of the fabric during the run (scenario events at t > 0): the epochs after
+        the first, as fabric/timeline.Epoch; () for a fabric that stays as it is (every job)."""
+        return self._cache.get("epochs", ())
+
+    @property
     def n_link_dirs(self) -> int:
         return 2 * len(self.links)
 

@@ -96,7 +96,10 @@ def build_report(job: Job, fabric: Fabric, flows: Flows) -> Report:
             rank_sent[dim.name] = per_rank(sel)
     progress.report(2 * len(Dim), steps)
     tx = np.bincount(r["src_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
-    rx = np.bincount(r["dst_nic"][net], weights=r["bytes"][net], minlength=fabric.n_nics).astype(np.int64)
+    one = net & (r["dst_nic"] >= 0)         # AllToAlls timed per sender: receivers beside the rows
+    rx = np.bincount(r["dst_nic"][one], weights=r["bytes"][one], minlength=fabric.n_nics).astype(np.int64)
+    if flows.agg_rx_nic_bytes is not None:
+        rx += flows.agg_rx_nic_bytes
     B = m.bytes_per_elem
     g = grad_elem_bytes(m, par)
     worst = max(rank_params(job, st).dense + rank_params(job, st).expert for st in range(par.pp))
@@ -148,6 +151,8 @@ def _link_loads(fabric: Fabric, flows: Flows) -> dict:
     ptr, link, w = flows.conns.link_csr()
     owner = np.repeat(np.arange(len(flows.conns)), np.diff(ptr))
     loads = np.bincount(link, weights=conn_bytes[owner] * w, minlength=n_dirs)
+    if flows.agg_link_wire is not None:
+        loads = loads + flows.agg_link_wire
     tier = np.repeat(fabric.link_tier(), 2) * 2 + np.tile([0, 1], len(fabric.links))
     names = [fabric.link_dir_name(d) for d in range(n_dirs)] if n_dirs <= 200_000 else None
     peak = np.zeros(n_dirs)

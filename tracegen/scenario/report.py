@@ -42,30 +42,39 @@ def scenario_tables(run) -> list[tuple[str, list[str], list[list[str]]]]:
         rows.append([j.name, _nodes_text(j.nodes), f"{j.start_ns:,}", str(j.iterations), f"{j.jct_ns / 1e6:,.3f}",
                      f"{j.alone_jct_ns / 1e6:,.3f}", f"{j.slowdown:.3f}", _pct(j.busbw_pct), _pct(j.alone_busbw_pct)])
     fab = run.fabric
-    ev = ", ".join(_event_text(e, sc) for e in sc.events) or "none"
+    ev = [_event_text(e, sc) for e in sc.events] or ["none"]
     head = [["jobs", str(len(run.jobs))], ["nodes", f"{sc.nodes} x {sc.hardware.cluster.gpus_per_node} GPUs"],
             ["fabric", f"{fab.kind}: {fab.switch_ids_text()}"], ["placement", sc.placement +
                                                                   (f" (seed {sc.seed})" if sc.placement == "random" else "")],
-            ["events", ev], ["ecmp on failure", sc.ecmp_on_failure], ["detail", run.detail],
+            *[["events" if k == 0 else "", text] for k, text in enumerate(ev)],     # one a row, in time
+            ["ecmp on failure", sc.ecmp_on_failure], ["detail", run.detail],
             ["Jain fairness of slowdowns", f"{run.fairness:.4f}"]]
     return [(f"Scenario {sc.name}", ["what", "value"], head),
             ("Jobs: time in the scenario vs alone (same nodes, same fabric)",
              ["job", "nodes", "start ns", "iters", "JCT ms", "alone ms", "slowdown", "busbw %", "alone busbw %"], rows)]
 
 
+def _when(e) -> str:
+    if not e.at_ns and e.until_ns is None:
+        return ""
+    return f" from {e.at_ns:,} ns" + ("" if e.until_ns is None else f" until {e.until_ns:,} ns")
+
+
 def _event_text(e, sc) -> str:
     if e.type == "down":
-        return f"{e.switch or e.link} down"
+        return f"{e.switch or e.link} down{_when(e)}"
     if e.type == "degrade":
-        return f"{e.link} at {e.gbps} Gb/s"
+        return f"{e.link} at {e.gbps} Gb/s{_when(e)}"
     return f"{sc.jobs[e.job].name} rank {e.rank} x{e.factor:g} compute"
 
 
 def _event_json(e, sc) -> dict:
+    """One event of scenario.json: a flap of the file is listed as its down intervals."""
+    when = {"at_ns": e.at_ns, "until_ns": e.until_ns}
     if e.type == "down":
-        return {"type": "down", **({"switch": e.switch} if e.switch else {"link": e.link})}
+        return {"type": "down", **({"switch": e.switch} if e.switch else {"link": e.link}), **when}
     if e.type == "degrade":
-        return {"type": "degrade", "link": e.link, "gbps": e.gbps}
+        return {"type": "degrade", "link": e.link, "gbps": e.gbps, **when}
     return {"type": "straggler", "job": sc.jobs[e.job].name, "rank": e.rank, "factor": e.factor}
 
 
@@ -107,8 +116,21 @@ def ops_csv(run) -> str:
 
 
 def link_bytes_csv(run) -> str:
-    """Per fabric link direction between switches or NIC->leaf: bytes each job put on it."""
+    """Per fabric link direction between switches or NIC->leaf: bytes each job put on it (from
+    the flows' routes; with events during the run, flows move between routes: the engine's
+    per-link bytes over time, split between the jobs as link_time.csv splits them)."""
     f, fab = run.flows, run.fabric
+    got = link_time(run) if fab.epochs else None
+    if got is not None:
+        edges, links, jobs, gbps = got
+        width = int(edges[1] - edges[0])
+        names = [j.name for j in run.jobs]
+        tot = gbps.sum(axis=1) * width / 8
+        lines = ["link,job,bytes"]
+        for ln, j, v in zip(links.tolist(), jobs.tolist(), tot.tolist()):
+            if v > 0:
+                lines.append(f"{fab.link_dir_name(ln)},{names[j]},{int(round(v))}")
+        return "\n".join(lines) + "\n"
     r = f.rows
     net = r["link"] == 1
     if f.conns is None or not net.any():
@@ -152,7 +174,31 @@ def _route_entries(run):
     rows = np.repeat(np.repeat(net, q), route.shape[1])
     links = route.reshape(-1)
     ok = links >= 0
-    return rows[ok], links[ok], np.full(int(ok.sum()), 1.0 / q)
+    rows, links = rows[ok], links[ok]
+    if run.fabric.epochs:
+        # events during the run: a row's QP also crosses its routes of the later epochs (the
+        # engine moved it there); each route's entries count for the row's share between jobs
+        # (link_time splits the engine's exact per-link bytes by them)
+        from ..fabric.timeline import epoch_routes
+        c = f.conns
+        tables = epoch_routes(run.fabric, np.repeat(c.src_nic, q), np.repeat(c.dst_nic, q), c.sport, c.plane,
+                              run.fabric.ip_version, dest_qpn=c.qpn_dst)
+        next(tables)
+        seen = set()
+        for alt in tables:
+            alt = alt[qp]
+            w = max(alt.shape[1], route.shape[1])
+            a = np.pad(alt, ((0, 0), (0, w - alt.shape[1])), constant_values=-1)
+            b = np.pad(route, ((0, 0), (0, w - route.shape[1])), constant_values=-1)
+            moved = np.flatnonzero((a != b).any(axis=1))
+            key = a[moved].tobytes() + moved.tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            r2 = np.repeat(np.repeat(net, q)[moved], w)
+            l2 = a[moved].reshape(-1)
+            rows, links = np.r_[rows, r2[l2 >= 0]], np.r_[links, l2[l2 >= 0]]
+    return rows, links, np.full(len(rows), 1.0 / q)
 
 
 def link_time_csv(run) -> str | None:

@@ -115,7 +115,7 @@ def time_ops(ops: CommOps, fabric: Fabric, job, detail: str, rates: bool = False
     writer paces each message by them), as run_pipeline does for generate."""
     if detail == "full":
         return schedule(ops, expand(ops, fabric, job.nccl), fabric, job, rates=rates)
-    return schedule_connections(ops, fabric, job, rates=rates)
+    return schedule_connections(ops, fabric, job, rates=rates, aggregate=False)   # per pair (scenario report)
 
 
 def _ends(flows: Flows, ops: CommOps, lo: int, hi: int, start_ns: int, iterations: int) -> tuple[int, list]:
@@ -150,7 +150,7 @@ def check_work(sc: Scenario, max_work: int) -> int:
     units = []
     for e in sc.jobs:
         units.append(pattern_units(*e.pattern[:3], e.job.iterations) if e.pattern else
-                     estimate(e.job, 0, pcap=False, emit=False).units)
+                     estimate(e.job, 0, pcap=False, emit=False, per_sender=False).units)
     total = sum(units) * (2 if len(units) > 1 else 1)
     if max_work and total > max_work:
         each = ", ".join(f"{e.name} {u:,}" for e, u in zip(sc.jobs, units))

@@ -21,10 +21,17 @@
         dscp: 34                   # the job's traffic class on its RoCE frames (default output.dscp);
         pcp: 4                     #   pcp: its 802.1Q priority (needs output.vlan; default output.pcp)
     events:                        # events.py
-      - {type: down, switch: spine1}
-      - {type: down, link: leaf0-spine2}
-      - {type: degrade, link: leaf1-spine0, gbps: 100}
-      - {type: straggler, job: b, rank: 3, factor: 1.5}
+      - {type: down, switch: spine1}                  # from t=0 to the end
+      - {type: down, link: leaf0-spine2, at_ns: 2000000, until_ns: 5000000}   # down in [at, until)
+      - {type: degrade, link: leaf1-spine0, gbps: 100, at_ns: 1000000}       # from at_ns on
+      - {type: flap, link: leaf0-spine1, at_ns: 1000000, down_ns: 200000, up_ns: 300000, count: 3}
+      - {type: straggler, job: b, rank: 3, factor: 1.5}                      # from t=0 only
+
+Fabric events (down, degrade, flap) take `at_ns` (default 0) and `until_ns` (> at_ns; default:
+to the end of the run): the link or switch comes back up, the degraded link returns to its rate.
+A flap is `count` down intervals of `down_ns`, `up_ns` apart, from `at_ns`: it is expanded here
+into `count` down events (Event.at_ns/until_ns), so every consumer sees only down and degrade
+intervals.
 
 Every job's cluster and fabric sections are replaced by the scenario's (the hardware is one), the
 job's `cluster.nodes` by what its parallelism needs; the job is then loaded and validated as a
@@ -51,12 +58,13 @@ TOP_KEYS = ("name", "description", "cluster", "fabric", "nodes", "placement", "s
 JOB_KEYS = ("job", "preset", "pattern", "name", "start_ns", "iterations", "nodes", "ranks", "bytes", "gap_ns",
             "dscp", "pcp")
 PATTERN_ONLY = ("ranks", "bytes", "gap_ns")
-EVENT_KEYS = ("type", "at_ns", "link", "switch", "gbps", "job", "rank", "factor")
+EVENT_KEYS = ("type", "at_ns", "until_ns", "link", "switch", "gbps", "down_ns", "up_ns", "count", "job", "rank",
+              "factor")
 PLACEMENTS = ("contiguous", "interleaved", "random", "explicit")
 ECMP_ON_FAILURE = ("rehash", "resilient")
-EVENT_TYPES = ("down", "degrade", "straggler")
+EVENT_TYPES = ("down", "degrade", "flap", "straggler")
 MAX_JOBS = 64
-MAX_EVENTS = 1024
+MAX_EVENTS = 1024                  # events after flaps are expanded: each is 2 instants of the timeline
 MAX_NODES = 65_536
 MAX_START_NS = 10**15              # 11.6 days
 SAME_WIRE = ("pmtu", "vlan", "ip_version")   # output keys the schedule reads (packet sizes, routes)
@@ -76,14 +84,24 @@ class JobEntry:
 
 @dataclass(frozen=True)
 class Event:
+    """One event. Fabric events are 'down' (link or switch) or 'degrade' (link at gbps) over
+    [at_ns, until_ns) (until_ns None: to the end of the run); a flap of the file is expanded into
+    its down events. A 'straggler' (job, rank, factor) holds from t=0."""
     type: str
-    where: str                     # 'events[2]', for messages
+    where: str                     # 'events[2]' (a flap's k-th down: 'events[2] (flap 2/3)'), for messages
     link: str = ""
     switch: str = ""
     gbps: int = 0
     job: int = -1                  # index into Scenario.jobs
     rank: int = -1
     factor: float = 1.0
+    at_ns: int = 0
+    until_ns: int | None = None
+
+    @property
+    def timed(self) -> bool:
+        """The event changes the fabric during the run (not only from t=0 to the end)."""
+        return self.at_ns > 0 or self.until_ns is not None
 
 
 @dataclass(frozen=True)
@@ -198,7 +216,13 @@ def _build(doc: dict, path: Path, shown: str) -> Scenario:
     if need > nodes:
         raise ConfigError(f"nodes: the jobs need {need} nodes ({' + '.join(str(j.job.nodes) for j in jobs)}), "
                           f"the scenario has {nodes} — raise nodes or drop a job")
-    events = tuple(_event(i, e, jobs) for i, e in enumerate(_events_list(doc.get("events", []))))
+    events: list = []
+    for i, e in enumerate(_events_list(doc.get("events", []))):
+        events += _event(i, e, jobs)
+        if len(events) > MAX_EVENTS:
+            raise ConfigError(f"events: {len(events):,} events with the flaps expanded (a flap counts `count`) "
+                              f"by events[{i}]; at most {MAX_EVENTS} — lower the flaps' count")
+    events = tuple(events)
     return Scenario(name, str(path), jobs, int(nodes), placement, int(seed), ecmp, events)
 
 
@@ -359,7 +383,8 @@ def _events_list(value: Any) -> list:
     return value
 
 
-def _event(i: int, item: Any, jobs: tuple) -> Event:
+def _event(i: int, item: Any, jobs: tuple) -> list:
+    """events[i] -> its Event(s): one, or a flap's `count` down events."""
     where = f"events[{i}]"
     _mapping(item, where)
     for key in item:
@@ -368,28 +393,47 @@ def _event(i: int, item: Any, jobs: tuple) -> Event:
     if "type" not in item:
         raise ConfigError(f"{where}: no `type:` — one of {', '.join(EVENT_TYPES)}")
     kind = _choice(item["type"], f"{where}.type", EVENT_TYPES)
-    at = check_field(f"{where}.at_ns", item.get("at_ns", 0), int, 0, MAX_START_NS)
-    if at:
-        raise ConfigError(f"{where}.at_ns: {at:,} — events apply from t=0 only (at_ns: 0); events during "
-                          "the run (and flapping links) are not modelled yet")
     need = {"down": (("link", "switch"),), "degrade": (("link",), ("gbps",)),
+            "flap": (("link", "switch"), ("down_ns",), ("up_ns",), ("count",)),
             "straggler": (("job",), ("rank",), ("factor",))}[kind]
-    allowed = {k for group in need for k in group} | {"type", "at_ns"}
+    timing = {"straggler": ("at_ns",), "flap": ("at_ns",)}.get(kind, ("at_ns", "until_ns"))
+    allowed = {k for group in need for k in group} | {"type"} | set(timing)
     for key in item:
         if key not in allowed:
             raise ConfigError(f"{where}.{key}: has no meaning for type: {kind} (it takes "
-                              + ", ".join(sorted(allowed - {'type', 'at_ns'})) + ")")
+                              + ", ".join(sorted(allowed - {'type'})) + ")")
     for group in need:
         given = [k for k in group if k in item]
         if len(given) != 1:
             raise ConfigError(f"{where}: type: {kind} needs " + " or ".join(f"`{k}:`" for k in group)
                               + (" (one of them)" if len(group) > 1 else ""))
-    if kind == "down":
+    at = check_field(f"{where}.at_ns", item.get("at_ns", 0), int, 0, MAX_START_NS)
+    until = None
+    if "until_ns" in item:
+        until = check_field(f"{where}.until_ns", item["until_ns"], int, 1, MAX_START_NS)
+        if until <= at:
+            raise ConfigError(f"{where}.until_ns: {until:,} is not after at_ns: {at:,} — the event holds over "
+                              "[at_ns, until_ns): give until_ns > at_ns, or drop it (to the end of the run)")
+    if kind in ("down", "flap"):
         key = "link" if "link" in item else "switch"
-        return Event(kind, where, **{key: check_field(f"{where}.{key}", item[key], str)})
+        target = {key: check_field(f"{where}.{key}", item[key], str)}
+    if kind == "down":
+        return [Event(kind, where, **target, at_ns=at, until_ns=until)]
     if kind == "degrade":
-        return Event(kind, where, link=check_field(f"{where}.link", item["link"], str),
-                     gbps=check_field(f"{where}.gbps", item["gbps"], int, 1, 10_000_000))
+        return [Event(kind, where, link=check_field(f"{where}.link", item["link"], str),
+                      gbps=check_field(f"{where}.gbps", item["gbps"], int, 1, 10_000_000), at_ns=at, until_ns=until)]
+    if kind == "flap":
+        down = check_field(f"{where}.down_ns", item["down_ns"], int, 1, MAX_START_NS)
+        up = check_field(f"{where}.up_ns", item["up_ns"], int, 1, MAX_START_NS)
+        count = check_field(f"{where}.count", item["count"], int, 1, MAX_EVENTS)
+        if at + count * (down + up) > MAX_START_NS:
+            raise ConfigError(f"{where}: the flap ends at {at + count * (down + up):,} ns, after "
+                              f"{MAX_START_NS:,} ns — fewer or shorter flaps")
+        return [Event("down", f"{where} (flap {k + 1}/{count})", **target, at_ns=at + k * (down + up),
+                      until_ns=at + k * (down + up) + down) for k in range(count)]
+    if at:
+        raise ConfigError(f"{where}.at_ns: {at:,} — a straggler is slow from t=0 (at_ns: 0); a GPU slowing "
+                          "during the run is not modelled")
     j = item["job"]
     names = [e.name for e in jobs]
     if isinstance(j, int) and not isinstance(j, bool):
@@ -406,4 +450,4 @@ def _event(i: int, item: Any, jobs: tuple) -> Event:
     world = jobs[job].job.world
     rank = check_field(f"{where}.rank", item["rank"], int, 0, world - 1)
     factor = check_field(f"{where}.factor", item["factor"], float, 0.01, 1000.0)
-    return Event(kind, where, job=job, rank=rank, factor=factor)
+    return [Event(kind, where, job=job, rank=rank, factor=factor)]

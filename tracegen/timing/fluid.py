@@ -29,6 +29,11 @@ active once its op is released and every item it depends on (same op) has arrive
 integer ns (an item finishes at the first whole ns its bytes are through); remaining bytes are
 float64 between events.
 
+A fabric that changes during the run (scenario events at t > 0; timing/epochs.py): at each
+epoch's instant the links' capacities change and the items whose route differs in the new epoch
+leave their links for the new route's with the bytes they have left; the components of every
+link touched are re-solved, as for a start or an end. Without epochs nothing of this runs.
+
 Records, on request only: every link's load over time (LinkLoad: the report's utilisation) and
 the rate of chosen items over time (ItemRates: the pcap writer paces a flow's packets along its
 cumulative sent-bytes curve, progress_times inverts it); fluid_records.py.
@@ -55,9 +60,24 @@ def reverse_csr(r: Ragged, n_targets: int) -> tuple[np.ndarray, np.ndarray]:
     return ptr, src[order].astype(np.int64)
 
 
+def _epoch_args(epochs, n: int, ptr, lk, w) -> tuple:
+    """(links ptr, links, weights, then the engine's epoch arrays): the items' own routes, with
+    the epochs' route variants appended."""
+    z = np.zeros(0, np.int64)
+    if epochs is None:
+        return (ptr, lk, w, np.arange(n, dtype=np.int64), z, z, z, np.zeros(1, np.int64), z, np.zeros(0),
+                np.zeros(2, np.int64), z, z)
+    e = epochs
+    ptr = np.r_[ptr[:n + 1], ptr[n] + e.ptr[1:]].astype(np.int64)
+    lk = np.r_[lk[:ptr[n]], e.link].astype(np.int64)
+    w = np.r_[w[:ptr[n]], e.weight].astype(np.float64)
+    return (ptr, lk, w, np.r_[np.arange(n, dtype=np.int64), e.var_item].astype(np.int64), e.ev_t, e.ev_from, e.ev_to,
+            e.evc_ptr, e.evc_link, e.evc_cap, e.st_ptr, e.st_item, e.st_var)
+
+
 def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_ptr, lk_id, lk_w,
         cap_bytes_per_ns, jit: bool = True, rate_cap=None, queue=None, record_links: int = 0,
-        record_max: int = 0, record_items=None, record_items_max: int = 0):
+        record_max: int = 0, record_items=None, record_items_max: int = 0, epochs=None):
     """Schedule everything. Returns (start, finish, end, op_start, op_end) as int64 arrays, and
     with record_links = L > 0 also the load of links 0..L-1 over time: (t, link, bytes per ns)
     whenever a link's load changes, at most record_max records (0: 64 per item, up to 4 M) (LinkLoad).
@@ -71,7 +91,9 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
     per item its links and weights (CSR); cap_bytes_per_ns [n_links]; rate_cap [n] (optional): the
     most bytes/ns an item can use whatever the links offer (inf: no limit); queue [n] (optional,
     -1: none): items of one queue - an NCCL connection's QP - are served one at a time, in the
-    order they became ready (a QP works through its send queue in order)."""
+    order they became ready (a QP works through its send queue in order). epochs (optional,
+    timing/epochs.EpochTables): the fabric changes at instants - capacities, and items' routes
+    (an item in flight moves with its bytes left)."""
     n_ops, n = len(op_gap), len(op_of)
     op_of = np.asarray(op_of, np.int64)
     if len(lk_id) >= 2**31:
@@ -89,6 +111,8 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
             np.full(n, np.inf) if rate_cap is None else np.asarray(rate_cap, np.float64),
             np.full(n, -1, np.int64) if queue is None else np.asarray(queue, np.int64),
             int(record_links), (int(record_max) or min(4_000_000, 64 * n + 1024)) if record_links else 0)
+    ep = _epoch_args(epochs, n, args[12], args[13], args[14])
+    args = args[:12] + ep[:3] + args[15:]
     want = np.zeros(1, np.bool_) if record_items is None else np.asarray(record_items, np.bool_)
     imax = 0
     if record_items is not None:
@@ -97,7 +121,7 @@ def run(op_gap, op_deps: Ragged, op_of, item_deps: Ragged, nbytes, extra_ns, lk_
         imax = int(record_items_max) or min(4_000_000, 16 * int(want.sum()) + 1024)
     fn = engine if jit else getattr(engine, "py_func", engine)   # NUMBA_DISABLE_JIT: plain
     (start, finish, end, op_start, op_end, done, rec_t, rec_l, rec_v, n_rec,
-     it_t, it_i, it_v, n_it, it_lost) = fn(*args, want, imax)
+     it_t, it_i, it_v, n_it, it_lost) = fn(*args, want, imax, *ep[3:])
     if not done:
         raise RuntimeError("schedule: dependency cycle, some items never became ready")
     load = None

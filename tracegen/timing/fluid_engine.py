@@ -25,9 +25,21 @@ def _report(done: int, total: int) -> None:
 
 @numba.njit(cache=True)
 def engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_ptr, ot_val, op_of,
-            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap, queue, rec_links, rec_max, want, it_max):
+            nbytes, extra, lk_ptr, lk_id, lk_w, cap, rate_cap, queue, rec_links, rec_max, want, it_max,
+            var_item, ev_t, ev_from, ev_to, evc_ptr, evc_link, evc_cap, st_ptr, st_item, st_var):
     n_ops, n = len(gap), len(op_of)
     n_links = len(cap)
+    # route variants (fabric epochs, timing/epochs.py): variant v's links are entries
+    # [lk_ptr[v], lk_ptr[v + 1]), of item var_item[v]; item i starts on variant i, its route in
+    # epoch 0. The links an item crosses now: [p_lo[i], p_hi[i]).
+    p_lo = lk_ptr[:n].copy()
+    p_hi = lk_ptr[1:n + 1].copy()
+    cur = np.arange(n)
+    n_ev = len(ev_t)
+    if n_ev > 0:
+        cap = cap.copy()                              # the epochs change it
+    tgt = np.zeros(n if n_ev > 0 else 1, np.int64)
+    x_ev = 0
     op_deps_left, tr_deps_left = op_deps_left.copy(), tr_deps_left.copy()
     op_left = np.diff(ot_ptr)
     op_ready = np.zeros(n_ops, np.int64)
@@ -48,8 +60,8 @@ def engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_p
     # per link: its active items' link entries (a doubly linked list), the sum of their caps
     head = np.full(n_links, -1, np.int32)
     lk_item = np.zeros(len(lk_id), np.int32)     # the item whose link list holds entry k
-    for i in range(n):
-        lk_item[lk_ptr[i]:lk_ptr[i + 1]] = i
+    for v in range(len(var_item)):
+        lk_item[lk_ptr[v]:lk_ptr[v + 1]] = var_item[v]
     nxt = np.full(len(lk_id), -1, np.int32)
     prv = np.full(len(lk_id), -1, np.int32)
     n_on = np.zeros(n_links, np.int64)
@@ -161,7 +173,7 @@ def engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_p
             rate[it] = 0.0
             t_upd[it] = t
             rc = rate_cap[it]
-            for k in range(lk_ptr[it], lk_ptr[it + 1]):
+            for k in range(p_lo[it], p_hi[it]):
                 ln = lk_id[k]
                 if not lmark[ln]:                    # touched: note whether it was hot before
                     lmark[ln] = True
@@ -201,7 +213,7 @@ def engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_p
             while a < n_comp:                        # grow over hot links
                 i = comp[a]
                 a += 1
-                for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                for k in range(p_lo[i], p_hi[i]):
                     ln = lk_id[k]
                     if hmark[ln] or not hot(n_inf[ln], dem[ln], cap[ln]):
                         continue
@@ -216,7 +228,7 @@ def engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_p
                             comp[n_comp] = d
                             n_comp += 1
                         e = nxt[e]
-            solve(comp, n_comp, hl, n_h, hmark, lk_ptr, lk_id, lk_w, cap, rate_cap, nr, wsum, rcap, frozen)
+            solve(comp, n_comp, hl, n_h, hmark, p_lo, p_hi, lk_id, lk_w, cap, rate_cap, nr, wsum, rcap, frozen)
             for a in range(n_comp):
                 i = comp[a]
                 in_comp[i] = False
@@ -255,7 +267,7 @@ def engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_p
                         n_it += 1
                         last_rate[i] = r
                 if rec_links > 0:                    # its links' loads change: record them below
-                    for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                    for k in range(p_lo[i], p_hi[i]):
                         ln = lk_id[k]
                         if ln < rec_links and not lmark[ln]:
                             lmark[ln] = True
@@ -289,6 +301,80 @@ def engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_p
         t_fin = hf[0] if hn > 0 else INF
         if t_arr >= INF and t_fin >= INF:
             break
+        t_ev = ev_t[x_ev] if x_ev < n_ev else INF
+        if t_ev < t_fin and t_ev <= t_arr:
+            # The fabric changes (an epoch starts): links' capacities, and the items whose route
+            # differs move - an active one leaves its old links and joins its new ones with the
+            # bytes it has left (re-solved below with everything on the links touched). Finishes
+            # at this instant came first; items starting at it start on the new routes.
+            t = t_ev
+            for k in range(evc_ptr[x_ev], evc_ptr[x_ev + 1]):
+                ln = evc_link[k]
+                if not lmark[ln]:
+                    lmark[ln] = True
+                    was_hot[ln] = hot(n_inf[ln], dem[ln], cap[ln])
+                    touched[n_touch] = ln
+                    n_touch += 1
+                cap[ln] = evc_cap[k]
+            a_s, b_s = ev_from[x_ev], ev_to[x_ev]
+            for k in range(st_ptr[a_s], st_ptr[a_s + 1]):      # the old epoch's moved items: back to epoch 0's
+                tgt[st_item[k]] = st_item[k]
+            for k in range(st_ptr[b_s], st_ptr[b_s + 1]):      # the new epoch's: their variant
+                tgt[st_item[k]] = st_var[k]
+            for pas in range(2):
+                s_ = a_s if pas == 0 else b_s
+                for kk in range(st_ptr[s_], st_ptr[s_ + 1]):
+                    i = st_item[kk]
+                    v = tgt[i]
+                    if cur[i] == v:
+                        continue
+                    if active[i]:
+                        rc = rate_cap[i]
+                        for k in range(p_lo[i], p_hi[i]):       # off the old route's links
+                            ln = lk_id[k]
+                            if not lmark[ln]:
+                                lmark[ln] = True
+                                was_hot[ln] = hot(n_inf[ln], dem[ln], cap[ln])
+                                touched[n_touch] = ln
+                                n_touch += 1
+                            if prv[k] >= 0:
+                                nxt[prv[k]] = nxt[k]
+                            else:
+                                head[ln] = nxt[k]
+                            if nxt[k] >= 0:
+                                prv[nxt[k]] = prv[k]
+                            n_on[ln] -= 1
+                            if rc == np.inf:
+                                n_inf[ln] -= 1
+                            else:
+                                dem[ln] -= rc * lk_w[k]
+                            if n_on[ln] == 0:
+                                dem[ln] = 0.0
+                        for k in range(lk_ptr[v], lk_ptr[v + 1]):  # onto the new route's
+                            ln = lk_id[k]
+                            if not lmark[ln]:
+                                lmark[ln] = True
+                                was_hot[ln] = hot(n_inf[ln], dem[ln], cap[ln])
+                                touched[n_touch] = ln
+                                n_touch += 1
+                            prv[k] = -1
+                            nxt[k] = head[ln]
+                            if head[ln] >= 0:
+                                prv[head[ln]] = k
+                            head[ln] = k
+                            n_on[ln] += 1
+                            if rc == np.inf:
+                                n_inf[ln] += 1
+                            else:
+                                dem[ln] += rc * lk_w[k]
+                        if not in_comp[i]:
+                            in_comp[i] = True
+                            comp[n_comp] = i
+                            n_comp += 1
+                    cur[i] = v
+                    p_lo[i], p_hi[i] = lk_ptr[v], lk_ptr[v + 1]
+            x_ev += 1
+            continue
         if t_arr < t_fin:
             t = t_arr
             continue
@@ -304,7 +390,7 @@ def engine(gap, op_deps_left, od_ptr, od_val, tr_deps_left, td_ptr, td_val, ot_p
                 rem[i] = 0.0
                 active[i] = False                 # off its links' lists and demands
                 rc = rate_cap[i]
-                for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                for k in range(p_lo[i], p_hi[i]):
                     ln = lk_id[k]
                     if not lmark[ln]:
                         lmark[ln] = True

@@ -15,10 +15,10 @@ def hot(n_inf, dem_bytes_per_ns, cap_bytes_per_ns):
 
 
 @numba.njit(cache=True)
-def solve(comp, n_comp, hl, n_h, hmark, lk_ptr, lk_id, lk_w, cap, rate_cap, nr, wsum, rcap, frozen):
+def solve(comp, n_comp, hl, n_h, hmark, p_lo, p_hi, lk_id, lk_w, cap, rate_cap, nr, wsum, rcap, frozen):
     """Max-min fair rates nr of the items comp[:n_comp] under the hot links hl[:n_h] (every active
     item on them is in comp): progressive filling with link weights; an item also stops rising at
-    its own rate cap; an item on no hot link gets its cap."""
+    its own rate cap; an item on no hot link gets its cap. Item i's links: entries [p_lo[i], p_hi[i])."""
     for j in range(n_h):
         ln = hl[j]
         wsum[ln] = 0.0
@@ -28,7 +28,7 @@ def solve(comp, n_comp, hl, n_h, hmark, lk_ptr, lk_id, lk_w, cap, rate_cap, nr, 
         i = comp[a]
         frozen[i] = True
         nr[i] = rate_cap[i]
-        for k in range(lk_ptr[i], lk_ptr[i + 1]):
+        for k in range(p_lo[i], p_hi[i]):
             ln = lk_id[k]
             if hmark[ln]:
                 wsum[ln] += lk_w[k]
@@ -63,7 +63,7 @@ def solve(comp, n_comp, hl, n_h, hmark, lk_ptr, lk_id, lk_w, cap, rate_cap, nr, 
             if frozen[i]:
                 continue
             sat = level >= rate_cap[i] * (1.0 - 1e-12)
-            for k in range(lk_ptr[i], lk_ptr[i + 1]):
+            for k in range(p_lo[i], p_hi[i]):
                 if hmark[lk_id[k]] and rcap[lk_id[k]] == 0.0:
                     sat = True
                     break
@@ -71,6 +71,6 @@ def solve(comp, n_comp, hl, n_h, hmark, lk_ptr, lk_id, lk_w, cap, rate_cap, nr, 
                 frozen[i] = True
                 nr[i] = level
                 left -= 1
-                for k in range(lk_ptr[i], lk_ptr[i + 1]):
+                for k in range(p_lo[i], p_hi[i]):
                     if hmark[lk_id[k]]:
                         wsum[lk_id[k]] -= lk_w[k]

@@ -201,16 +201,21 @@ def schedule(ops: CommOps, tr: Transfers, fabric: Fabric, job: Job, shared_fabri
                                            out.pmtu, out.vlan, out.ip_version), rows["wire_bytes"])
     lat = np.zeros(n, np.int64)
     lat[net] = net_latency_ns(conns, row_conn[net], on_wire[net], out.pmtu, out.vlan, out.ip_version)
+    epochs = None
     if shared_fabric:
         ptr, lk, w = item_links(fabric, conns, row_conn, src, dst)
         cap = link_capacity(fabric)
+        if fabric.epochs:           # events during the run: routes and capacities per epoch
+            from .epochs import epoch_tables
+            epochs = epoch_tables(fabric, conns, row_conn, np.arange(n), 1.0, nvlink_ports(fabric, src, dst),
+                                  n, len(cap), cap)
     else:
         ptr, lk, w, cap = nic_only_links(fabric, src, dst, net)
     start, finish, end, op_start, op_end, *load = fluid.run(
         ops.rows["gap_ns"], stream_ordered(ops).deps, rows["op_id"], tr.deps, on_wire.astype(np.float64), lat,
         ptr, lk, w, cap, record_links=fabric.n_link_dirs if shared_fabric else 0, jit=n >= JIT_MIN_TRANSFERS,
         queue=send_queues(ops, rows, row_conn),
-        record_items=net if (job.output.pcap if rates is None else rates) else None)
+        record_items=net if (job.output.pcap if rates is None else rates) else None, epochs=epochs)
     load, item_rates = (load + [None, None])[:2]
     flows = np.zeros(n, dtype=FLOW_DTYPE)
     for name in rows.dtype.names:

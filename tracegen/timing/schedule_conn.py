@@ -295,29 +295,52 @@ class _Fill:
 
 
 def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: bool = True,
-                         rates: bool | None = None) -> Flows:
+                         rates: bool | None = None, aggregate: bool | None = None) -> Flows:
     """shared_fabric=False: the NIC-only model (switch ports never limit), for comparison.
     rates: keep the rate changes of the items with NET rows (Flows.item_rates, Flows.row_item):
-    placed pcaps (emit/views/placed.py) put their chunks on those curves; None: when the job writes pcaps."""
+    placed pcaps (emit/views/placed.py) put their chunks on those curves; None: when the job writes pcaps.
+    aggregate: time AllToAlls per sending rank (alltoall_agg.py); None: beyond AGG_PAIRS rank pairs."""
     from .schedule import item_links, link_capacity, net_latency_ns
+    from . import alltoall_agg
     pmtu = job.output.pmtu
     progress.stage(f"connections: edges of {len(ops):,} ops", "%")
     per_op: dict = {}
-    rows = edge_table(ops, fabric, job, per_op=per_op)
+    agg, which = None, None
+    if (alltoall_agg.wanted(job) if aggregate is None else aggregate) and shared_fabric and ops.replicas == 1:
+        a_ops = alltoall_agg.agg_ops(ops)
+        if len(a_ops):
+            keep = np.ones(len(ops), bool)
+            keep[a_ops] = False
+            which = np.flatnonzero(keep)
+    rows = edge_table(ops, fabric, job, which=which, per_op=per_op)
+    prow = None
+    if which is not None:
+        agg = alltoall_agg.Aggregate(ops, a_ops, fabric, job, per_op)
+        rows, prow = _merge_rows(rows, agg.table())
     n = len(rows["op_id"])
     net = rows["link"] == LinkKind.NET
+    plain = net if prow is None else net & (prow < 0)       # rows of one connection each
     comm = communicator(ops.rows["dim"][rows["op_id"]])
     progress.stage(f"connections: QPs, source ports and routes of {int(net.sum()):,} network edges", "steps")
-    conns = build_connections(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net],
-                              fabric, job.nccl.qps_per_connection)
+    keys = [rows["src_rank"][plain], rows["dst_rank"][plain], comm[plain], rows["channel"][plain]]
+    if agg is not None:             # the aggregated ops' pairs: the connections the pairwise form has
+        keys = [np.concatenate([np.asarray(a, np.int64), b]) for a, b in zip(keys, agg.net_pairs())]
+    conns = build_connections(*keys, fabric, job.nccl.qps_per_connection)
+    del keys
     progress.report(1, 3)
     row_conn = np.full(n, -1, np.int64)
-    row_conn[net] = conns.lookup(rows["src_rank"][net], rows["dst_rank"][net], comm[net], rows["channel"][net])
-    del comm                # per-row arrays the engine no longer needs are dropped as they go (64k GPUs: ~90 MB each)
+    row_conn[plain] = conns.lookup(rows["src_rank"][plain], rows["dst_rank"][plain], comm[plain],
+                                   rows["channel"][plain])
     progress.report(2, 3)
     lat = np.zeros(n, np.int64)
-    lat[net] = net_latency_ns(conns, row_conn[net], rows["net_wire"][net], pmtu, job.output.vlan,
-                              job.output.ip_version)
+    lat[plain] = net_latency_ns(conns, row_conn[plain], rows["net_wire"][plain], pmtu, job.output.vlan,
+                                job.output.ip_version)
+    a_csr = None
+    if agg is not None:
+        is_agg = prow >= 0
+        *a_csr, a_lat, a_big = agg.links(conns, pmtu, job.output.vlan, job.output.ip_version)
+        lat[is_agg] = a_lat[prow[is_agg]]
+    del comm                # per-row arrays the engine no longer needs are dropped as they go (64k GPUs: ~90 MB each)
     progress.report(3, 3)
     # per op: its rows [lo, hi) and its signature
     n_ops = len(ops)
@@ -339,12 +362,18 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     # or NVLink ports for node-local edges, so concurrent node-local ops share NVLink too)
     progress.stage(f"connections: links of {n:,} edges, grouped into items", "steps")
     ebytes = np.where(net, rows["net_wire"], rows["nvl_wire"]).astype(np.float64)
+    if agg is not None:
+        ebytes[is_agg] = a_big[prow[is_agg]]
+        del a_big
     if shared_fabric:          # block by block (group_items): a 32k-GPU job's rows cross ~20 M links
         csr = conns.link_csr()
         src_r, dst_r = rows["src_rank"], rows["dst_rank"]
         links = lambda lo, hi: item_links(fabric, conns, row_conn[lo:hi], src_r[lo:hi], dst_r[lo:hi], csr)  # noqa: E731
         row_lens = np.full(n, 2, np.int64)          # NVLink: the two GPU ports
-        row_lens[net] = csr[0][row_conn[net] + 1] - csr[0][row_conn[net]]
+        row_lens[plain] = csr[0][row_conn[plain] + 1] - csr[0][row_conn[plain]]
+        if a_csr is not None:
+            row_lens[is_agg] = np.diff(a_csr[0])[prow[is_agg]]
+            links = _with_agg_links(links, prow, a_csr)
         cap = link_capacity(fabric)
     else:
         *links, cap = nic_only_links(fabric, rows["src_rank"], rows["dst_rank"], net)
@@ -352,10 +381,23 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     progress.report(1, GROUP_STEPS)
     from .schedule import send_queues
     row_q = send_queues(ops, rows, row_conn)
+    if agg is not None:     # a sender's aggregated items in one communicator (its group), NVLink or NET:
+        # one queue, as its connections of the group are (pairwise: one per connection)
+        gid = agg.op_gid[rows["op_id"][is_agg]]
+        _, inv = np.unique((gid * fabric.world + rows["src_rank"][is_agg]) * 2 + net[is_agg], return_inverse=True)
+        row_q[is_agg] = int(row_q.max(initial=-1)) + 1 + inv
+        del inv, gid
     progress.report(2, GROUP_STEPS)
     item, it_op, it_bytes, ptr, lk, w = group_items(rows["op_id"], rows["channel"],
                                                     ops.rows["kind"][rows["op_id"]], row_q, ebytes, links, len(cap),
                                                     row_lens=row_lens)
+    epochs = None
+    if shared_fabric and fabric.epochs:     # events during the run: routes and capacities per epoch
+        from .epochs import epoch_tables
+        from .schedule import nvlink_ports
+        share = np.where(it_bytes[item] > 0, ebytes / np.maximum(it_bytes[item], 1e-300), 1.0)   # as group_items
+        epochs = epoch_tables(fabric, conns, row_conn, item, share, nvlink_ports(fabric, rows["src_rank"], rows["dst_rank"]),
+                              len(it_op), len(cap), cap)
     links = row_lens = csr = None           # the connections' link CSR: only the items' links from here
     # An item alone moves its bytes in its op's chunk-level time less the last arrival latency:
     # steps, hop latencies and pipeline bubbles cap its rate; sharing links can only lower it
@@ -375,7 +417,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         cap, jit=len(it_op) >= 2000, rate_cap=it_bytes / busy, queue=it_queue,
         record_links=fabric.n_link_dirs if shared_fabric else 0,
         record_items=np.bincount(item[net], minlength=len(it_op)) > 0
-        if (job.output.pcap if rates is None else rates) else None)
+        if (job.output.pcap if rates is None else rates) else None, epochs=epochs)
     load, item_rates = (load + [None, None])[:2]
     progress.report(len(it_op), len(it_op))          # the engine tells every PROGRESS_EVERY items
     # the flow table, column by column: each edge column dropped once copied (64k GPUs: ~1 GB each way)
@@ -387,6 +429,10 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         flows[name] = per_op[name][op_id]
     flows["src_nic"] = np.where(net, fabric.rank_nic[rows["src_rank"]], -1)
     flows["dst_nic"] = np.where(net, fabric.rank_nic[rows["dst_rank"]], -1)
+    agg_rx = agg_lw = None
+    if agg is not None:         # many receivers: their bytes per NIC and per link kept beside the rows
+        flows["dst_nic"][is_agg] = -1
+        agg_rx, agg_lw = agg.totals(prow[is_agg], fabric.n_link_dirs, fabric.n_nics)
     del op_id
     for name in ("op_id", "src_rank", "dst_rank", "channel", "link"):
         flows[name] = rows.pop(name)
@@ -401,4 +447,52 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
                  row_messages=rows["messages"], row_packets=rows["packets"],
                  row_net_wire=np.where(net, rows["net_wire"], 0), link_load=load,
                  item_rates=item_rates, row_item=item if item_rates is not None else None,
-                 row_copies=copies)
+                 row_copies=copies, agg_rx_nic_bytes=agg_rx, agg_link_wire=agg_lw)
+
+
+def _merge_rows(rows: dict, extra: dict) -> tuple[dict, np.ndarray]:
+    """The edge table and the aggregated AllToAll rows in one table sorted by op; and each row's
+    pattern row (-1: an ordinary edge)."""
+    prow = np.r_[np.full(len(rows["op_id"]), -1, np.int64), extra.pop("prow")]
+    order = np.argsort(np.r_[rows["op_id"], extra["op_id"]], kind="stable")
+    out = {}
+    for k in list(rows):
+        a = rows.pop(k)
+        out[k] = np.concatenate([a, extra.pop(k).astype(a.dtype)])[order]
+        del a
+    return out, prow[order]
+
+
+def _with_agg_links(links, prow, a_csr):
+    """links(lo, hi) of item_links, with each aggregated row's links taken from its pattern row."""
+    a_ptr, a_lk, a_w = a_csr
+
+    def both(lo, hi):
+        pr = prow[lo:hi]
+        ag = pr >= 0
+        if not ag.any():
+            return links(lo, hi)
+        idx = np.flatnonzero(~ag)
+        lens = np.zeros(hi - lo, np.int64)
+        ptr = np.zeros(hi - lo + 1, np.int64)
+        p1 = l1 = w1 = None
+        if len(idx):
+            p1, l1, w1 = links(lo, hi)          # every row's; the aggregated ones' replaced below
+            lens[idx] = np.diff(p1)[idx]
+        ai = np.flatnonzero(ag)
+        alen = a_ptr[pr[ai] + 1] - a_ptr[pr[ai]]
+        lens[ai] = alen
+        np.cumsum(lens, out=ptr[1:])
+        lk, w = np.empty(int(ptr[-1]), np.int64), np.empty(int(ptr[-1]))
+        if len(idx):
+            olen = np.diff(p1)[idx]
+            off = np.arange(int(olen.sum())) - np.repeat(np.r_[0, np.cumsum(olen)[:-1]], olen)
+            src = np.repeat(p1[idx], olen) + off
+            dst = np.repeat(ptr[idx], olen) + off
+            lk[dst], w[dst] = l1[src], w1[src]
+        off = np.arange(int(alen.sum())) - np.repeat(np.r_[0, np.cumsum(alen)[:-1]], alen)
+        dst = np.repeat(ptr[ai], alen) + off
+        take = np.repeat(a_ptr[pr[ai]], alen) + off
+        lk[dst], w[dst] = a_lk[take], a_w[take]
+        return ptr, lk, w
+    return both

@@ -264,11 +264,14 @@ def _net_share(algo: str, n: int, N: int, L: int) -> float:
     return 1.0
 
 
-def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None = None) -> Work:
+def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None = None,
+             per_sender: bool = True) -> Work:
     """The work of `job`; with max_work > 0, refuses (ConfigError) as soon as it is exceeded.
     pcap: count the NCCL network messages the pcap estimate and writer expand (plan always does).
     emit: pcaps or an ns-3 scenario will be written (None: as the job's output says), which
-    decides the detail the pipeline times the job at (pipeline.pick_detail)."""
+    decides the detail the pipeline times the job at (pipeline.pick_detail).
+    per_sender=False: AllToAlls counted per pair even beyond alltoall_agg.AGG_PAIRS (a scenario
+    times them so)."""
     from .detail import needs_chunks, pick_detail
     if emit is None:
         emit = job.output.pcap or job.output.ns3
@@ -282,7 +285,12 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
         ops_est, entries = -(-ops_est // job.parallelism.dp), -(-entries // job.parallelism.dp)
     if max_work and (OP_UNITS * ops_est > max_work or entries > 4 * max_work):
         _refuse(job, Work(ops_est, 0, 0, _memory(ops_est, 0, 0, entries)), max_work, "collective calls")
-    if max_work:
+    from .alltoall_agg import wanted as agg_wanted
+    # beyond alltoall_agg.AGG_PAIRS a connection-level schedule times AllToAlls per sending rank:
+    # their pairs are then not what costs (only a chunk-level one - full detail, an ns-3
+    # scenario - lists them all)
+    per_sender = per_sender and agg_wanted(job) and job.detail != "full" and not needs_chunks(job, emit)
+    if max_work and not per_sender:
         _refuse_alltoall_pairs(job, max_work)
     ops = build_commops(job, fold=want_fold(job, emit))
     _keep_for_pipeline(job, ops)
@@ -326,6 +334,8 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
         # an AllToAll's every transfer is an edge of its own (a pair's channel: alltoall.direct;
         # PXN's hops included): n (n - 1) per channel, not a ring's n
         per_op = t if kind == CollKind.ALLTOALL else plan.channels * (1 if kind == CollKind.SENDRECV else n)
+        if kind == CollKind.ALLTOALL and per_sender:
+            per_op = 2 * n              # per sender: its NVLink row and its network row (alltoall_agg.py)
         edges += per_op * (count if N > 1 else timed[(kind, n, N, L, nbytes, eb, gkey)])
         moved = nbytes * (2 * (n - 1) if kind in (CollKind.ALLREDUCE,) else
                           1 if kind == CollKind.SENDRECV else (n - 1))
@@ -335,6 +345,8 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
             messages += int(net * (t + moved // max(plan.max_msg_bytes, 1))) * count
         if max_work and transfers > max_work and pick_detail(job.detail, needs_chunks(job, emit), transfers) == "full":
             break
+    if per_sender and pick_detail(job.detail, needs_chunks(job, emit), transfers) == "full" and max_work:
+        _refuse_alltoall_pairs(job, max_work)        # auto chose chunk level after all: every pair listed
     detail = pick_detail(job.detail, needs_chunks(job, emit), transfers)
     if id(job) in _built and not (max_work and transfers > max_work and detail == "full"):
         _built[id(job)][2] = transfers
@@ -353,25 +365,10 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
     return w
 
 
-def alltoall_pairs(job: Job) -> tuple[int, int]:
-    """(EP AllToAll ops, their rank pairs) of the job, exact (workload/iteration.py's _routed):
-    per EP group of each stage (tp·cp·dp / ep of them), micro-batch and MoE layer, dispatch and
-    combine each way, again in a full recompute's forward. Every pair moves a block of its own,
-    so each is at least one transfer and one connection-level row, whatever the detail."""
-    m, par = job.model, job.parallelism
-    if not (m.experts and par.ep > 1):
-        return 0, 0
-    from ..workload.compute import moe_rows
-    if moe_rows(job) * m.hidden < par.ep:            # blocks of fewer elements than ranks: some empty
-        return 0, 0
-    n_dir = 3 if par.recompute == "full" else 2
-    ops = (par.tp * par.cp * par.dp // par.ep) * par.microbatches * m.moe_layers * 2 * n_dir * job.iterations
-    return ops, ops * par.ep * (par.ep - 1)
-
-
 def _refuse_alltoall_pairs(job: Job, max_work: int) -> None:
     """Before the CommOps are built (minutes for a big MoE job): refuse a job whose AllToAll pairs
     alone exceed the budget, naming what to shrink."""
+    from .alltoall_agg import alltoall_pairs
     ops, pairs = alltoall_pairs(job)
     if pairs <= max_work:
         return

@@ -28,6 +28,12 @@ def batch_broadcasts(job: Job, first: bool, last: bool) -> list[tuple[int, int]]
     return [tokens, positions] if first else [labels, loss_mask]
 
 
+# the routed experts' collectives in issue order: forward dispatch then combine; backward
+# combine's conjugates first (A2A, then RS's conjugate AG), then dispatch's
+_FWD_STEPS = (("a2a", "dispatch"), ("ag", "dispatch"), ("rs", "combine"), ("a2a", "combine"))
+_BWD_STEPS = (("a2a", "combine"), ("ag", "combine"), ("rs", "dispatch"), ("a2a", "dispatch"))
+
+
 class BlockOps:
     # ---- layer blocks -----------------------------------------------------------------------
     def _block(self, st, sk, phase, layer, mb, fwd, body):
@@ -100,23 +106,23 @@ class BlockOps:
         """Routed experts through the AllToAll dispatcher: forward A2A -> AG(etp) -> experts ->
         RS(etp) -> A2A; backward the conjugates in reverse order (A2A, AG, experts, RS, A2A)."""
         par = self.par
-        steps = [("a2a", "dispatch"), ("ag", "dispatch"), ("rs", "combine"), ("a2a", "combine")]
-        if not fwd:   # combine's backward first: A2A, then RS's conjugate AG; then dispatch's
-            steps = [("a2a", "combine"), ("ag", "combine"), ("rs", "dispatch"), ("a2a", "dispatch")]
-        for i, (what, which) in enumerate(steps):
+        # the stream's EP and expert-TP groups: the same for every layer and micro-batch
+        ep_groups = self._groups(sk, self.lay.ep_group) if par.ep > 1 else ()
+        etp_groups = self._groups(sk, self.lay.etp_group) if par.etp > 1 else ()
+        stage_ranks = self.lay.stage_ranks
+        for i, (what, which) in enumerate(_FWD_STEPS if fwd else _BWD_STEPS):
             if i == 2:
                 st.compute(self.cm.moe_ns * scale)
-            if what == "a2a" and par.ep > 1:
-                ids = [self._shared(("ep", tag, phase, layer, mb, which, g[0]), A2A, Dim.EP, phase,
-                                    g[0] // self.lay.stage_ranks, layer, mb, self.a2a_bytes, g)
-                       for g in self._groups(sk, self.lay.ep_group)]
-                st.join(self.ops, ids)
-            elif what != "a2a" and par.etp > 1:
-                ids = [self._shared(("etp", tag, phase, layer, mb, which, g[0]), AG if what == "ag" else RS,
-                                    Dim.EP, phase, g[0] // self.lay.stage_ranks, layer, mb,
-                                    self.etp_bytes, g)
-                       for g in self._groups(sk, self.lay.etp_group)]
-                st.join(self.ops, ids)
+            if what == "a2a":
+                if ep_groups:
+                    st.join(self.ops, [self._shared(("ep", tag, phase, layer, mb, which, g[0]), A2A, Dim.EP,
+                                                    phase, g[0] // stage_ranks, layer, mb, self.a2a_bytes, g)
+                                       for g in ep_groups])
+            elif etp_groups:
+                st.join(self.ops, [self._shared(("etp", tag, phase, layer, mb, which, g[0]),
+                                                AG if what == "ag" else RS, Dim.EP, phase, g[0] // stage_ranks,
+                                                layer, mb, self.etp_bytes, g)
+                                   for g in etp_groups])
 
     # ---- embedding and LM head --------------------------------------------------------------
     def _embedding(self, st, sk, mb, fwd):

@@ -14,7 +14,15 @@ class GradSync:
     def _chunk_params(self, p, chunk):
         """(layer id, dense elems per rank, expert elems per rank) held by one chunk, forward order.
 
-        Layer −1 is the embedding (first chunk of stage 0), −2 the final norm / LM head."""
+        Layer −1 is the embedding (first chunk of stage 0), −2 the final norm / LM head. The same
+        for every stream and micro-batch of a stage: made once per (stage, chunk)."""
+        cache = self.__dict__.setdefault("_params_cache", {})
+        hit = cache.get((p, chunk))
+        if hit is None:
+            hit = cache[p, chunk] = self._chunk_params_of(p, chunk)
+        return hit
+
+    def _chunk_params_of(self, p, chunk):
         par, m = self.par, self.m
         out = []
         first, last = p == 0 and chunk == 0, p == par.pp - 1 and chunk == par.vpp - 1

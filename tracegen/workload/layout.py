@@ -15,6 +15,7 @@ Groups are lists of global ranks in ascending order (NCCL ring order follows ran
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..config import Parallelism
@@ -61,8 +62,9 @@ class Layout:
         return [self.rank(t, d, p, c) for c in range(self.cp)]
 
     def dp_group(self, t: int, p: int) -> list[int]:
-        """Dense gradients are reduced over data- and context-parallel ranks (they share weights)."""
-        return sorted(self.rank(t, d, p, c) for d in range(self.dp) for c in range(self.cp))
+        """Dense gradients are reduced over data- and context-parallel ranks (they share weights).
+        Made once per (t, p): every stream of the stage asks for it per bucket (the list is only read)."""
+        return _dp_group(self, t, p)
 
     # ---- expert grid ------------------------------------------------------------------------
     def expert_coords(self, rank: int) -> tuple[int, int, int, int]:
@@ -85,3 +87,8 @@ class Layout:
     def edp_group(self, rank: int) -> list[int]:
         et, e, _, p = self.expert_coords(rank)
         return [self.expert_rank(et, e, k, p) for k in range(self.edp)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _dp_group(lay: Layout, t: int, p: int) -> list[int]:
+    return sorted(lay.rank(t, d, p, c) for d in range(lay.dp) for c in range(lay.cp))
