@@ -259,8 +259,35 @@ def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
     dep = r.depart_ns
     lat = np.where(path >= 0, p.link_lat[np.maximum(path - pp.nic_ports, 0) >> 1], 0)
     arr = np.full(path.shape, -1)
-    arr[:, 0] = pp.ready_ns
+    arr[:, 0] = r.ready_ns                  # when it was ready at its NIC port (it may have waited)
     arr[:, 1:] = np.where(path[:, 1:] >= 0, dep[:, :-1] + lat[:, :-1], -1)
+    assert (r.ready_ns >= pp.ready_ns).all()
+    # what answers a frame leaves its NIC after that frame fully arrived: ACKs of data and CNPs
+    # after their packet, ACKs of CTS after the CTS, a message's first packet after its CTS
+    last = (path >= 0).sum(axis=1) - 1
+    rows = np.arange(len(path))
+    full = dep[rows, last] + lat[rows, last] + pp.wire_ns[rows, last]
+    row_of = {(int(g), -1): i for i, g in enumerate(pp.g) if g >= 0}
+    kind, kmsg, kpkt = p.k_kind, p.k_msg, p.k_pkt
+    cts_row = {int(kmsg[k]): i for i, k in enumerate(pp.k) if k >= 0 and kind[k] == 2}   # plan.CTS
+    waited = 0
+    for i, k in enumerate(pp.k):
+        if k < 0:
+            continue
+        if kind[k] in (1, 4):                   # plan.ACK_DATA, plan.CNP
+            j = row_of[int(p.m_pkt0[kmsg[k]] + kpkt[k]), -1]
+        elif kind[k] == 0 and int(kmsg[k]) in cts_row:   # plan.ACK_CTS
+            j = cts_row[int(kmsg[k])]
+        else:
+            continue
+        assert dep[i, 0] >= full[j], (int(k), int(kind[k]), int(dep[i, 0]), int(full[j]))
+        waited += r.ready_ns[i] > pp.ready_ns[i]
+    first_pkt = [(i, int(np.searchsorted(p.m_pkt0, g, "right") - 1)) for i, g in enumerate(pp.g)
+                 if g >= 0 and g in set(p.m_pkt0.tolist())]
+    for i, m in first_pkt:
+        if m in cts_row:
+            assert dep[i, 0] >= full[cts_row[m]], m
+    assert waited > 0, "PFC must delay some packets' arrival: their ACKs wait"
     fb = pp.frame_bytes
     # own replay: per port, bytes arrived and not started to leave, at each arrival
     q = {}
@@ -284,7 +311,6 @@ def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
         assert arr[f, h] == t_sent and path[f, h - 1] == to and q[f, h] + fb[f] > xoff
     # the receiver's port: the last port of the data's paths (all to one NIC)
     data = pp.g >= 0
-    last = (path >= 0).sum(axis=1) - 1
     rx_ports = np.unique(path[data, last[data]])
     assert len(rx_ports) == 1, rx_ports
     rx = int(rx_ports[0])
@@ -342,4 +368,20 @@ def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
     print(f"\nlab incast, one pass: {int(arrive.sum())} PAUSEs ({int(to_spine.sum())} leaf0 -> spine ports, "
           f"{int(from_spines.sum())} switch -> switch elsewhere, {int((arrive & (r.pause_to < pp.nic_ports)).sum())} "
           f"to NICs), {int((r.pause_why == BY_REFRESH).sum())} refreshes, {int((r.pause_why == BY_XON).sum())} XONs; "
-          f"receiver port queue peak {peak} B (bound {bound}, {len(ins)} ingresses), {free_peak} B without PFC")
+          f"receiver port queue peak {peak} B (bound {bound}, {len(ins)} ingresses), {free_peak} B without PFC; "
+          f"{waited} ACKs/CNPs waited for their packet")
+
+
+def test_waits_keep_the_schedules_slack_and_spacing():
+    """Frame 2 (an ACK) waits for frame 0 to arrive fully (+ 5 ns slack); frame 3 follows frame 2
+    at its ready distance (10 ns); frame 1 waits for nothing. Two hops, 100 ns latency."""
+    path = np.array([[0, 1], [0, 1], [2, 3], [2, 3]])
+    wire = np.full(path.shape, 50)
+    lat = np.full(path.shape, 100)
+    ready = np.array([0, 60, 20, 30])
+    r = forward(path, wire, lat, ready, np.zeros(4), np.full(4, 100), np.full(4, 100), np.array([0, 1, 0, 1], bool),
+                np.zeros(8, bool), XOFF, XON, QMAX, PFC_WIRE_BYTES, None, after=[-1, -1, 0, -1],
+                slack_ns=[0, 0, 5, 0], prev=[-1, -1, -1, 2])
+    done0 = 0 + 100 + 100 + 50             # leaves port 0 at 0, port 1 at 100, fully there at 250
+    assert r.ready_ns.tolist() == [0, 60, done0 + 5, done0 + 5 + 10]
+    assert r.depart_ns[:, 0].tolist() == [0, 60, 255, 305]     # port 2 busy 255..305: frame 3 queues

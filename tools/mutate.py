@@ -942,6 +942,12 @@ MUTATIONS = [
     ('pfc-pass-pause-cuts-frame', 'tracegen/emit/packets/pfc_pass.py',
      '    start = max(t, busy[rp])\n',
      '    start = t\n'),
+    ('pfc-pass-ack-does-not-wait', 'tracegen/emit/packets/pfc_pass.py',
+     'PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, after, slack, prev)',
+     'PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, None, None, prev)'),
+    ('pfc-pass-follower-loses-spacing', 'tracegen/emit/packets/pfc_pass.py',
+     'r = max(r, rel[prev[d]] + ready[d] - ready[prev[d]])',
+     'r = max(r, rel[prev[d]])'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "

@@ -46,13 +46,14 @@ import numpy as np
 QUANTUM_BITS = 512
 # event kinds, in their order at one instant: a PAUSE/XON applies first, then ports send (a frame
 # leaving at t is not queued at t), then frames arrive, then refreshes look at the queues
-_PAUSE, _TRY, _ARRIVE, _REFRESH = 0, 1, 2, 3
+_PAUSE, _TRY, _ARRIVE, _REFRESH, _DONE = 0, 1, 2, 3, 5
 _XON = 4                                 # PassResult.pause_why: ARRIVE (a frame above Xoff), REFRESH, XON
 
 
 @dataclass
 class PassResult:
     depart_ns: np.ndarray     # [n, H]: start on the wire at each port of the path, -1 past its end
+    ready_ns: np.ndarray      # [n]: when it was ready at its first port (later than asked: it waited for a frame)
     queue_bytes: np.ndarray   # [n, H]: the port's queue of its priority at its arrival (before it)
     # PAUSE frames, in the order they were sent
     pause_from: np.ndarray    # the congested port that sent it
@@ -69,23 +70,44 @@ class PassResult:
 
 
 def forward(path, wire_ns, lat_ns, ready_ns, prio, frame_bytes, port_gbps, is_switch, pausable,
-            xoff: int, xon: int, qmax: int, pause_wire_bytes: int, reverse_port=None) -> PassResult:
+            xoff: int, xon: int, qmax: int, pause_wire_bytes: int, reverse_port=None, after=None, slack_ns=None,
+            prev=None) -> PassResult:
     """One pass over every frame's path (see the module doc). path [n, H]: egress port ids, -1
     padded; wire_ns [n, H]: the frame's wire time at each port; lat_ns [n, H]: latency of the
     link each port sends on; ready_ns [n]: when the frame is ready at its first port; prio,
     frame_bytes [n]; per port: port_gbps, is_switch (its queue may pause); pausable [8]: the
     priorities PFC pauses (802.1Qbb class-enable); pause_wire_bytes: a PFC frame on the wire
     (preamble, IFG and FCS included); reverse_port: per port, the port that sends towards it (its
-    PAUSEs' own slot), -1 or None: none (a PAUSE then takes no port's time)."""
+    PAUSEs' own slot), -1 or None: none (a PAUSE then takes no port's time).
+    What a frame waits for (-1: nothing): after [n], a frame that must have fully arrived at the
+    end of its path slack_ns before it (an ACK its packet, a message its CTS: the schedule's
+    slack kept); prev [n], a frame it follows at its ready_ns distance (a QP's packets keep their
+    order and spacing when one of them waits)."""
     n, H = path.shape
     P = len(port_gbps)
     rev = np.full(P, -1, np.int64) if reverse_port is None else np.asarray(reverse_port, np.int64)
+    none = np.full(n, -1, np.int64)
+    after = none if after is None else np.asarray(after, np.int64)
+    prev = none if prev is None else np.asarray(prev, np.int64)
+    slack = np.zeros(n, np.int64) if slack_ns is None else np.asarray(slack_ns, np.int64)
+    # who waits for each frame (CSR): its arrival (after), its release (prev)
+    a_ptr, a_who = _csr(after, n)
+    p_ptr, p_who = _csr(prev, n)
     out = _forward(np.ascontiguousarray(path, np.int64), np.ascontiguousarray(wire_ns, np.int64),
                    np.ascontiguousarray(lat_ns, np.int64), np.asarray(ready_ns, np.int64), np.asarray(prio, np.int64),
                    np.asarray(frame_bytes, np.int64), np.asarray(port_gbps, np.int64), np.asarray(is_switch, np.bool_),
-                   np.asarray(pausable, np.bool_), int(xoff), int(xon), int(qmax), int(pause_wire_bytes), rev, n, H, P)
-    dep, q, pz = out[0], out[1], out[2]
-    return PassResult(dep, q, *(pz[:, c].copy() for c in range(11)))
+                   np.asarray(pausable, np.bool_), int(xoff), int(xon), int(qmax), int(pause_wire_bytes), rev,
+                   after, slack, prev, a_ptr, a_who, p_ptr, p_who, n, H, P)
+    dep, q, pz, rel = out
+    assert (rel >= 0).all(), "pfc_pass: frames wait for frames that never arrive (a cycle in after/prev)"
+    return PassResult(dep, rel, q, *(pz[:, c].copy() for c in range(11)))
+
+
+def _csr(dep_on: np.ndarray, n: int):
+    who = np.flatnonzero(dep_on >= 0)
+    who = who[np.argsort(dep_on[who], kind="stable")]
+    ptr = np.r_[0, np.cumsum(np.bincount(dep_on[who], minlength=n))]
+    return ptr.astype(np.int64), who.astype(np.int64)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -111,7 +133,7 @@ def _slot(t, rp, up_gbps, busy, gbps, pause_bytes, ev):
 
 @numba.njit(cache=True, nogil=True)
 def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xoff, xon, qmax, pause_bytes, rev,
-             n, H, P):
+             after, slack, prev, a_ptr, a_who, p_ptr, p_who, n, H, P):
     NP = 8
     dep = np.full((n, H), -1, np.int64)
     arr = np.full((n, H), -1, np.int64)
@@ -141,11 +163,36 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
     # ARRIVE a = entry; REFRESH a = u, b = the queue that paused it
     ev = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
     ev.pop()
+    rel = np.full(n, -1, np.int64)
+    done_after = np.zeros(n, np.int64)
+    pending = (after >= 0).astype(np.int64) + (prev >= 0)
     for i in range(n):
-        ev.append((ready[i], np.int64(_ARRIVE), np.int64(i * H), np.int64(0)))
+        if pending[i] == 0:
+            rel[i] = ready[i]
+            ev.append((ready[i], np.int64(_ARRIVE), np.int64(i * H), np.int64(0)))
     heapq.heapify(ev)
     while len(ev):
         t, kind, a, b = heapq.heappop(ev)
+        if kind == _DONE or (kind == _ARRIVE and a % H == 0):
+            # frame j fully arrived (DONE: those waiting for its arrival) or is released (ARRIVE at
+            # its first port: those following it) - release those with nothing else to wait for
+            j = a // H
+            ptr, who = (a_ptr, a_who) if kind == _DONE else (p_ptr, p_who)
+            for x in range(ptr[j], ptr[j + 1]):
+                d = who[x]
+                if kind == _DONE:
+                    done_after[d] = t
+                pending[d] -= 1
+                if pending[d] == 0:
+                    r = max(ready[d], t)
+                    if after[d] >= 0:
+                        r = max(r, done_after[d] + slack[d])
+                    if prev[d] >= 0:
+                        r = max(r, rel[prev[d]] + ready[d] - ready[prev[d]])
+                    rel[d] = r
+                    heapq.heappush(ev, (r, np.int64(_ARRIVE), d * H, np.int64(0)))
+            if kind == _DONE:
+                continue
         if kind == _PAUSE:
             paused[a] = b
             heapq.heappush(ev, (b, np.int64(_TRY), a // NP, np.int64(0)))
@@ -223,6 +270,8 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
         heapq.heappush(ev, (busy[port_try], np.int64(_TRY), port_try, np.int64(0)))
         if h + 1 < H and path[f, h + 1] >= 0:
             heapq.heappush(ev, (t + lat[f, h], np.int64(_ARRIVE), best + 1, np.int64(0)))
+        elif p_ptr[f + 1] > p_ptr[f] or a_ptr[f + 1] > a_ptr[f]:
+            heapq.heappush(ev, (t + lat[f, h] + wire[f, h], np.int64(_DONE), f * H, np.int64(0)))
         if qbytes[s] <= xon < qbytes[s] + fbytes[f]:
             # down to Xon: XON (a PFC frame with quanta 0) to every port this queue still holds
             # (after the frame that just started, if it goes out by the same port)
@@ -243,7 +292,7 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
     for i in range(len(pz)):
         for c in range(11):
             res[i, c] = pz[i][c]
-    return dep, qat, res
+    return dep, qat, res, rel
 
 
 @dataclass
@@ -253,7 +302,7 @@ class PlanPass:
     res: PassResult
     path: np.ndarray
     wire_ns: np.ndarray
-    ready_ns: np.ndarray
+    ready_ns: np.ndarray      # when the schedule sends it (res.ready_ns: when the pass did)
     frame_bytes: np.ndarray   # with FCS
     port_gbps: np.ndarray
     nic_ports: int
@@ -264,8 +313,12 @@ class PlanPass:
 
 def from_plan(p, network) -> PlanPass:
     """Every frame of the scheduled plan p, ready at its NIC port when the schedule sends it,
-    through its route's switch egress ports in one pass with PFC (network.pfc_xoff_bytes, ...)."""
-    from .pacing import ports
+    through its route's switch egress ports in one pass with PFC (network.pfc_xoff_bytes, ...).
+    What the schedule made wait keeps waiting, with the schedule's slack (pacing.schedule's fixed
+    point): an ACK of data and a CNP for their packet's arrival, an ACK of a CTS and a message's
+    first packet for the CTS's; a QP's packets follow each other at the schedule's distance."""
+    from .pacing import arrival, ports
+    from .plan import ACK_CTS, ACK_DATA, CNP, CTS
     from .pfc import PAUSE_FRAME_BYTES, xoff_xon
     from .plan import DATA, wire_ns
     from .roce import WIRE_OVERHEAD_BYTES
@@ -293,9 +346,34 @@ def from_plan(p, network) -> PlanPass:
     # other direction of its link
     rev = np.r_[np.full(NP, -1, np.int64), NP + (np.arange(2 * len(p.link_gbps)) ^ 1)]
     rev[nic] = NP + (route[:, 0] ^ 1)
+    # waits: frame indices (data: g -> row; control frame k: row n_data + k)
+    nd = len(m)
+    row_of_g = np.full(int(p.m_pkt0[-1] + p.m_npk[-1]) if len(p.m_pkt0) else 0, -1, np.int64)
+    row_of_g[p.m_pkt0[m] + k] = np.arange(nd)
+    after, slack = np.full(nd + K, -1, np.int64), np.zeros(nd + K, np.int64)
+    kind = p.k_kind
+    cts_k = np.flatnonzero(kind == CTS)
+    cts_of_msg = np.full(p.n_msgs, -1, np.int64)
+    cts_of_msg[p.k_msg[cts_k]] = cts_k
+    cts_done = p.k_rx_ns + p.k_wire_ns                  # a control frame fully at its NIC (schedule)
+    on_pkt = np.flatnonzero((kind == ACK_DATA) | (kind == CNP))
+    am, aj = p.k_msg[on_pkt], p.k_pkt[on_pkt]
+    after[nd + on_pkt] = row_of_g[p.m_pkt0[am] + aj]
+    slack[nd + on_pkt] = p.k_tx_ns[on_pkt] - (arrival(p, p.rx, am, aj) + p.line_wire.span(p.m_npk[am], am, aj, aj + 1))
+    on_cts = np.flatnonzero((kind == ACK_CTS) & (cts_of_msg[p.k_msg] >= 0))
+    c = cts_of_msg[p.k_msg[on_cts]]
+    after[nd + on_cts], slack[nd + on_cts] = nd + c, p.k_tx_ns[on_cts] - cts_done[c]
+    first = np.flatnonzero((k == 0) & (cts_of_msg[m] >= 0))
+    c = cts_of_msg[m[first]]
+    after[first], slack[first] = nd + c, t[first] - cts_done[c]
+    slack = np.maximum(slack, 0)
+    prev = np.full(nd + K, -1, np.int64)
+    o = np.lexsort((np.arange(nd), t, p.m_conn[m]))     # per QP pair, in the order they leave
+    same = np.r_[False, p.m_conn[m][o][1:] == p.m_conn[m][o][:-1]]
+    prev[o[same]] = o[np.flatnonzero(same) - 1]
     res = forward(path, wire, lat, ready, prio, fb, port_gbps, np.arange(len(port_gbps)) >= NP,
                   np.arange(8) == p.out.pcp, xoff, xon, network.pfc_pause_quanta,
-                  PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev)
+                  PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, after, slack, prev)
     g = np.r_[p.m_pkt0[m] + k, np.full(K, -1, np.int64)]
     return PlanPass(res, path, wire, ready, fb, port_gbps, NP, g, np.r_[np.full(len(m), -1, np.int64), np.arange(K)],
                     np.r_[p.m_conn[m], np.full(K, -1, np.int64)])
