@@ -32,6 +32,15 @@ HPCC's ns-3 SwitchNode::CheckAndSendResume). Without refreshes a paused spine po
 a round trip of every ingress at each expiry. A frame the upstream port started before the PAUSE
 arrived finishes; the others of that priority wait.
 A spine port that fills while paused pauses the leaf uplinks feeding it the same way (cascade).
+A frame may wait for another (forward's after / prev): an ACK is released when its packet has
+fully arrived, plus the slack the schedule gave it - so held frames delay what answers them, in
+the same pass.
+
+Not yet wired into the schedule and the captures (issue 24): the views would take each frame's
+departures from here - a NIC view its NIC port's (depart_ns[:, 0]: a NIC's capture moves only by
+the pauses it receives, which it shows), a switch view its own ports' - so every view reads the
+same per-frame times; CE marks would come from queue_bytes, and the PFC frames towards switch
+ports (pause_slot_port/ns) would be written on those links' files and counted in port_counters.
 
 Per frame and hop arrays: memory is proportional to the packets times the path length.
 """
