@@ -385,3 +385,50 @@ def test_waits_keep_the_schedules_slack_and_spacing():
     done0 = 0 + 100 + 100 + 50             # leaves port 0 at 0, port 1 at 100, fully there at 250
     assert r.ready_ns.tolist() == [0, 60, done0 + 5, done0 + 5 + 10]
     assert r.depart_ns[:, 0].tolist() == [0, 60, 255, 305]     # port 2 busy 255..305: frame 3 queues
+
+
+def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
+    """pfc_pass.segs_at: the pass's per-packet departures at each path position as the plan's
+    runs (plan.Segs). Judged by expanding the runs with this file's own sums of the pass's wire
+    times: every data packet on that position exactly once, at its departure; pauses break runs
+    (more runs than messages), and runs still compress (fewer runs than packets)."""
+    from test_queue_incast import _run
+    from tracegen.emit.packets import hops, pacing, pfc_pass
+    plans = []
+    real = pacing.prepare
+
+    def keep(*a, **kw):
+        q = real(*a, **kw)
+        plans.append((q, kw.get("network")))
+        return q
+    monkeypatch.setattr(pacing, "prepare", keep)
+    _run(tmp_path / "incast", 20_000)
+    p, network = next((q, n) for q, n in plans if q is not None and q.tx is not None and len(q.m_conn) >= 15)
+    pp = pfc_pass.from_plan(p, network)
+    dep, path = pp.res.depart_ns, pp.path
+    row = {int(g): i for i, g in enumerate(pp.g) if g >= 0}
+    broke = False
+    for h in range(path.shape[1]):
+        on = [i for i in row.values() if path[i, h] >= 0]
+        if not on:
+            continue
+        if h == 0:
+            w = p.line_wire or p.wire
+        else:
+            d = p.c_route[p.m_conn, h]          # path position h >= 1 leaves by route link h (0: the NIC's)
+            gb = np.where(d >= 0, p.link_gbps[np.maximum(d, 0) >> 1], 1)
+            w = hops.spacing(p, gb)
+        s = pfc_pass.segs_at(p, pp, h, w)
+        seen = {}
+        for m, ka, kb, t in zip(s.msg.tolist(), s.ka.tolist(), s.kb.tolist(), s.t.tolist()):
+            for kk in range(ka, kb):
+                i = row[int(p.m_pkt0[m]) + kk]
+                assert i not in seen, (h, m, kk)
+                seen[i] = t
+                t += int(pp.wire_ns[i, h])
+        assert sorted(seen) == sorted(on), h
+        assert all(seen[i] == dep[i, h] for i in on), h
+        msgs = len({int(np.searchsorted(p.m_pkt0, pp.g[i], "right") - 1) for i in on})
+        assert len(s.msg) < len(on), h
+        broke |= len(s.msg) > msgs
+    assert broke, "PFC pauses must break some message's back-to-back run"

@@ -948,6 +948,9 @@ MUTATIONS = [
     ('pfc-pass-follower-loses-spacing', 'tracegen/emit/packets/pfc_pass.py',
      'r = max(r, rel[prev[d]] + ready[d] - ready[prev[d]])',
      'r = max(r, rel[prev[d]])'),
+    ('pfc-pass-segs-ignore-gaps', 'tracegen/emit/packets/pfc_pass.py',
+     ' | (t[1:] != t[:-1] + gap)]',
+     ']'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "

@@ -331,9 +331,9 @@ def from_plan(p, network) -> PlanPass:
     from .pfc import PAUSE_FRAME_BYTES, xoff_xon
     from .plan import DATA, wire_ns
     from .roce import WIRE_OVERHEAD_BYTES
-    from .queue_marks import FCS_BYTES, _expand, control_pcp, data_bytes, frame_pcp
+    from .queue_marks import FCS_BYTES, expand_segs, control_pcp, data_bytes, frame_pcp
     m_port_tx, _, k_port_tx, _ = ports(p)
-    _, m, k, t = _expand(p, p.tx)
+    _, m, k, t = expand_segs(p, p.tx)
     K = len(p.k_kind)
     route = np.r_[p.c_route[p.m_conn[m]], p.k_route]
     fb = np.r_[data_bytes(p, m, k), p.k_frame + FCS_BYTES]
@@ -386,3 +386,30 @@ def from_plan(p, network) -> PlanPass:
     g = np.r_[p.m_pkt0[m] + k, np.full(K, -1, np.int64)]
     return PlanPass(res, path, wire, ready, fb, port_gbps, NP, g, np.r_[np.full(len(m), -1, np.int64), np.arange(K)],
                     np.r_[p.m_conn[m], np.full(K, -1, np.int64)])
+
+
+def segs_at(p, pp: PlanPass, h: int, w=None):
+    """The data packets' departures at path position h of a from_plan pass (0: their NIC port, h:
+    the h-th switch egress port of their route) as the plan's Segs - runs of consecutive packets
+    of one message that leave back to back at spacing w (a PerPacket; None: the plan's p.wire) -
+    the form the schedule and the views read (plan.Segs), so the pass's times can replace theirs
+    without a per-packet representation past this point. A pause (or a frame of another QP in
+    between) breaks a run; a packet not on position h of its route is left out."""
+    from .plan import Segs
+    w = w or p.wire
+    rows = np.flatnonzero((pp.g >= 0) & (pp.path[:, h] >= 0))
+    g = pp.g[rows]
+    m = np.searchsorted(p.m_pkt0, g, "right") - 1
+    k = g - p.m_pkt0[m]
+    t = pp.res.depart_ns[rows, h]
+    o = np.lexsort((k, m))
+    m, k, t = m[o], k[o], t[o]
+    if not len(m):
+        z = np.zeros(0, np.int64)
+        return Segs(z, z, z, z, None, None if w is p.wire else w)
+    gap = w.span(p.m_npk[m[:-1]], m[:-1], k[:-1], k[:-1] + 1)
+    start = np.r_[True, (m[1:] != m[:-1]) | (k[1:] != k[:-1] + 1) | (t[1:] != t[:-1] + gap)]
+    s = np.flatnonzero(start)
+    kb = np.r_[k[s[1:] - 1], k[-1]] + 1
+    return Segs(m[s].astype(np.int64), k[s].astype(np.int64), kb.astype(np.int64), t[s].astype(np.int64),
+                None, None if w is p.wire else w)
