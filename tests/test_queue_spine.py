@@ -432,3 +432,17 @@ def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
         assert len(s.msg) < len(on), h
         broke |= len(s.msg) > msgs
     assert broke, "PFC pauses must break some message's back-to-back run"
+    # at the receiving NIC: the last port's departure plus its link's latency (first bit)
+    last = (path >= 0).sum(axis=1) - 1
+    s = pfc_pass.rx_segs(p, pp, p.line_wire or p.wire)
+    got = {}
+    for m, ka, kb, t in zip(s.msg.tolist(), s.ka.tolist(), s.kb.tolist(), s.t.tolist()):
+        for kk in range(ka, kb):
+            i = row[int(p.m_pkt0[m]) + kk]
+            got[i] = t
+            t += int(pp.wire_ns[i, last[i]])
+    assert sorted(got) == sorted(row.values())
+    for i, t in got.items():
+        port = int(path[i, last[i]])
+        assert t == dep[i, last[i]] + p.link_lat[(port - pp.nic_ports) >> 1], i
+    assert len(s.msg) < len(got)

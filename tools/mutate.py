@@ -951,6 +951,9 @@ MUTATIONS = [
     ('pfc-pass-segs-ignore-gaps', 'tracegen/emit/packets/pfc_pass.py',
      ' | (t[1:] != t[:-1] + gap)]',
      ']'),
+    ('pfc-pass-rx-without-latency', 'tracegen/emit/packets/pfc_pass.py',
+     'pp.res.depart_ns[rows, last] + p.link_lat[route >> 1], w)',
+     'pp.res.depart_ns[rows, last], w)'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "

@@ -41,6 +41,8 @@ departures from here - a NIC view its NIC port's (depart_ns[:, 0]: a NIC's captu
 the pauses it receives, which it shows), a switch view its own ports' - so every view reads the
 same per-frame times; CE marks would come from queue_bytes, and the PFC frames towards switch
 ports (pause_slot_port/ns) would be written on those links' files and counted in port_counters.
+segs_at and rx_segs already give the departures at a path position and the arrivals at the
+receiving NIC as the plan's Segs runs (what pacing.schedule sets as p.tx, p.hops' segs, p.rx).
 
 Per frame and hop arrays: memory is proportional to the packets times the path length.
 """
@@ -388,22 +390,36 @@ def from_plan(p, network) -> PlanPass:
                     np.r_[p.m_conn[m], np.full(K, -1, np.int64)])
 
 
+
 def segs_at(p, pp: PlanPass, h: int, w=None):
     """The data packets' departures at path position h of a from_plan pass (0: their NIC port, h:
-    the h-th switch egress port of their route) as the plan's Segs - runs of consecutive packets
-    of one message that leave back to back at spacing w (a PerPacket; None: the plan's p.wire) -
-    the form the schedule and the views read (plan.Segs), so the pass's times can replace theirs
-    without a per-packet representation past this point. A pause (or a frame of another QP in
-    between) breaks a run; a packet not on position h of its route is left out."""
+    the egress port of route link h) as the plan's Segs - runs of consecutive packets of one
+    message that leave back to back at spacing w (a PerPacket; None: the plan's p.wire) - the form
+    the schedule and the views read (plan.Segs), so the pass's times can replace theirs without a
+    per-packet representation past this point. A pause (or a frame of another QP in between)
+    breaks a run; a packet not on position h of its route is left out."""
+    rows = np.flatnonzero((pp.g >= 0) & (pp.path[:, h] >= 0))
+    return _runs(p, pp.g[rows], pp.res.depart_ns[rows, h], w)
+
+
+def rx_segs(p, pp: PlanPass, w=None):
+    """The data packets' arrivals (first bit) at their receiving NIC - the departure at the last
+    port of the path plus that link's latency - as Segs runs at spacing w (see segs_at)."""
+    rows = np.flatnonzero(pp.g >= 0)
+    last = (pp.path[rows] >= 0).sum(axis=1) - 1
+    route = p.c_route[p.m_conn[np.searchsorted(p.m_pkt0, pp.g[rows], "right") - 1], last]
+    return _runs(p, pp.g[rows], pp.res.depart_ns[rows, last] + p.link_lat[route >> 1], w)
+
+
+def _runs(p, g, t, w):
+    """Packets g (global numbers) at times t as Segs: a run ends where the message changes, a
+    packet is missing or the next one does not follow back to back at spacing w."""
     from .plan import Segs
     w = w or p.wire
-    rows = np.flatnonzero((pp.g >= 0) & (pp.path[:, h] >= 0))
-    g = pp.g[rows]
     m = np.searchsorted(p.m_pkt0, g, "right") - 1
     k = g - p.m_pkt0[m]
-    t = pp.res.depart_ns[rows, h]
     o = np.lexsort((k, m))
-    m, k, t = m[o], k[o], t[o]
+    m, k, t = m[o], k[o], np.asarray(t, np.int64)[o]
     if not len(m):
         z = np.zeros(0, np.int64)
         return Segs(z, z, z, z, None, None if w is p.wire else w)
