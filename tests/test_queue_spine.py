@@ -446,3 +446,22 @@ def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
         port = int(path[i, last[i]])
         assert t == dep[i, last[i]] + p.link_lat[(port - pp.nic_ports) >> 1], i
     assert len(s.msg) < len(got)
+    # the switch-to-switch links (route positions 1 .. links - 2) as hops.Hop per layer
+    links = (path >= 0).sum(axis=1)
+    want = {(int(i), int(h)): int(dep[i, h]) for i in range(len(path)) for h in range(1, int(links[i]) - 1)}
+    seen = {}
+    for hop in pfc_pass.hops_from_pass(p, pp):
+        for m, ka, kb, t, d, pos in zip(hop.segs.msg.tolist(), hop.segs.ka.tolist(), hop.segs.kb.tolist(),
+                                        hop.segs.t.tolist(), hop.seg_port.tolist(), hop.seg_pos.tolist()):
+            for kk in range(ka, kb):
+                i = row[int(p.m_pkt0[m]) + kk]
+                assert path[i, pos] == pp.nic_ports + d and (i, pos) not in seen, (m, kk)
+                seen[i, pos] = t
+                t += int(pp.wire_ns[i, pos])
+        krow = {int(k): i for i, k in enumerate(pp.k) if k >= 0}
+        for k in np.flatnonzero(hop.k_t >= 0).tolist():
+            i, pos = krow[k], int(hop.k_pos[k])
+            assert path[i, pos] == pp.nic_ports + hop.k_port[k] and (i, pos) not in seen, k
+            seen[i, pos] = int(hop.k_t[k])
+    assert seen == want
+    assert any(k[0] in krow.values() for k in want), "control frames cross the spine too"

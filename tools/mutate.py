@@ -954,6 +954,9 @@ MUTATIONS = [
     ('pfc-pass-rx-without-latency', 'tracegen/emit/packets/pfc_pass.py',
      'pp.res.depart_ns[rows, last] + p.link_lat[route >> 1], w)',
      'pp.res.depart_ns[rows, last], w)'),
+    ('pfc-pass-hops-previous-port', 'tracegen/emit/packets/pfc_pass.py',
+     'segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd], spacing(p, gbps))',
+     'segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd - 1], spacing(p, gbps))'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "

@@ -41,8 +41,8 @@ departures from here - a NIC view its NIC port's (depart_ns[:, 0]: a NIC's captu
 the pauses it receives, which it shows), a switch view its own ports' - so every view reads the
 same per-frame times; CE marks would come from queue_bytes, and the PFC frames towards switch
 ports (pause_slot_port/ns) would be written on those links' files and counted in port_counters.
-segs_at and rx_segs already give the departures at a path position and the arrivals at the
-receiving NIC as the plan's Segs runs (what pacing.schedule sets as p.tx, p.hops' segs, p.rx).
+segs_at, rx_segs and hops_from_pass already give the departures at a path position, the arrivals at the
+receiving NIC and the switch links per layer in the plan's forms (what pacing.schedule sets: p.tx, p.rx, p.hops).
 
 Per frame and hop arrays: memory is proportional to the packets times the path length.
 """
@@ -429,3 +429,38 @@ def _runs(p, g, t, w):
     kb = np.r_[k[s[1:] - 1], k[-1]] + 1
     return Segs(m[s].astype(np.int64), k[s].astype(np.int64), kb.astype(np.int64), t[s].astype(np.int64),
                 None, None if w is p.wire else w)
+
+
+def hops_from_pass(p, pp: PlanPass) -> list:
+    """The pass's departures on the switch-to-switch links (route positions 1 .. links - 2) as
+    hops.Hop per link layer (hops.link_layers; route positions where the fabric does not layer),
+    the form the switch views read (p.hops): data as Segs runs at each link's own rate (the pass
+    sends every frame at its port's rate; it keeps no slowest-link spacing), control frames one
+    time each (-1 where a frame does not leave a link of that layer)."""
+    from .hops import Hop, link_layers, spacing
+    layer = link_layers([p.c_route, p.c_rroute, p.k_route], 2 * len(p.link_gbps))
+    links = (pp.path >= 0).sum(axis=1)
+    K = len(p.k_kind)
+    h = np.arange(pp.path.shape[1])[None, :]
+    f, pos = np.nonzero((h >= 1) & (h <= links[:, None] - 2))
+    d = pp.path[f, pos] - pp.nic_ports                   # link direction
+    lv = layer[d] if layer is not None else pos - 1
+    out = []
+    for v in range(int(lv.max()) + 1 if len(lv) else 0):
+        on = lv == v
+        data = on & (pp.g[f] >= 0)
+        fd, pd, dd = f[data], pos[data], d[data]
+        m = np.searchsorted(p.m_pkt0, pp.g[fd], "right") - 1
+        gbps = np.full(p.n_msgs, p.line_gbps, np.int64)
+        gbps[m] = p.link_gbps[dd >> 1]                    # a message crosses one link per layer
+        segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd], spacing(p, gbps))
+        m_pos = np.zeros(p.n_msgs, np.int64)
+        m_pos[m] = pd
+        spos = m_pos[segs.msg]
+        ctl = on & (pp.k[f] >= 0)
+        fk, pk = f[ctl], pos[ctl]
+        k_t, k_port, k_pos = (np.full(K, -1, np.int64) for _ in range(3))
+        kk = pp.k[fk]
+        k_t[kk], k_port[kk], k_pos[kk] = pp.res.depart_ns[fk, pk], d[ctl], pk
+        out.append(Hop(segs, p.c_route[p.m_conn[segs.msg], spos], spos, k_t, k_port, k_pos))
+    return out
