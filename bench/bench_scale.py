@@ -4,9 +4,10 @@ presets (deepseek-v3: 64 GPUs, ep 16; deepseek-v3-2k: 2,048 GPUs, ep 64), each p
 process the way `tracegen plan` does it (work estimate, folded workload, schedule, report, pcap
 estimate).
 
-Prints per size: wall time, peak RSS, the ops built and timed, the rows timed, the iteration time
-and the time and memory ratio of each doubling (to the size before it in the run: measured side by
-side). A size whose work estimate exceeds the memory available (MemAvailable, or --max-gb) is
+Prints per size: wall time, CPU time (the child's user + system), peak RSS, the ops built and
+timed, the rows timed, the iteration time, each doubling's wall time, CPU time and memory ratio (to
+the size before it in the run: measured side by side) and the load average after it (the machine
+is shared: wall time swings with the load, CPU time much less). A size whose work estimate exceeds the memory available (MemAvailable, or --max-gb) is
 skipped with a message before it runs, and each child runs under an address-space cap of that much
 (a misestimate ends in MemoryError, not in the kernel's OOM killer); a job the default --max-work
 refuses prints the refusal. A benchmark, not a test: numbers depend on the machine (2-core VM here).
@@ -49,8 +50,18 @@ run = run_job(job, quiet=True, budget=False)
 print(json.dumps(dict(gpus=job.world, ops=w.ops, timed_ops=len(run.ops), rows=len(run.flows),
                       detail=run.flows.detail, iteration_ns=run.report.iteration_ns,
                       wall_s=time.perf_counter() - t0,
+                      cpu_s=sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
                       peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)))
 """
+
+
+def load() -> str:
+    """The 1-minute load average after a run (the machine is shared: wall time swings with it;
+    cpu s - the child's user + system time - much less)."""
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "?"
 
 
 def available_bytes() -> int:
@@ -112,8 +123,8 @@ def main() -> None:
     sizes.sort(key=lambda s: (s not in DOUBLINGS, DOUBLINGS.index(s) if s in DOUBLINGS else 0))
     budget = int(a.max_gb * 2**30) if a.max_gb else available_bytes()
     print(f"memory a size may take: {budget / 2**30:.1f} GB")
-    print(f"{'size':>7} {'GPUs':>8} {'wall s':>8} {'peak GB':>8} {'ops':>12} {'timed':>8} {'rows':>11} "
-          f"{'iteration ms':>13} {'x time':>7} {'x mem':>6}")
+    print(f"{'size':>7} {'GPUs':>8} {'wall s':>8} {'cpu s':>7} {'peak GB':>8} {'ops':>12} {'timed':>8} {'rows':>11} "
+          f"{'iteration ms':>13} {'x time':>7} {'x cpu':>6} {'x mem':>6}  load")
     prev = None
     for s in sizes:
         est, why = estimated_bytes(PRESETS[s])
@@ -133,9 +144,11 @@ def main() -> None:
         doubled = prev is not None and s in DOUBLINGS and prev[0] in DOUBLINGS
         t_ratio = f"{r['process_wall_s'] / prev[1]:.2f}" if doubled else "-"
         m_ratio = f"{r['peak_rss_gb'] / prev[2]:.2f}" if doubled else "-"
-        print(f"{s:>7} {r['gpus']:>8,} {r['process_wall_s']:>8.1f} {r['peak_rss_gb']:>8.2f} {r['ops']:>12,} "
-              f"{r['timed_ops']:>8,} {r['rows']:>11,} {r['iteration_ns'] / 1e6:>13,.1f} {t_ratio:>7} {m_ratio:>6}")
-        prev = (s, r["process_wall_s"], r["peak_rss_gb"]) if s in DOUBLINGS else None
+        c_ratio = f"{r['cpu_s'] / prev[3]:.2f}" if doubled else "-"
+        print(f"{s:>7} {r['gpus']:>8,} {r['process_wall_s']:>8.1f} {r['cpu_s']:>7.1f} {r['peak_rss_gb']:>8.2f} "
+              f"{r['ops']:>12,} {r['timed_ops']:>8,} {r['rows']:>11,} {r['iteration_ns'] / 1e6:>13,.1f} {t_ratio:>7} "
+              f"{c_ratio:>6} {m_ratio:>6}  {load()}")
+        prev = (s, r["process_wall_s"], r["peak_rss_gb"], r["cpu_s"]) if s in DOUBLINGS else None
     print("targets (issue 27): 131,072 GPUs <= 5 min and <= 8 GB, each doubling from 16k <= 2.2x time; "
           "deepseek-v3 <= 4 GB; deepseek-v3-2k <= 2 min and <= 8 GB")
 

@@ -12,9 +12,11 @@
 
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
+#include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace tracegen
@@ -46,6 +48,21 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
     void AddFlowRoute(uint32_t sip, uint32_t dip, uint16_t sport, uint32_t iface)
     {
         m_flow[FlowKey(sip, dip, sport)] = iface;
+    }
+
+    // A link event: an interface whose link is down leaves the ECMP choice (packets the hash
+    // would send there take the other members, as a switch drops a dead member from its group);
+    // QPs pinned through it are pinned anew by the same event (manifest link_events repin).
+    void SetIfaceDown(uint32_t iface, bool down)
+    {
+        if (down)
+        {
+            m_down.insert(iface);
+        }
+        else
+        {
+            m_down.erase(iface);
+        }
     }
 
     // Switches tag arriving packets with their ingress interface (PFC accounting).
@@ -164,6 +181,21 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
             {
                 uint32_t k = FlowHash(h.GetSource().Get(), h.GetDestination().Get(), sport, dport);
                 iface = c[k % c.size()];
+                if (!m_down.empty())
+                {
+                    std::vector<uint32_t> up;
+                    for (uint32_t i : c)
+                    {
+                        if (!m_down.count(i))
+                        {
+                            up.push_back(i);
+                        }
+                    }
+                    if (!up.empty())
+                    {
+                        iface = up[k % up.size()];
+                    }
+                }
             }
         }
         return RouteVia(iface);
@@ -190,8 +222,35 @@ class EcmpRouting : public ns3::Ipv4RoutingProtocol
     ns3::Ptr<ns3::Ipv4> m_ipv4;
     std::vector<std::vector<uint32_t>> m_next;
     std::unordered_map<uint64_t, uint32_t> m_flow;
+    std::unordered_set<uint32_t> m_down;
     bool m_switch = false;
     std::vector<ns3::Ptr<ns3::Ipv4Route>> m_routes;
 };
+
+// A scenario's timed link events (manifest link_events), scheduled before the run at their
+// absolute simulated time (setup runs at t = 0). A rate change sets both ends' DataRate and the
+// InterframeGap that stands for the Ethernet overhead at that rate (scenario.py _ifg_ps).
+inline void SetLinkRate(ns3::Ptr<ns3::NetDevice> dev, uint64_t bps, uint64_t ifgPs)
+{
+    ns3::Ptr<ns3::PointToPointNetDevice> p2p = ns3::DynamicCast<ns3::PointToPointNetDevice>(dev);
+    p2p->SetDataRate(ns3::DataRate(bps));
+    p2p->SetInterframeGap(ns3::PicoSeconds(ifgPs));
+}
+
+inline void ScheduleLinkRate(ns3::Ptr<ns3::NetDevice> dev, uint64_t atPs, uint64_t bps, uint64_t ifgPs)
+{
+    ns3::Simulator::Schedule(ns3::PicoSeconds(atPs), &SetLinkRate, dev, bps, ifgPs);
+}
+
+inline void ScheduleIfaceDown(ns3::Ptr<EcmpRouting> r, uint64_t atPs, uint32_t iface, bool down)
+{
+    ns3::Simulator::Schedule(ns3::PicoSeconds(atPs), &EcmpRouting::SetIfaceDown, r, iface, down);
+}
+
+inline void ScheduleFlowRoute(ns3::Ptr<EcmpRouting> r, uint64_t atPs, uint32_t sip, uint32_t dip,
+                              uint16_t sport, uint32_t iface)
+{
+    ns3::Simulator::Schedule(ns3::PicoSeconds(atPs), &EcmpRouting::AddFlowRoute, r, sip, dip, sport, iface);
+}
 
 } // namespace tracegen

@@ -35,7 +35,7 @@ A split transfer's parts are separate lines; each depends on every part of its p
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +112,7 @@ class Scenario:
     qp_path: list | None = None               # per QP: node ids src..dst, or None (ECMP hash)
     qp_rpath: list | None = None              # per QP: its ACKs' node ids dst..src, or None
     sim: dict | None = None                   # manifest `sim`: nic_sharing, cnp interval, pfc
+    link_events: list = field(default_factory=list)   # manifest link_events, checked (_read_link_events)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -168,7 +169,42 @@ def load_scenario(path: str | Path) -> Scenario:
                     op_id=col("op_id") if recs else np.zeros(0, np.int64),
                     ops=_check_ops(d, man.get("ops"), recs, man.get("local_transfers") or []),
                     local={int(r["transfer_id"]): r for r in man.get("local_transfers", [])},
-                    **qps, sim=man.get("sim") or {})
+                    **qps, sim=man.get("sim") or {},
+                    link_events=_read_link_events(d, man.get("link_events"), topo, qps))
+
+
+def _read_link_events(d: Path, events, topo: Topology, qps: dict) -> list:
+    """manifest link_events (a scenario's timed link events, tracegen/emit/sims/ns3_events.py):
+    [(at_ns, [(a, b, gbps)], [(qp, path, rpath)])] in time order; a damaged entry is one line."""
+    if events is None:
+        return []
+    bad = lambda what: ConfigError(f"{d}/manifest.json: link_events{what} — regenerate")  # noqa: E731
+    if not isinstance(events, list):
+        raise bad(" is not a list")
+    links = {(int(a), int(b)) for a, b in zip(topo.a, topo.b)}
+    links |= {(b, a) for a, b in links}
+    n_qps = len(qps["qp_src"])
+    out, last = [], -1
+    for i, e in enumerate(events):
+        try:
+            at = int(e["at_ns"])
+            changes = [(int(a), int(b), int(g)) for a, b, g in e["links"]]
+            repin = [(int(q), [int(x) for x in p], [int(x) for x in rp]) for q, p, rp in e["repin"]]
+        except (KeyError, TypeError, ValueError):
+            raise bad(f"[{i}]: needs at_ns, links [[a, b, gbps]] and repin [[qp, path, rpath]]") from None
+        if at <= last:
+            raise bad(f"[{i}].at_ns: {at} is not after the event before it")
+        last = at
+        for a, b, g in changes:
+            if (a, b) not in links or g < 0:
+                raise bad(f"[{i}].links: {a}-{b} at {g} Gb/s is no link of topology.txt at a rate >= 0")
+        for q, p, rp in repin:
+            if not 0 <= q < n_qps:
+                raise bad(f"[{i}].repin: QP {q} is not in qps")
+            _check_path(d, q, p, int(qps["qp_src"][q]), int(qps["qp_dst"][q]), topo)
+            _check_path(d, q, rp, int(qps["qp_dst"][q]), int(qps["qp_src"][q]), topo)
+        out.append((at, changes, repin))
+    return out
 
 
 def _read_qps(d: Path, man: dict, recs: list[dict], src, dst, topo: Topology) -> dict:

@@ -521,6 +521,7 @@ class RoceNic : public ns3::Application, public PauseTarget
         }
         ns3::Ptr<ns3::Packet> p = Make(h, len, pay + pad + ICRC_BYTES);
         uint32_t size = p->GetSize() + UDP_BYTES + IPV4_BYTES + PPP_BYTES;
+        p->AddPacketTag(ns3::FlowIdTag(f)); // its message (metadata, not on the wire): see OnRecv
         Emit(p, HostAddress(R.qpDst[q]), R.qpSport[q], 0x6A);
         txBytes += size;
         txPkts++;
@@ -608,6 +609,12 @@ class RoceNic : public ns3::Application, public PauseTarget
                            (uint32_t(b[BTH_BYTES + 10]) << 8) | b[BTH_BYTES + 11];
             }
             uint32_t f = s.rxLine;
+            ns3::FlowIdTag line;
+            if (p->PeekPacketTag(line))
+            { // a link event moves a QP to another path mid-message (scenario link_events): its
+              // packets may then arrive out of order, and each still counts for its own message
+                f = line.GetFlowId();
+            }
             bool ackReq = b[8] & 0x80; // the A bit: last packet of the message
             if (psn != (s.epsn & 0xFFFFFF))
             {
@@ -632,10 +639,10 @@ class RoceNic : public ns3::Application, public PauseTarget
             if (ackReq)
             {
                 SendAck(peer, sport, R.qpSqpn[q], psn);
-                if (R.rxBytes[f] == R.bytes[f])
-                {
-                    R.Complete(f);
-                }
+            }
+            if (R.rxBytes[f] == R.bytes[f]) // every packet in: in order, with the last one
+            {
+                R.Complete(f);
             }
         }
     }

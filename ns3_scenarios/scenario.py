@@ -20,6 +20,9 @@ run. Helpers below do the repeated wiring. Model, and why:
   count) from topology.txt and, where several next hops tie, ECMP by a hash of (src IP, dst IP,
   UDP sport, dport) with the QP's own UDP port, so a QP keeps its path and two QPs may share a
   spine link, as in a real fabric.
+- Link events (manifest `link_events`, a scenario's events during the run): at their time a link
+  changes rate or goes down/up, and the QPs the scenario's routes move then are pinned anew
+  (_schedule_link_events).
 - NICs and replay: see roce_nic.h (QPs, send arbitration, DCQCN) and inputs.py (replay plan).
 """
 from __future__ import annotations
@@ -215,6 +218,7 @@ def _simulate(sc: Scenario, *, gap, dcqcn, nic, pfc, pcap_dir, pcap_budget, plan
         routing.append(_install_routes(ns, nodes.Get(node), fab.next_hops(node),
                                        switch=not is_host[node]))
     qp_hops = _pin_paths(sc, fab, routing)
+    _schedule_link_events(sc, fab, routing, devs_of)
 
     # 5. switch buffers: ECN per port rate, PFC per ingress port
     mmus = {}
@@ -402,6 +406,35 @@ def _pin_paths(sc: Scenario, fab: "_Fabric", routing) -> list[list[int]]:
             routing[u].AddFlowRoute(_sim_ip(src), _sim_ip(dst), sport, fab.iface_to(u, v))
         hops.append(list(path))
     return hops
+
+
+def _schedule_link_events(sc: Scenario, fab: "_Fabric", routing, devs_of: dict) -> None:
+    """A scenario's timed link events (manifest link_events), each at t0 + at_ns: a link down
+    leaves its ends' ECMP choice and its QPs are pinned to their new paths (repin: the scenario's
+    routes after the event); up, the same back; a rate change (degrade, restore) sets both
+    devices' DataRate. Packets already queued on a link that goes down still cross it: the NICs
+    model no retransmission, so a lost packet would stall its QP for good (what a drained link -
+    traffic moved away, then taken down - does)."""
+    if not sc.link_events:
+        return
+    cpp = _cpp()
+    for at_ns, changes, repin in sc.link_events:
+        at_ps = (sc.t0_ns + at_ns) * 1000
+        for a, b, gbps in changes:
+            for u, v in ((a, b), (b, a)):
+                iface = fab.iface_to(u, v)
+                cpp.tracegen.ScheduleIfaceDown(routing[u], at_ps, iface, gbps == 0)
+                if gbps:
+                    bps = gbps * 10**9
+                    cpp.tracegen.ScheduleLinkRate(devs_of[(u, iface)], at_ps, bps, _ifg_ps(bps))
+        for q, path, rpath in repin:
+            src, dst, sport = int(sc.qp_src[q]), int(sc.qp_dst[q]), int(sc.qp_sport[q])
+            for u, v in zip(path[1:-1], path[2:]):
+                cpp.tracegen.ScheduleFlowRoute(routing[u], at_ps, _sim_ip(src), _sim_ip(dst), sport,
+                                               fab.iface_to(u, v))
+            for u, v in zip(rpath[1:-1], rpath[2:]):
+                cpp.tracegen.ScheduleFlowRoute(routing[u], at_ps, _sim_ip(dst), _sim_ip(src), sport,
+                                               fab.iface_to(u, v))
 
 
 def _port_stats(topo, fab: "_Fabric", queue: dict, mmus: dict, nics: list) -> list[dict]:

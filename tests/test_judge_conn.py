@@ -81,3 +81,31 @@ def test_link_csr_is_each_connections_links_with_their_share(qps):
                 share[lk] = share.get(lk, 0) + 1 / qps
         assert link[ptr[k]:ptr[k + 1]].tolist() == sorted(share)
         assert np.allclose(w[ptr[k]:ptr[k + 1]], [share[x] for x in sorted(share)])
+
+
+def test_build_connections_rows_name_each_transfers_connection():
+    """build_connections(rows=True): each given transfer's connection, from the sort that finds
+    them - judged per transfer in plain Python: that connection's ranks, communicator and channel
+    are the transfer's."""
+    from tracegen.config import load_job
+    from tracegen.fabric.topology import build_fabric
+    from tracegen.timing.connections import build_connections
+    # two GPUs a NIC: connections sort by NIC first, so their order is not the keys' (ranks first)
+    fab = build_fabric(load_job(preset="default", sets=["fabric=fat-tree-k8", "parallelism.dp=16",
+                                                       "parallelism.global_batch=16", "cluster.gpus_per_node=8",
+                                                       "cluster.nics_per_node=4"]))
+    rng = np.random.default_rng(3)
+    sr = rng.integers(0, fab.world, 300)
+    dr = (sr + rng.integers(1, fab.world, 300)) % fab.world
+    keep = fab.rank_nic[sr] != fab.rank_nic[dr]
+    sr, dr = sr[keep], dr[keep]
+    sr, dr = np.r_[sr, sr[:50]], np.r_[dr, dr[:50]]               # repeats: the same connection
+    comm, ch = rng.integers(1, 4, len(sr)), rng.integers(0, 3, len(sr))
+    comm[-50:], ch[-50:] = comm[:50], ch[:50]
+    c, rows = build_connections(sr, dr, comm, ch, fab, 2, rows=True)
+    assert len(rows) == len(sr) and np.array_equal(rows[-50:], rows[:50])
+    for t in range(len(sr)):
+        k = int(rows[t])
+        assert (int(c.src_rank[k]), int(c.dst_rank[k]), int(c.comm[k]), int(c.channel[k])) == \
+            (int(sr[t]), int(dr[t]), int(comm[t]), int(ch[t]))
+    assert len(c) == len({(int(a), int(b), int(x), int(y)) for a, b, x, y in zip(sr, dr, comm, ch)})

@@ -129,3 +129,26 @@ def test_leaf_and_lab_views_expand_only_their_nics(tmp_path):
     assert shown_nics(out, conn.fabric).nonzero()[0].tolist() == [0, 3]
     with pytest.raises(ConfigError, match="spine"):
         shown_nics(dataclasses.replace(j.output, switch="spine0"), conn.fabric)
+
+
+def test_chunks_expanded_block_by_block_are_those_of_one_expansion(monkeypatch):
+    """placed._chunks expands the selected NICs' ops a block of whole ops at a time (a 131k-GPU
+    job's would list ~38 M chunk rows at once): one op per block and all ops in one block give the
+    same placed table, row for row, and every (op, replica) pair with a selected NIC gets its chunks."""
+    from tracegen.emit.views import placed as placed_mod
+    spec, nics = JOBS["dp8 tp8 dgx (folded, PXN)"]
+    j = job_from_dict(spec, name="placed")
+    j = dataclasses.replace(j, output=dataclasses.replace(j.output, nics=nics, ns3=False), detail="conn")
+    conn = run_pipeline(j, emit=True)
+    tables = {}
+    for rows in (1, 1 << 40):
+        monkeypatch.setattr(placed_mod, "EXPAND_BLOCK_ROWS", rows)
+        tables[rows] = placed_mod.placed_flows(conn)
+    a, b = tables[1], tables[1 << 40]
+    assert len(a) > 0 and a.rows.tobytes() == b.rows.tobytes()
+    assert np.array_equal(a.finish_ns, b.finish_ns) and np.array_equal(a.row_conn, b.row_conn)
+    # each op with a connection row on a selected NIC has chunks there (none dropped between blocks)
+    r = conn.flows.rows
+    mask = placed_mod.shown_nics(j.output, conn.fabric)
+    touch = (r["link"] == 1) & (mask[np.maximum(r["src_nic"], 0)] | mask[np.maximum(r["dst_nic"], 0)])
+    assert set(np.unique(r["op_id"][touch]).tolist()) == set(np.unique(a.rows["op_id"]).tolist())

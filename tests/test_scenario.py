@@ -143,15 +143,15 @@ def test_generate_writes_the_tables(tmp_path):
     import csv
     table = list(csv.reader((d / "link_time.csv").open()))
     head, body = table[0], table[1:]
-    bins = [tuple(int(x) for x in h.split("_")[1:]) for h in head[2:]]
+    bins = [tuple(int(x) for x in h.split("_")[1:]) for h in head[3:]]
     per_link: dict[str, np.ndarray] = {}
     for row in body:
-        per_link[row[0]] = per_link.get(row[0], 0) + np.array([float(x) for x in row[2:]])
+        per_link[row[0]] = per_link.get(row[0], 0) + np.array([float(x) for x in row[3:]])
     assert max(v.max() for v in per_link.values()) <= 400.0 + 1e-6
     total = {(ln, job): int(b) for ln, job, b in (line.split(",") for line in links)}
     for row in body:
         if row[0].startswith("node"):
-            moved = sum(float(x) * (b - a) / 8 for x, (a, b) in zip(row[2:], bins))
+            moved = sum(float(x) * (b - a) / 8 for x, (a, b) in zip(row[3:], bins))
             assert moved == pytest.approx(total[(row[0], row[1])], rel=1e-3)
     # flows.csv (the schedule's rows) agrees with ops.csv: an op ends with its last row
     flow_end: dict[int, int] = {}

@@ -1,9 +1,9 @@
 """`tracegen report DIR` on a scenario's folder (generate --scenario): the jobs' slowdowns and
-Jain's fairness printed from scenario.json, slowdowns.png redrawn; a damaged scenario.json is one
-line, exit 2, nothing written.
+Jain's fairness printed from scenario.json, every picture redrawn from the folder's files; a
+damaged scenario.json is one line, exit 2, nothing written.
 
 Judges: slowdown = jct_ns / alone_jct_ns and Jain's index (sum x)^2 / (n sum x^2) computed here
-from the JSON; the redrawn picture is byte-identical to the one generate drew.
+from the JSON; the redrawn pictures are byte-identical to the ones generate drew.
 """
 from __future__ import annotations
 
@@ -39,11 +39,14 @@ def test_report_prints_slowdowns_and_jain_and_redraws_the_picture(tmp_path):
     for j, s in zip(doc["jobs"], x):
         row = next(line for line in out.stdout.splitlines() if line.startswith(f"│ {j['name']} "))
         assert f"{s:.3f}" in row.split("│")[7], row
-    assert (tmp_path / "pics" / "slowdowns.png").read_bytes() == (EXAMPLE / "slowdowns.png").read_bytes()
-    assert sorted(p.name for p in (tmp_path / "pics").iterdir() if not p.name.startswith(".")) == ["slowdowns.png"]
+    pics = ["jobs_gantt.png", "link_load_by_job.png", "slowdowns.png"]     # every picture generate drew
+    assert sorted(p.name for p in (tmp_path / "pics").iterdir() if not p.name.startswith(".")) == pics
+    for name in pics:
+        assert (tmp_path / "pics" / name).read_bytes() == (EXAMPLE / name).read_bytes(), name
     again = report(d)                                    # into the folder itself (ours: its manifest)
     assert again.returncode == 0, again.stderr
-    assert (d / "slowdowns.png").read_bytes() == (EXAMPLE / "slowdowns.png").read_bytes()
+    for name in pics:
+        assert (d / name).read_bytes() == (EXAMPLE / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("text, key", [

@@ -9,6 +9,7 @@ import click
 from ..output import folder as outdir
 from ..output.guard import signals_as_interrupts
 from ..errors import ConfigError, Interrupted, OutputError
+from ..tables import LinkKind
 from ..timing.work import DEFAULT_MAX_WORK, estimate, parse_work
 from .common import (check_environment, choose_target, fail, job_options, load, output_options, pcap_options,
                      retime, run_job, stages)
@@ -47,8 +48,8 @@ from .common import (check_environment, choose_target, fail, job_options, load, 
               help="Write the pcap files on an existing Dask cluster (the output folder must be one "
                    "every worker sees).")
 @click.option("--scenario", "scenario_file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Several jobs on one fabric, with events (a scenario file): its tables and summary "
-                   "(scenario.json, ops.csv, link_bytes.csv, summary.md; no pcaps yet).")
+              help="Several jobs on one fabric, with events (a scenario file): its tables, pictures, "
+                   "every NIC's pcap and the ns-3 scenario of the mix (README: Scenarios).")
 @output_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_bytes, time_window, nics, ranks,
@@ -106,16 +107,41 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             sys.exit(e.exit_code)
 
 
+def _check_timed_views(sc, fabric) -> None:
+    """pcaps draw every frame on its QP's route and port rates of t=0 (emit/packets/routes.py):
+    exact for host views (a NIC's frames do not depend on the route they take), not for what
+    happens inside the fabric after a timed event moved flows or changed a rate. Refuse those
+    views before any work rather than write frames on a link that is down."""
+    if not fabric.epochs:
+        return
+    from ..config import show_path
+    out = sc.hardware.output
+    first = min(e.at_ns for e in fabric.epochs)
+    why = (f"the fabric changes during the run (first timed event at {first:,} ns) and pcaps follow the "
+           "t=0 routes and rates")
+    if out.view == "switch":
+        raise ConfigError(f"{show_path(sc.path)}: output.switch ({out.switch}): no switch view of this scenario: "
+                          f"{why}; write host views (drop output.switch) or give the events at_ns: 0")
+    if out.ecn_marking == "queue":
+        raise ConfigError(f"{show_path(sc.path)}: output.ecn_marking: queue marks from the switch queues along "
+                          f"the routes, but {why}; use ecn_marking: fraction or give the events at_ns: 0")
+
+
 def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None:
-    """`generate --scenario FILE`: the scenario's tables and summary in one folder, and (pcap, a
-    scenario timed per chunk) every NIC's capture: one address and QPN plan (the scenario's fabric
-    and connections), so the jobs' captures never collide; (ns3) the ns-3 scenario of the mix."""
+    """`generate --scenario FILE`: the scenario's tables and summary in one folder, and (pcap)
+    every NIC's capture: one address and QPN plan (the scenario's fabric and connections), so the
+    jobs' captures never collide, each job's frames in its class - timed per connection, each
+    NIC's chunks placed in its connections (emit/views/placed.py) as for a job; (ns3) the ns-3
+    scenario of the mix (every chunk: `detail: auto` times per chunk then)."""
     from ..scenario import report, run, spec
     sc = spec.load_scenario(path)
     prepared = run.prepare(sc)
+    if pcap and sc.hardware.output.pcap:
+        _check_timed_views(sc, prepared[1])
     with stages(quiet) as stage:
         stage("work estimate: the jobs' collectives")
-        run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK)
+        run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,
+                       chunks=ns3 and sc.hardware.output.ns3)
     from ..output import place
     shown_path, shown = place.choose(out_dir, "", sc.name)
     files = (*report.SCENARIO_FILES, *place.TRACE_NAMES)
@@ -123,13 +149,10 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
     with outdir.Writer(target, force, names=files) as w:
         with stages(quiet) as stage:
             hw = sc.hardware
-            done = run.run_scenario(sc, stage, prepared=prepared, rates=pcap and hw.output.pcap)
+            sim = ns3 and hw.output.ns3
+            done = run.run_scenario(sc, stage, prepared=prepared, rates=True, chunks=sim)
         texts = report.scenario_files(done)
-        pcaps = pcap and hw.output.pcap and done.detail == "full"
-        sim = ns3 and hw.output.ns3 and done.detail == "full"
-        if (pcap and hw.output.pcap and not pcaps) or (ns3 and hw.output.ns3 and not sim):
-            w.warnings.append("no pcaps or ns-3 scenario: the scenario is timed per connection (detail conn); "
-                              "its tables are written")
+        pcaps = pcap and hw.output.pcap and bool((done.flows.rows["link"] == LinkKind.NET).any())
 
         def fill(tmp):
             for name, text in texts.items():
@@ -142,26 +165,32 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
                 from ..emit.views.pcap import write_pcaps
                 (tmp / "pcap").mkdir()
                 with stages(quiet) as stage:
+                    flows = done.flows
+                    if done.detail == "conn":       # the chunks of every NIC, placed in their connections
+                        from ..emit.views.placed import placed_flows
+                        stage("pcap estimate: chunks of every NIC, placed in their connections", "ops")
+                        flows = placed_flows(done.placed())
                     stage("pcap files")
-                    texts["pcaps"] = write_pcaps(done.flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
+                    texts["pcaps"] = write_pcaps(flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
                                                  network=hw.network)
                 if hw.output.switch:     # the counters that switch should show, as a job's switch view writes them
                     from ..config import table_formats
                     from ..emit.tables.counters import write_counters
                     from ..emit.views.counters import COLUMNS
                     from ..emit.views.pcap import port_counters
-                    rows = port_counters(done.flows, done.fabric, hw.output, nccl=hw.nccl, network=hw.network)
+                    rows = port_counters(flows, done.fabric, hw.output, nccl=hw.nccl, network=hw.network)
                     write_counters(COLUMNS, rows, tmp, table_formats(hw.output), sc.name)
-            if hw.output.pictures:
-                from ..emit.pictures.scenario_plots import draw_scenario
+            if hw.output.pictures:        # from the files just written, as `report DIR` draws them
+                from ..emit.pictures.scenario_plots import scenario_pictures
                 with stages(quiet) as stage:
                     stage("pictures")
-                    draw_scenario(done, report.link_time(done), tmp)
+                    for name, draw in scenario_pictures(report.read_scenario_texts(texts)).items():
+                        draw(tmp / name)
             if sim:
                 from ..emit.sims.ns3 import write_ns3
                 with stages(quiet) as stage:
                     stage("ns-3 scenario")
-                    write_ns3(done.flows, done.fabric, hw, tmp / "ns3")
+                    write_ns3(done.flows, done.fabric, hw, tmp / "ns3", warnings_out=w.warnings)
         w.write(fill)
     for warning in w.warnings:
         click.echo(f"warning: {warning}", err=True)

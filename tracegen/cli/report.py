@@ -28,7 +28,7 @@ from ..errors import ConfigError, OutputError
 def report(trace_dir, out_dir, only, force):
     """Redraw the pictures of a trace folder (timeline, Gantt, traffic matrix) from its tables; of a
     scenario's folder (generate --scenario), print its jobs' slowdowns and Jain fairness and redraw
-    slowdowns.png."""
+    its pictures (jobs_gantt, link_load_by_job, slowdowns) from its files."""
     from ..output.put import check_put, put_files
     from .common import command_errors
     from ..config import show_path
@@ -60,26 +60,32 @@ def report(trace_dir, out_dir, only, force):
             click.echo(f"wrote {Path(shown) / path.name}")
 
 
-SCENARIO_PICTURES = ("slowdowns.png",)     # what scenario.json alone redraws (the others need the run)
-
-
 def _report_scenario(src: Path, trace_dir, out_dir, only, force) -> None:
-    """A scenario's folder: scenario.json read back (damaged: one line), its jobs' table (slowdown
-    = JCT / alone) and Jain's fairness printed, slowdowns.png redrawn into the folder or -o."""
+    """A scenario's folder: its files read back (scenario.json, ops.csv, link_time.csv; damaged:
+    one line), its jobs' table (slowdown = JCT / alone) and Jain's fairness printed, and every
+    picture the files hold redrawn into the folder or -o - from the files, never timing the
+    scenario again: the bytes generate drew (emit/pictures/scenario_plots.py)."""
     from ..config import show_path
-    from ..emit.pictures.scenario_plots import slowdowns
+    from ..emit.pictures.scenario_plots import PICTURES, scenario_pictures
     from ..output.put import check_put, put_files
     from ..scenario.report import read_scenario_folder, saved_tables
     from .common import print_tables
+    wanted = list(PICTURES)
     if only:
-        bad = [x.strip() for x in only.split(",") if x.strip().removesuffix(".png") + ".png" not in SCENARIO_PICTURES]
-        if bad or not only.strip(","):
-            what = f"{bad[0]!r} is no picture of a scenario" if bad else "name a picture"
-            raise ConfigError(f"--only: {what} — use " + ", ".join(n[:-4] for n in SCENARIO_PICTURES))
-    saved = read_scenario_folder(src)
+        wanted = list(dict.fromkeys(x.strip().removesuffix(".png") + ".png" for x in only.split(",") if x.strip()))
+        bad = [x for x in wanted if x not in PICTURES]
+        if bad or not wanted:
+            what = f"{bad[0][:-4]!r} is no picture of a scenario" if bad else "name a picture"
+            raise ConfigError(f"--only: {what} — use " + ", ".join(n[:-4] for n in PICTURES))
     dest = Path(out_dir) if out_dir else src
     shown = show_path(out_dir) if out_dir else show_path(trace_dir)
-    check_put(dest, shown, SCENARIO_PICTURES, force=force)
+    check_put(dest, shown, wanted, force=force)        # refused before the tables are read
+    saved = read_scenario_folder(src)
+    can = scenario_pictures(saved)
+    missing = [n for n in wanted if n not in can]
+    if missing and only:
+        why = "no ops.csv" if missing[0] == "jobs_gantt.png" else "no link_time.csv (or no link carries bytes)"
+        raise ConfigError(f"--only: {missing[0][:-4]} cannot be drawn: {show_path(src)} has {why}")
     print_tables(saved_tables(saved))
-    for path in put_files(dest, shown, {"slowdowns.png": lambda path: slowdowns(saved, path)}, force=force):
+    for path in put_files(dest, shown, {n: can[n] for n in wanted if n in can}, force=force):
         click.echo(f"wrote {Path(shown) / path.name}")

@@ -118,7 +118,11 @@ def op_templates(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None, max_rows:
 
 def expand(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None) -> Transfers:
     """Every transfer of the ops (or of ops `which`: op ids stay the job's)."""
-    parts = op_templates(ops, fabric, nccl, which)
+    return expand_parts(op_templates(ops, fabric, nccl, which), fabric, nccl)
+
+
+def expand_parts(parts, fabric: Fabric, nccl: Nccl) -> Transfers:
+    """The transfers of op_templates' parts (a block of them: emit/views/placed.py)."""
     cols, deps = _columns(parts, fabric)
     if nccl.pxn:
         cols, deps = _pxn(cols, deps, fabric)

@@ -78,18 +78,28 @@ class ScenarioRun:
     detail: str
     jobs: list
 
+    def placed(self):
+        """What emit/views/placed.py reads of a run (flows, ops, fabric, job): the scenario's
+        hardware job, whose output selects no NIC, so every NIC's chunks are placed."""
+        from types import SimpleNamespace
+        return SimpleNamespace(flows=self.flows, ops=self.ops, fabric=self.fabric, job=self.scenario.hardware)
+
     @property
     def fairness(self) -> float:
         """Jain's index over the jobs' slowdowns: 1 when interference slows every job alike."""
         return jain(np.array([j.slowdown for j in self.jobs])) if len(self.jobs) > 1 else 1.0
 
 
-def scenario_fabric(sc: Scenario) -> Fabric:
+def base_fabric(sc: Scenario) -> Fabric:
+    """The scenario's fabric before any event: its cluster, all its nodes."""
     hw = sc.hardware
     gpn = hw.cluster.gpus_per_node
-    fabric = build_fabric(_Hardware(dataclasses.replace(hw.cluster, nodes=sc.nodes), hw.fabric, hw.output,
-                                    sc.nodes * gpn, sc.nodes))
-    return apply_fabric_events(fabric, sc.events, sc.ecmp_on_failure)
+    return build_fabric(_Hardware(dataclasses.replace(hw.cluster, nodes=sc.nodes), hw.fabric, hw.output,
+                                  sc.nodes * gpn, sc.nodes))
+
+
+def scenario_fabric(sc: Scenario) -> Fabric:
+    return apply_fabric_events(base_fabric(sc), sc.events, sc.ecmp_on_failure)
 
 
 def renamed(ops: CommOps, ranks: np.ndarray, start_ns: int = 0) -> CommOps:
@@ -144,13 +154,14 @@ def _transfer_count(ops: CommOps, fabric: Fabric, job) -> int:
     return chunk_transfer_count(ops, fabric, job)
 
 
-def check_work(sc: Scenario, max_work: int) -> int:
+def check_work(sc: Scenario, max_work: int, chunks: bool = False) -> int:
     """Bounded work, as for a job (timing/work.py): the jobs' estimates summed, twice with more
-    than one job (each is timed in the scenario and alone); ConfigError beyond max_work (0: no limit)."""
+    than one job (each is timed in the scenario and alone); ConfigError beyond max_work (0: no
+    limit). chunks: an ns-3 scenario will be written (every chunk timed, detail.needs_chunks)."""
     units = []
     for e in sc.jobs:
         units.append(pattern_units(*e.pattern[:3], e.job.iterations) if e.pattern else
-                     estimate(e.job, 0, pcap=False, emit=False, per_sender=False).units)
+                     estimate(e.job, 0, pcap=False, emit=chunks, per_sender=False).units)
     total = sum(units) * (2 if len(units) > 1 else 1)
     if max_work and total > max_work:
         each = ", ".join(f"{e.name} {u:,}" for e, u in zip(sc.jobs, units))
@@ -169,9 +180,13 @@ def prepare(sc: Scenario) -> tuple[list, Fabric]:
         raise ConfigError(f"{show_path(sc.path)}: {e}") from None
 
 
-def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None, rates: bool = False) -> ScenarioRun:
+def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None, rates: bool = False,
+                 chunks: bool = False) -> ScenarioRun:
     """The scenario timed, and (alone) every job timed alone at its placement. rates: the
-    combined schedule keeps its flows' rate changes (pcaps will be written from it)."""
+    combined schedule keeps its flows' rate changes (pcaps are placed on them, link_time.csv
+    splits links by them). chunks: every chunk will be written (an ns-3 scenario replays them
+    all): `detail: auto` times per chunk, `detail: conn` is refused - as for a job
+    (pipeline.run_pipeline, timing/detail.py needs_chunks)."""
     say = stage or (lambda text: None)
     say("scenario: placement and fabric")
     placed, fabric = prepared or prepare(sc)
@@ -189,9 +204,13 @@ def run_scenario(sc: Scenario, stage=None, alone: bool = True, prepared=None, ra
     op_job = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
     job = sc.hardware
     detail = job.detail
+    if detail == "conn" and chunks:
+        raise ConfigError(f"{show_path(sc.path)}: detail=conn times the scenario per NCCL connection; an ns-3 "
+                          "scenario replays every chunk of it: use detail full (or auto) in its jobs, or --no-ns3")
     if detail == "auto":
-        say("detail: chunk transfers counted")
-        detail = pick_detail(detail, False, _transfer_count(ops, fabric, job))
+        if not chunks:
+            say("detail: chunk transfers counted")
+        detail = pick_detail(detail, chunks, 0 if chunks else _transfer_count(ops, fabric, job))
     say(f"schedule: {len(sc.jobs)} jobs, {len(ops):,} ops on one fabric ({detail})")
     flows = time_ops(ops, fabric, job, detail, rates)
     if any(e.dscp is not None or e.pcp is not None for e in sc.jobs):

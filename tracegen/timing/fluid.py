@@ -65,7 +65,7 @@ def _epoch_args(epochs, n: int, ptr, lk, w) -> tuple:
     the epochs' route variants appended."""
     z = np.zeros(0, np.int64)
     if epochs is None:
-        return (ptr, lk, w, np.arange(n, dtype=np.int64), z, z, z, np.zeros(1, np.int64), z, np.zeros(0),
+        return (ptr, lk, w, z, z, z, z, np.zeros(1, np.int64), z, np.zeros(0),       # no variants: none listed
                 np.zeros(2, np.int64), z, z)
     e = epochs
     ptr = np.r_[ptr[:n + 1], ptr[n] + e.ptr[1:]].astype(np.int64)

@@ -29,6 +29,7 @@ from ..collectives.edges import pxn_split_columns, template_edges
 from ..collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
 from ..config import Job
 from .connections import build_connections, communicator
+from .order import stable_order
 from .schedule import nic_only_links
 from ..tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged
 from ..fabric.topology import Fabric
@@ -112,7 +113,7 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None, per_op: dict 
     progress.report(80, 100)
     # one gather per column, unfolded and sorted by op at once (a folded 32k-GPU job's table is
     # ~10 M rows: gathering the replicas' rows, concatenating, then sorting cost three copies)
-    order = np.argsort(out["op_id"][sel], kind="stable")
+    order = stable_order(out["op_id"][sel])        # counting: O(rows), as argsort(kind="stable")
     sel = sel[order]
     shift = None
     if rep_of is not None:
@@ -325,12 +326,12 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
     keys = [rows["src_rank"][plain], rows["dst_rank"][plain], comm[plain], rows["channel"][plain]]
     if agg is not None:             # the aggregated ops' pairs: the connections the pairwise form has
         keys = [np.concatenate([np.asarray(a, np.int64), b]) for a, b in zip(keys, agg.net_pairs())]
-    conns = build_connections(*keys, fabric, job.nccl.qps_per_connection)
+    conns, key_rows = build_connections(*keys, fabric, job.nccl.qps_per_connection, rows=True)
     del keys
     progress.report(1, 3)
     row_conn = np.full(n, -1, np.int64)
-    row_conn[plain] = conns.lookup(rows["src_rank"][plain], rows["dst_rank"][plain], comm[plain],
-                                   rows["channel"][plain])
+    row_conn[plain] = key_rows[:int(plain.sum())]            # the plain rows' keys come first
+    del key_rows
     progress.report(2, 3)
     lat = np.zeros(n, np.int64)
     lat[plain] = net_latency_ns(conns, row_conn[plain], rows["net_wire"][plain], pmtu, job.output.vlan,

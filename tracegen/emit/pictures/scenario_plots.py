@@ -1,5 +1,7 @@
-"""A scenario's pictures (tracegen generate --scenario): the jobs' ops over time, the busiest
-switch links' load by job, and each job's slowdown against its run alone."""
+"""A scenario's pictures (tracegen generate --scenario, tracegen report DIR): the jobs' ops over
+time, the busiest switch links' load by job, and each job's slowdown against its run alone - all
+drawn from the scenario's files read back (scenario.json, ops.csv, link_time.csv), never from the
+timed run, so `report` redraws every one without timing the scenario again."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,65 +9,66 @@ from pathlib import Path
 import numpy as np
 
 from .style import DIM_COLOURS, legend_below, plt, save, time_unit
-from ...tables import CollKind, Dim
+from ...tables import Dim
 
 JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf"]
 BUSIEST_LINKS = 6
 
 
-def job_gantt(run, path: Path) -> Path:
-    """One lane per job: each op a bar from its release to its end, coloured by dimension."""
+def job_gantt(saved, path: Path) -> Path:
+    """One lane per job: each op a bar from its release to its end, coloured by dimension.
+    saved: scenario.report.SavedScenario with its ops (ops.csv read back)."""
     p = plt()
-    ops, f = run.ops, run.flows
-    end = int(f.op_end_ns.max()) if len(ops) else 1
+    ops = saved.ops
+    end = max([j.end_ns for j in saved.jobs] + [1])
     unit, per = time_unit(end)
-    fig, ax = p.subplots(figsize=(10, 1.0 + 0.6 * len(run.jobs)))
-    data = ops.rows["kind"] != CollKind.MARKER
-    for k, j in enumerate(run.jobs):
-        sel = np.flatnonzero(data[j.op_lo:j.op_hi]) + j.op_lo
-        for d in np.unique(ops.rows["dim"][sel]).tolist():
-            s = sel[ops.rows["dim"][sel] == d]
-            spans = [(a / per, max(b - a, 1) / per) for a, b in zip(f.op_start_ns[s], f.op_end_ns[s])]
+    fig, ax = p.subplots(figsize=(10, 1.0 + 0.6 * len(saved.jobs)))
+    for k in range(len(saved.jobs)):
+        sel = np.flatnonzero(ops.job == k)
+        for d in np.unique(ops.dim[sel]).tolist():
+            s = sel[ops.dim[sel] == d]
+            spans = [(a / per, max(b - a, 1) / per) for a, b in zip(ops.start_ns[s], ops.end_ns[s])]
             ax.broken_barh(spans, (k - 0.35, 0.7), color=DIM_COLOURS.get(Dim(d), "#7f7f7f"), alpha=0.6)
-    ax.set_yticks(range(len(run.jobs)), [j.name for j in run.jobs])
+    ax.set_yticks(range(len(saved.jobs)), [j.name for j in saved.jobs])
     ax.set_xlabel(f"time ({unit})")
     ax.invert_yaxis()
     handles = [p.Rectangle((0, 0), 1, 1, color=DIM_COLOURS[d], alpha=0.6, label=d.name)
-               for d in sorted({Dim(int(x)) for x in ops.rows["dim"][data]} & set(DIM_COLOURS))]
+               for d in sorted({Dim(int(x)) for x in ops.dim} & set(DIM_COLOURS))]
     return save(legend_below(fig, handles, max(1, len(handles))), path)
 
 
-def link_load_by_job(run, got, path: Path) -> Path:
-    """The busiest switch-to-switch link directions: each job's Gb/s over time, stacked."""
+def link_load_by_job(saved, path: Path) -> Path:
+    """The busiest switch-to-switch link directions: each job's Gb/s over time, stacked.
+    saved: a SavedScenario with its link series (link_time.csv read back)."""
     p = plt()
-    edges, links, jobs, gbps = got
-    fab = run.fabric
-    names = [fab.link_dir_name(int(x)) for x in links]
+    lt = saved.link_time
+    names = lt.link_names
     switch = np.array(["node" not in n for n in names], bool)
-    pick = links[switch]
-    if not len(pick):                    # one leaf: no switch link carries anything, the NICs then
-        switch = np.ones(len(links), bool)
-        pick = links
-    total = {int(ln): 0.0 for ln in pick}
-    for ln, row in zip(links[switch], gbps[switch]):
-        total[int(ln)] += float(row.sum())
-    top = sorted(total, key=lambda ln: (-total[ln], ln))[:BUSIEST_LINKS]
+    if not switch.any():                 # one leaf: no switch link carries anything, the NICs then
+        switch = np.ones(len(names), bool)
+    total: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for k in np.flatnonzero(switch).tolist():
+        total[names[k]] = total.get(names[k], 0.0) + float(lt.gbps[k].sum())
+        first.setdefault(names[k], k)
+    top = sorted(total, key=lambda n: (-total[n], first[n]))[:BUSIEST_LINKS]
+    edges = lt.edges
     unit, per = time_unit(int(edges[-1]))
     mid = (edges[:-1] + edges[1:]) / 2 / per
     fig, axes = p.subplots(len(top), 1, figsize=(10, 1.2 + 1.4 * len(top)), sharex=True, squeeze=False)
-    for ax, ln in zip(axes[:, 0], top):
-        rows = np.flatnonzero(links == ln)
-        ys = [gbps[r] for r in rows]
-        ax.stackplot(mid, *ys, colors=[JOB_COLOURS[int(jobs[r]) % len(JOB_COLOURS)] for r in rows], alpha=0.8)
-        rate = int(fab.links["gbps"][ln >> 1])
+    for ax, name in zip(axes[:, 0], top):
+        rows = [k for k in range(len(names)) if names[k] == name]
+        ax.stackplot(mid, *[lt.gbps[r] for r in rows],
+                     colors=[JOB_COLOURS[int(lt.jobs[r]) % len(JOB_COLOURS)] for r in rows], alpha=0.8)
+        rate = lt.link_gbps[rows[0]]
         ax.axhline(rate, color="black", lw=0.8, ls="--")
         ax.set_ylim(0, rate * 1.1)
         ax.set_ylabel("Gb/s", fontsize=8)
-        ax.set_title(fab.link_dir_name(ln), fontsize=9, loc="left")
+        ax.set_title(name, fontsize=9, loc="left")
     axes[-1, 0].set_xlabel(f"time ({unit})")
     handles = [p.Rectangle((0, 0), 1, 1, color=JOB_COLOURS[k % len(JOB_COLOURS)], label=j.name)
-               for k, j in enumerate(run.jobs)]
+               for k, j in enumerate(saved.jobs)]
     return save(legend_below(fig, handles, min(len(handles), 6)), path)
 
 
@@ -83,9 +86,18 @@ def slowdowns(run, path: Path) -> Path:
     return save(fig, path)
 
 
-def draw_scenario(run, got, dest: Path) -> list[Path]:
-    """Every picture into dest; `got` is scenario.report.link_time(run) (None: too big, no link picture)."""
-    out = [job_gantt(run, dest / "jobs_gantt.png"), slowdowns(run, dest / "slowdowns.png")]
-    if got is not None and len(got[1]):
-        out.append(link_load_by_job(run, got, dest / "link_load_by_job.png"))
+PICTURES = ("jobs_gantt.png", "slowdowns.png", "link_load_by_job.png")
+
+
+def scenario_pictures(saved) -> dict:
+    """Picture name -> draw(path), of what the saved files hold: `generate --scenario` and
+    `report DIR` both draw from the files read back (scenario.report.read_scenario_texts), so the
+    two draw the same bytes. No link series (link_time.csv too big, or nothing on a link): no
+    link picture; no ops table: no Gantt."""
+    out = {}
+    if saved.ops is not None:
+        out["jobs_gantt.png"] = lambda path: job_gantt(saved, path)
+    out["slowdowns.png"] = lambda path: slowdowns(saved, path)
+    if saved.link_time is not None and len(saved.link_time.link_names):
+        out["link_load_by_job.png"] = lambda path: link_load_by_job(saved, path)
     return out

@@ -54,12 +54,15 @@ NO_FLOWS_NOTE = ("no transfer crosses a NIC (they all stay on NVLink): no ns-3 s
 
 
 def write_ns3(flows: Flows, fabric: Fabric, job: Job, dest_dir: Path, *,
-              trace_nodes=None, enable_trace: bool = True) -> list[Path]:
+              trace_nodes=None, enable_trace: bool = True, warnings_out: list | None = None) -> list[Path]:
     """Write the scenario files into dest_dir (created if missing); returns the paths written.
     A job without NIC traffic (one node: NVLink only) has no scenario: nothing is written and
     the list is empty (the caller says NO_FLOWS_NOTE).
 
-    trace_nodes: node ids listed in trace.txt (default: every NIC host)."""
+    trace_nodes: node ids listed in trace.txt (default: every NIC host). A fabric that changes
+    during the run (a scenario's timed events, Fabric.epochs) is written as manifest link_events
+    and, what HPCC can take, config.txt's LINK_DOWN (ns3_events.py); warnings_out receives what a
+    simulator cannot apply of it."""
     if fabric.n_nics > MAX_HOSTS:
         raise OutputError(f"ns3: {fabric.n_nics} NICs, but the simulators' 11.x.y.1 host "
                           f"addressing holds at most {MAX_HOSTS}")
@@ -70,6 +73,11 @@ def write_ns3(flows: Flows, fabric: Fabric, job: Job, dest_dir: Path, *,
     trace_nodes = range(fabric.n_nics) if trace_nodes is None else [int(x) for x in trace_nodes]
     values = config_values(flows, fabric, job, enable_trace)   # checks cc_mode before any write
     warnings = scenario_warnings(fabric, job)
+    from .ns3_events import link_events
+    events, event_warnings, values["link_down"] = link_events(flows, fabric)
+    warnings += event_warnings
+    if warnings_out is not None:
+        warnings_out += event_warnings
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
 
@@ -82,7 +90,7 @@ def write_ns3(flows: Flows, fabric: Fabric, job: Job, dest_dir: Path, *,
         "config_simai.txt": _template("simai_config.txt").substitute(
             values, **SIMAI_FILES, fct_simai_file=SIMAI_FCT_FILE,
             pfc_enabled="true" if job.network.pfc else "false"),
-        "manifest.json": manifest(flows, fabric, job, lines, warnings),
+        "manifest.json": manifest(flows, fabric, job, lines, warnings, link_events=events),
         "README.md": _readme(fabric, job, lines, warnings),
     }
     return [_write_atomic(dest_dir / name, body) for name, body in files.items()]

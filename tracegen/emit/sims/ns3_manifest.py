@@ -43,7 +43,7 @@ def _sim_settings(flows: Flows, fabric: Fabric, job: Job) -> dict:
     }
 
 
-def manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str]):
+def manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warnings: list[str], link_events=None):
     """manifest.json in chunks: header, hosts, one flow record per flow.txt line, one op record
     per CommOp, then the transfers of NET ops that are not flow.txt lines (see _op_records)."""
     rows = flows.rows
@@ -86,6 +86,11 @@ def manifest(flows: Flows, fabric: Fabric, job: Job, lines: np.ndarray, warnings
         "skipped_zero_byte_transfers": rows["transfer_id"][zero].tolist(),
         "warnings": warnings,
     }
+    if link_events:                 # a scenario's timed link events (ns3_events.py)
+        header["link_events_note"] = ("link_events[i]: at t0_ns + at_ns, the topology.txt links [a, b, gbps] "
+                                      "change rate (0: down; a link's rate again: up), and the QPs in repin "
+                                      "[qp, path, rpath] move to those node paths (the scenario's routes then)")
+        header["link_events"] = link_events
     # Header indented; arrays one compact element per line (readable, diffable).
     yield json.dumps(header, indent=1)[:-2]
     yield ',\n "hosts": [\n' + ",\n".join("  " + json.dumps(h, separators=(",", ":"))

@@ -2,7 +2,7 @@
 
 A job timed per connection (detail conn) has one row per (op, NCCL connection). To write the pcaps
 of a few NICs, only the ops whose network connections touch them are expanded into NCCL's chunk
-transfers (collectives.expand; a folded op (CommOps.replicas) for each replica it has there, its
+transfers (collectives.expand_parts, a block of ops at a time; a folded op (CommOps.replicas) for each replica it has there, its
 ranks shifted; a ring AllReduce too large to list, from ring_edges' closed form for the ring
 positions involved), and only the chunks a selected NIC sends or receives are kept. Each chunk is
 placed inside its connection row's interval, in step order, in proportion to the bytes before
@@ -20,7 +20,7 @@ import numpy as np
 
 from ...timing import fluid
 from ... import progress
-from ...collectives import expand, op_templates
+from ...collectives import expand_parts, op_templates
 from ...collectives.edges import net_wire_bytes, pxn_split
 from ...collectives.ring_edges import RingShape
 from ...collectives.ring import ring_orders
@@ -116,30 +116,45 @@ _COLS = ("op_id", "algo", "proto", "max_msg_bytes", "src_rank", "dst_rank", "cha
          "bytes", "wire_bytes", "link")
 
 
+# Chunk rows expanded at a time (a block of whole ops; 131,072 GPUs: the selected NICs' ops list
+# ~38 M chunk rows of every rank, of which only the selected NICs' are kept): memory bounded by a block.
+EXPAND_BLOCK_ROWS = 1 << 21
+
+
 def _chunks(ops, fabric, job, pairs, mask):
     """Chunk transfers (columns) of the (op, rank shift) pairs that a selected NIC sends or receives."""
     if not len(pairs):
         return None
     need = np.unique(pairs[:, 0])
     listed, big = [], []
-    for i, group, t, plan in op_templates(ops, fabric, job.nccl, need.tolist(), max_rows=CLOSED_FORM_ROWS):
-        (big if isinstance(t, RingShape) else listed).append(i)
-    parts = []
-    if listed:
-        tr = expand(ops, fabric, job.nccl, which=listed).rows
-        tr = tr[np.argsort(tr["op_id"], kind="stable")]
-        ops_sorted = tr["op_id"].astype(np.int64)
-        for o, sh in pairs[np.isin(pairs[:, 0], listed)].tolist():
-            lo, hi = np.searchsorted(ops_sorted, [o, o + 1])
-            parts.append((tr[lo:hi], sh))
+    for part in op_templates(ops, fabric, job.nccl, need.tolist(), max_rows=CLOSED_FORM_ROWS):
+        (big if isinstance(part[2], RingShape) else listed).append(part)
+    big = [i for i, *_ in big]
+    todo = pairs[np.isin(pairs[:, 0], [i for i, *_ in listed])]
     cols = {k: [] for k in _COLS}
-    work = len(parts) + len(big)                 # the CLI's bar: (op, replica) pairs, then big rings
-    for t, sh in progress.counted(parts, total=work):
-        src, dst = t["src_rank"].astype(np.int64) + sh, t["dst_rank"].astype(np.int64) + sh
-        keep = (t["link"] == LinkKind.NET) & (mask[fabric.rank_nic[src]] | mask[fabric.rank_nic[dst]])
-        for k in _COLS:
-            cols[k].append(src[keep] if k == "src_rank" else dst[keep] if k == "dst_rank" else t[k][keep])
-    for o in progress.counted(big, total=work, done=len(parts), block=1):
+    work, done = len(todo) + len(big), 0         # the CLI's bar: (op, replica) pairs, then big rings
+    lo = 0
+    while lo < len(listed):                      # blocks of whole ops, in op order (as pairs)
+        hi, rows = lo + 1, len(listed[lo][2])
+        while hi < len(listed) and rows + len(listed[hi][2]) <= EXPAND_BLOCK_ROWS:
+            rows += len(listed[hi][2])
+            hi += 1
+        block = listed[lo:hi]
+        tr = expand_parts(block, fabric, job.nccl).rows
+        ops_sorted = tr["op_id"].astype(np.int64)     # op order already (parts in op order)
+        mine = todo[(todo[:, 0] >= block[0][0]) & (todo[:, 0] <= block[-1][0])]
+        for o, sh in mine.tolist():
+            a, b = np.searchsorted(ops_sorted, [o, o + 1])
+            t = tr[a:b]
+            src, dst = t["src_rank"].astype(np.int64) + sh, t["dst_rank"].astype(np.int64) + sh
+            keep = (t["link"] == LinkKind.NET) & (mask[fabric.rank_nic[src]] | mask[fabric.rank_nic[dst]])
+            for k in _COLS:
+                cols[k].append(src[keep] if k == "src_rank" else dst[keep] if k == "dst_rank" else t[k][keep])
+        done += len(mine)
+        progress.report(done, work)
+        del tr, ops_sorted
+        lo = hi
+    for o in progress.counted(big, total=work, done=done, block=1):
         for k, v in _ring_rows(ops, fabric, job, o, mask).items():
             cols[k].append(v)
     return {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64) for k, v in cols.items()}
@@ -206,4 +221,4 @@ def _table(flows: Flows, ops, fabric, cols: dict, start, end, finish, rates=None
                 if n else np.zeros(0, np.int64))
     return Flows(rows, Ragged.empty(n), ops, flows.op_start_ns, flows.op_end_ns, conns=flows.conns,
                  row_conn=row_conn, finish_ns=np.asarray(finish, np.int64), detail="placed", item_rates=rates,
-                 nic_sharing=flows.nic_sharing)
+                 nic_sharing=flows.nic_sharing, op_tc=flows.op_tc)
