@@ -464,4 +464,10 @@ def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
             assert path[i, pos] == pp.nic_ports + hop.k_port[k] and (i, pos) not in seen, k
             seen[i, pos] = int(hop.k_t[k])
     assert seen == want
+    # control frames at the NICs: NIC port departure, first bit at the other NIC
+    k_tx, k_rx = pfc_pass.control_times(p, pp)
+    for k, i in krow.items():
+        port = int(path[i, last[i]])
+        assert k_tx[k] == dep[i, 0] and k_rx[k] == dep[i, last[i]] + p.link_lat[(port - pp.nic_ports) >> 1], k
+    assert len(k_tx) == len(krow) == len(p.k_kind)
     assert any(k[0] in krow.values() for k in want), "control frames cross the spine too"

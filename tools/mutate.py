@@ -993,6 +993,9 @@ MUTATIONS = [
     ('pfc-pass-hops-previous-port', 'tracegen/emit/packets/pfc_pass.py',
      'segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd], spacing(p, gbps))',
      'segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd - 1], spacing(p, gbps))'),
+    ('pfc-pass-control-rx-first-port', 'tracegen/emit/packets/pfc_pass.py',
+     'return pp.res.depart_ns[rows, 0], pp.res.depart_ns[rows, last] + lat',
+     'return pp.res.depart_ns[rows, 0], pp.res.depart_ns[rows, 0] + lat'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "

@@ -41,8 +41,9 @@ departures from here - a NIC view its NIC port's (depart_ns[:, 0]: a NIC's captu
 the pauses it receives, which it shows), a switch view its own ports' - so every view reads the
 same per-frame times; CE marks would come from queue_bytes, and the PFC frames towards switch
 ports (pause_slot_port/ns) would be written on those links' files and counted in port_counters.
-segs_at, rx_segs and hops_from_pass already give the departures at a path position, the arrivals at the
-receiving NIC and the switch links per layer in the plan's forms (what pacing.schedule sets: p.tx, p.rx, p.hops).
+segs_at, rx_segs, hops_from_pass and control_times already give the departures at a path position, the arrivals at the
+receiving NIC, the switch links per layer and the control frames' NIC times in the plan's forms
+(what pacing.schedule sets: p.tx, p.rx, p.hops, p.k_tx_ns, p.k_rx_ns).
 
 Per frame and hop arrays: memory is proportional to the packets times the path length.
 """
@@ -464,3 +465,15 @@ def hops_from_pass(p, pp: PlanPass) -> list:
         k_t[kk], k_port[kk], k_pos[kk] = pp.res.depart_ns[fk, pk], d[ctl], pk
         out.append(Hop(segs, p.c_route[p.m_conn[segs.msg], spos], spos, k_t, k_port, k_pos))
     return out
+
+
+def control_times(p, pp: PlanPass):
+    """Per control frame (plan order): when it leaves its NIC port and when its first bit reaches
+    the other NIC (the last port's departure + that link's latency) in the pass - what
+    pacing.schedule sets as p.k_tx_ns and p.k_rx_ns."""
+    K = len(p.k_kind)
+    rows = np.full(K, -1, np.int64)
+    rows[pp.k[pp.k >= 0]] = np.flatnonzero(pp.k >= 0)
+    last = (pp.path[rows] >= 0).sum(axis=1) - 1
+    lat = p.link_lat[p.k_route[np.arange(K), last] >> 1]
+    return pp.res.depart_ns[rows, 0], pp.res.depart_ns[rows, last] + lat
