@@ -60,6 +60,26 @@ def unexpected_skips(skips, which=shutil.which, euid=None) -> list[tuple[str, st
 def pytest_runtest_logreport(report):
     if report.skipped and not hasattr(report, "wasxfail"):
         _skips.append((report.nodeid, _reason(report)))
+    if report.failed:
+        _failed_modules.add(report.nodeid.split("::")[0])
+
+
+# Disk: the whole suite writes ~20 GB of pcaps and folders (a CI run once died of a full disk). Every
+# module's temporary folders (tmp_path_factory's, so the module-scoped fixtures' too) are removed when
+# the module ends without a failure, so the suite holds one module's files at a time; a failing
+# module's stay for inspection (and per-test tmp_path follows tmp_path_retention_policy = "failed").
+_failed_modules: set[str] = set()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_tmp_cleanup(request, tmp_path_factory):
+    base = tmp_path_factory.getbasetemp()
+    before = set(os.listdir(base))
+    yield
+    if request.node.nodeid.split("::")[0] in _failed_modules:
+        return
+    for name in set(os.listdir(base)) - before:
+        shutil.rmtree(base / name, ignore_errors=True)
 
 
 def pytest_collectreport(report):

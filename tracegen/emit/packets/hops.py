@@ -78,7 +78,7 @@ def through(p: Plan, tx: Segs, k_tx: np.ndarray):
     """From what left the NIC ports (tx, k_tx) to what reaches the receiving NIC ports: (per tx
     segment its nominal arrival, per control frame its nominal arrival, [Hop per link layer])."""
     M, K = p.n_msgs, len(k_tx)
-    m_route = p.c_route[p.m_conn]                         # [M, L]
+    m_route = p.m_route                                   # [M, L]
     m_links = (m_route >= 0).sum(axis=1)
     k_links = (p.k_route >= 0).sum(axis=1)
     # no switch link (two links: NIC -> leaf -> NIC): the route's latency
@@ -86,7 +86,7 @@ def through(p: Plan, tx: Segs, k_tx: np.ndarray):
     k_arrive = k_tx + _lat(p, p.k_route[:, 0]) + _lat(p, p.k_route[:, 1])
     if int(max(m_links.max(initial=2), k_links.max(initial=2))) <= 2:
         return seg_arrive, k_arrive, []
-    layer = link_layers([p.c_route, p.c_rroute, p.k_route], 2 * len(p.link_gbps))
+    layer = link_layers([p.c_route, p.m_route, p.c_rroute, p.k_route], 2 * len(p.link_gbps))
     width = int(p.m_npk.max()) + 1
     tx_key = tx.msg * width + tx.ka
     tx_order = np.argsort(tx_key, kind="stable")
@@ -107,13 +107,13 @@ def through(p: Plan, tx: Segs, k_tx: np.ndarray):
         on = (layer[d_all] if layer is not None else cur_pos - 1) == lv
         cm, pos, d = cur.msg[on], cur_pos[on], d_all[on]
         nominal = cur.t[on] + _lat(p, m_route[cm, pos - 1])
-        gbps[cm] = np.minimum(gbps[cm], p.link_gbps[d >> 1])
+        gbps[cm] = np.minimum(gbps[cm], p.link_gbps_at(d, nominal))
         w = spacing(p, gbps)
         kd_all = p.k_route[kc, kc_pos]
         kon = (layer[kd_all] if layer is not None else kc_pos - 1) == lv
         kk, kpos, kd = kc[kon], kc_pos[kon], kd_all[kon]
         k_nom = k_dep[kk] + _lat(p, p.k_route[kk, kpos - 1])
-        k_w = wire_ns(p.k_frame[kk], p.link_gbps[kd >> 1])
+        k_w = wire_ns(p.k_frame[kk], p.link_gbps_at(kd, k_nom))
         if len(cm):
             segs, k_t = serialize(p, Segs(cm, cur.ka[on], cur.kb[on], nominal), d, kd, k_nom, k_w, w)
             # each piece's route position: that of the segment it was cut from (same message and

@@ -16,7 +16,7 @@ from ... import progress
 from . import congestion, hops, pfc, queue_marks, roce, routes
 from .capture_file import comment_option_bytes
 from .ports import running_max, serialize
-from .plan import ACK_CTS, ACK_DATA, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, Plan, Segs, incl_cap, wire_ns
+from .plan import ACK_CTS, ACK_DATA, ACK_ROUNDS, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, Plan, Segs, incl_cap, wire_ns
 from .plan_build import build
 from .roce import Opcode
 
@@ -88,7 +88,7 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
     cnp = np.flatnonzero(p.k_kind == CNP)
     ans = p.m_pkt0[p.k_msg[cnp]] + p.k_pkt[cnp]
     at = np.flatnonzero((f.g >= 0) & (f.queue_bytes > network.kmin_bytes))
-    L = p.c_route.shape[1]
+    L = p.m_route.shape[1]
     prev = np.isin(f.g[at] * L + f.pos[at], (p.ce_g * L + p.ce_pos)[np.isin(p.ce_g, ans)])
     g2, pos2 = np.r_[g, f.g[at][prev]], np.r_[pos, f.pos[at][prev]]
     o = np.lexsort((pos2, g2))
@@ -330,8 +330,11 @@ def schedule(p: Plan) -> None:
     p.pfc_at = None
     pause_at = p.pfc.t_ns if paused else None      # where each PAUSE reaches its NIC: its slot (pfc.pause_slots)
     moved = False
-    for fix in range(FIX_ROUNDS):
-        progress.report(fix, FIX_ROUNDS)         # the CLI's bar: rounds, at most FIX_ROUNDS
+    for fix in range(FIX_ROUNDS + ACK_ROUNDS):
+        # After FIX_ROUNDS, rounds that move late ACKs only: the messages and CTSs keep their nominal
+        # times, so the arrivals an ACK answers stop chasing the window's moves and settle
+        acks_only = fix >= FIX_ROUNDS
+        progress.report(min(fix, FIX_ROUNDS - 1), FIX_ROUNDS)     # the CLI's bar: rounds, at most FIX_ROUNDS
         m_nominal = qp_in_order(p, m_nominal)
         if p.m_cap is not None:      # ACKs of DCQCN-paced messages: no earlier than their packets on an idle fabric
             capped = np.flatnonzero(p.m_cap[acked_m] > 1)
@@ -364,9 +367,11 @@ def schedule(p: Plan) -> None:
             np.maximum.at(nccl_end, p.m_nccl, m_end)
             cts_ready = np.where(cts_wait >= 0, nccl_end[np.maximum(cts_wait, 0)], 0)
         late_cts = k_nominal[n_ack:] < cts_ready
-        if not (late_ack.any() or late_data.any() or late_cts.any() or moved):
+        if not (late_ack.any() or (not acks_only and (late_data.any() or late_cts.any() or moved))):
             break
         k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
+        if acks_only:
+            continue
         if windowed and (late_cts.any() or late_data.any()):     # the window, with measured spans
             tx_end = arrival(p, tx, np.arange(M), last) + p.wire.span(p.m_npk, np.arange(M), last, p.m_npk)
             nccl_tx = np.zeros(len(nccl_end), np.int64)
@@ -384,6 +389,7 @@ def schedule(p: Plan) -> None:
                                         np.zeros(C, np.int64))
         m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), paced)
     p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
+    p.late_acks = int(late_ack.sum())
     p.tx, p.rx, p.k_tx_ns, p.k_rx_ns, p.hops = tx, rx, k_tx, k_rx, hop_list
     _ip_ids(p)
 

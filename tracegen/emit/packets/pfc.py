@@ -100,9 +100,9 @@ def pauses(p: Plan, f, network, m_port_tx: np.ndarray, k_port_tx: np.ndarray) ->
     m = np.searchsorted(p.m_pkt0, f.g, "right") - 1
     up = np.where(f.g >= 0, m_port_tx[np.maximum(m, 0)], k_port_tx[np.maximum(f.k, 0)])
     src_nic = np.where(f.g >= 0, p.m_src[np.maximum(m, 0)], p.k_tx_nic[np.maximum(f.k, 0)])
-    route0 = np.where(f.g >= 0, p.c_route[p.m_conn[np.maximum(m, 0)], 0], p.k_route[np.maximum(f.k, 0), 0])
+    route0 = np.where(f.g >= 0, p.m_route[np.maximum(m, 0), 0], p.k_route[np.maximum(f.k, 0), 0])
     lat0 = p.link_lat[route0 >> 1]
-    port_gbps = p.link_gbps[f.port >> 1]
+    port_gbps = p.link_gbps_at(f.port, f.arrive_ns)
     nic_gbps = p.line_gbps
     qmax = network.pfc_pause_quanta
     out = {k: [] for k in Pauses.FIELDS}

@@ -60,6 +60,7 @@ MAX_MSG_BYTES = 1 << 31      # IBA limit on one RDMA message
 IP_TTL = 255                 # NCCL sets the GRH hop_limit to 255 on RoCE QPs (net_ib/connect.cc,
                              # ncclIbQpRtr); data, CTS and ACKs leave with it
 FIX_ROUNDS = 16              # fixed-point rounds that move ACKs / messages behind what they wait for
+ACK_ROUNDS = 16              # then rounds that move late ACKs only (pacing.schedule), if any are left
 CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its message (slack for
                              # the packet-boundary waits on both NICs)
 
@@ -203,6 +204,7 @@ class Plan:
     m_cts_psn: np.ndarray | None = None
     k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
+    late_acks: int = 0                     # of them ACKs (pacing.schedule: ACK-only rounds settle them)
     fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
     line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
     line_gbps: int = 0                     # that line rate: a NIC port's (nic_gbps / planes)
@@ -210,8 +212,14 @@ class Plan:
     # routes (routes.link_dirs: link directions, -1 padded) and the links they cross (hops.py)
     c_route: np.ndarray | None = None      # per QP pair: the data's route, sender to receiver
     c_rroute: np.ndarray | None = None     # per QP pair: the way back (CTS, ACKs of data)
+    m_route: np.ndarray | None = None      # per message: the route its data takes (its QP pair's; the
+                                           # one place a message's route is read - hops, marks, pauses)
     k_route: np.ndarray | None = None      # per control frame: its route
-    link_gbps: np.ndarray | None = None    # per fabric link
+    link_gbps: np.ndarray | None = None    # per fabric link (at t=0)
+    # a scenario whose links change mid-run (fabric/timeline.py): epoch e starts at epoch_ns[e] with
+    # link rates link_gbps_ep[e] (0: down); None: one epoch, link_gbps throughout
+    epoch_ns: np.ndarray | None = None
+    link_gbps_ep: np.ndarray | None = None
     link_lat: np.ndarray | None = None
     frame_bytes: tuple | None = None       # data frames (no FCS): (First, Middle, Last per message, Only per message)
     k_frame: np.ndarray | None = None      # per control frame: its bytes (no FCS)
@@ -260,6 +268,15 @@ class Plan:
         if self.m_cap is not None:
             out = np.maximum(out, np.floor(x * self.m_cap[m]).astype(np.int64))
         return out
+
+    def link_gbps_at(self, d, t_ns) -> np.ndarray:
+        """The rate of link directions d (their link's) when a frame enters them at t_ns: the one
+        place the packet stages read a switch link's rate (hops, marks, pauses)."""
+        d = np.asarray(d)
+        if self.epoch_ns is None:
+            return self.link_gbps[d >> 1]
+        e = np.searchsorted(self.epoch_ns, t_ns, "right") - 1
+        return self.link_gbps_ep[np.maximum(e, 0), d >> 1]
 
     @property
     def n_msgs(self) -> int:

@@ -220,7 +220,7 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
         out=out, sel=sel, fmt=fmt, row_comment=row_comment, hdr_bytes=hdr, nics=np.unique(np.r_[c_src, c_dst]),
         c_src=c_src, c_dst=c_dst, c_qpn_src=c_qpn_src, c_qpn_dst=c_qpn_dst,
         c_sport=c_sport, c_hops=c_hops, c_plane=c_plane, planes=fabric.planes,
-        c_route=c_route, c_rroute=c_rroute, link_gbps=fabric.links["gbps"].astype(np.int64), link_lat=link_lat,
+        c_route=c_route, c_rroute=c_rroute, m_route=c_route[m_conn], link_gbps=fabric.links["gbps"].astype(np.int64), link_lat=link_lat,
         frame_bytes=tuple(frames), k_route=np.concatenate([c_route[(m_conn - m_q)[cts_msg]], c_rroute[m_conn[a_msg]],
                                                            c_rroute[(m_conn - m_q)[cts_msg]]]),
         k_frame=np.repeat([f_ack, f_ack, f_cts], [C, A, C]).astype(np.int64),

@@ -82,8 +82,8 @@ def frame_pcp(p: Plan, kind, m) -> np.ndarray:
 
 def port_frames(p: Plan) -> PortFrames:
     """The frames at every switch egress port of the scheduled plan, with their queue."""
-    L = p.c_route.shape[1]
-    m_route = p.c_route[p.m_conn]
+    L = p.m_route.shape[1]
+    m_route = p.m_route
     lat = lambda d: np.where(d >= 0, p.link_lat[np.maximum(d, 0) >> 1], 0)      # noqa: E731
     # departures of data packets and control frames at each route position (0: the NIC's)
     _, m0, k0, t0 = expand_segs(p, p.tx)
@@ -181,7 +181,7 @@ def marks(p: Plan, f: PortFrames, kmin: int, kmax: int, pmax: float, seed: int):
     """(ce_g, ce_pos): sorted global numbers of the CE-marked data packets and the route position
     of the first port that marked each."""
     data = np.flatnonzero(f.g >= 0)
-    L = p.c_route.shape[1]
+    L = p.m_route.shape[1]
     u = _uniform(f.g[data] * L + f.pos[data], seed)
     hit = data[u < red_probability(f.queue_bytes[data], kmin, kmax, pmax)]
     if not len(hit):

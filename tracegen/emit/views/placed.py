@@ -143,7 +143,7 @@ def _chunks(ops, fabric, job, pairs, mask):
         tr = expand_parts(block, fabric, job.nccl).rows
         ops_sorted = tr["op_id"].astype(np.int64)     # op order already (parts in op order)
         mine = todo[(todo[:, 0] >= block[0][0]) & (todo[:, 0] <= block[-1][0])]
-        for o, sh in mine.tolist():
+        for o, sh in progress.counted(mine.tolist(), total=work, done=done):
             a, b = np.searchsorted(ops_sorted, [o, o + 1])
             t = tr[a:b]
             src, dst = t["src_rank"].astype(np.int64) + sh, t["dst_rank"].astype(np.int64) + sh
@@ -151,7 +151,6 @@ def _chunks(ops, fabric, job, pairs, mask):
             for k in _COLS:
                 cols[k].append(src[keep] if k == "src_rank" else dst[keep] if k == "dst_rank" else t[k][keep])
         done += len(mine)
-        progress.report(done, work)
         del tr, ops_sorted
         lo = hi
     for o in progress.counted(big, total=work, done=done, block=1):
