@@ -43,7 +43,7 @@ same per-frame times; CE marks would come from queue_bytes, and the PFC frames t
 ports (pause_slot_port/ns) would be written on those links' files and counted in port_counters.
 segs_at, rx_segs, hops_from_pass and control_times already give the departures at a path position, the arrivals at the
 receiving NIC, the switch links per layer and the control frames' NIC times in the plan's forms
-(what pacing.schedule sets: p.tx, p.rx, p.hops, p.k_tx_ns, p.k_rx_ns).
+(what schedule.schedule sets: p.tx, p.rx, p.hops, p.k_tx_ns, p.k_rx_ns).
 
 Per frame and hop arrays: memory is proportional to the packets times the path length.
 """
@@ -310,7 +310,7 @@ def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xo
 @dataclass
 class PlanPass:
     """forward() over a scheduled plan's frames (from_plan): ports 0 .. nic_ports - 1 are NIC
-    ports (pacing.ports' numbering), nic_ports + d the egress port of link direction d."""
+    ports (schedule.ports' numbering), nic_ports + d the egress port of link direction d."""
     res: PassResult
     path: np.ndarray
     wire_ns: np.ndarray
@@ -326,10 +326,10 @@ class PlanPass:
 def from_plan(p, network) -> PlanPass:
     """Every frame of the scheduled plan p, ready at its NIC port when the schedule sends it,
     through its route's switch egress ports in one pass with PFC (network.pfc_xoff_bytes, ...).
-    What the schedule made wait keeps waiting, with the schedule's slack (pacing.schedule's fixed
+    What the schedule made wait keeps waiting, with the schedule's slack (schedule.schedule's fixed
     point): an ACK of data and a CNP for their packet's arrival, an ACK of a CTS and a message's
     first packet for the CTS's; a QP's packets follow each other at the schedule's distance."""
-    from .pacing import arrival, ports
+    from .schedule import arrival, ports
     from .plan import ACK_CTS, ACK_DATA, CNP, CTS
     from .pfc import PAUSE_FRAME_BYTES, xoff_xon
     from .plan import DATA, wire_ns
@@ -470,7 +470,7 @@ def hops_from_pass(p, pp: PlanPass) -> list:
 def control_times(p, pp: PlanPass):
     """Per control frame (plan order): when it leaves its NIC port and when its first bit reaches
     the other NIC (the last port's departure + that link's latency) in the pass - what
-    pacing.schedule sets as p.k_tx_ns and p.k_rx_ns."""
+    schedule.schedule sets as p.k_tx_ns and p.k_rx_ns."""
     K = len(p.k_kind)
     rows = np.full(K, -1, np.int64)
     rows[pp.k[pp.k >= 0]] = np.flatnonzero(pp.k >= 0)

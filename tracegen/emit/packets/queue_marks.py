@@ -3,7 +3,7 @@ seeded fraction.
 
 Every direction of a switch-to-switch link is an egress port of the schedule (hops.py), and so
 is the leaf's port to each receiving NIC (its queue drains at the receiving NIC port's
-serialisation, pacing.schedule's rx: the incast's congestion point, N senders -> 1 NIC): a frame
+serialisation, schedule.schedule's rx: the incast's congestion point, N senders -> 1 NIC): a frame
 reaches a port one link latency after it started on the link before (cut-through) and leaves
 when the port sends it (a leaf-to-NIC port: one link latency before the NIC's timestamp). Per port and priority, the queue a frame sees on arrival is the bytes of the
 frames that arrived before it and have not started to leave:
@@ -103,7 +103,7 @@ def port_frames(p: Plan) -> PortFrames:
         ct.append(h.k_t[kk])
         rows.append((False, h.k_port[kk], h.k_pos[kk], kk, None, None, h.k_t[kk]))
     # the leaf's port to the receiving NIC (the route's last link): its egress queue drains at the
-    # receiving NIC port's serialisation (pacing.schedule's rx), a frame leaving it one link
+    # receiving NIC port's serialisation (schedule.schedule's rx), a frame leaving it one link
     # latency before the NIC's timestamp - the incast's congestion point (N senders -> 1 NIC)
     seg, m, k, t = expand_segs(p, p.rx)
     pos = (m_route[m] >= 0).sum(axis=1) - 1
