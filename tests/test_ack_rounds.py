@@ -1,4 +1,4 @@
-"""ACKs never leave before what they acknowledge has arrived, even where pacing.schedule's
+"""ACKs never leave before what they acknowledge has arrived, even where schedule.schedule's
 FIX_ROUNDS do not settle (the 16k placed view left ~2,500 [ack] violations): Mixtral 8x7B's expert
 AllToAll, timed per connection and placed on two NICs, still has ~10k late ACKs and ~7.6k late
 CTSs after FIX_ROUNDS; the ACK-only rounds that follow settle the ACKs. Judged from the schedule's
@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import tracegen.emit.packets.cnps as cnps
 import tracegen.emit.packets.pacing as pacing
+import tracegen.emit.packets.queue_rounds as queue_rounds
+import tracegen.emit.packets.schedule as schedule_mod
 from tracegen.cli import main
 from tracegen.emit.packets.plan import ACK_CTS, ACK_DATA
 
@@ -18,14 +21,15 @@ ARGS = ["generate", "-q", "--no-ns3", "--preset", "mixtral-8x7b", "--detail", "c
 
 
 def _plans(monkeypatch, tmp_path, ack_rounds=None, said=None):
-    plans, schedule = [], pacing.schedule
+    plans, schedule = [], schedule_mod.schedule
 
     def keep(p):
         schedule(p)
         plans.append(p)
-    monkeypatch.setattr(pacing, "schedule", keep)
+    for mod in (pacing, cnps, queue_rounds):     # every caller of schedule()
+        monkeypatch.setattr(mod, "schedule", keep)
     if ack_rounds is not None:
-        monkeypatch.setattr(pacing, "ACK_ROUNDS", ack_rounds)
+        monkeypatch.setattr(schedule_mod, "ACK_ROUNDS", ack_rounds)
     r = CliRunner().invoke(main, ARGS + ["-o", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     if said is not None:
