@@ -33,6 +33,7 @@ CI runs a derandomized budget (SCENARIO_EXAMPLES); TRACEGEN_LONG=1 runs 8x as ma
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib
 import json
 import os
@@ -40,6 +41,7 @@ import struct
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -47,6 +49,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from tracegen.cli import main
+from tracegen.tables import LinkKind
 
 LONG = os.environ.get("TRACEGEN_LONG") == "1"
 SCENARIO_EXAMPLES = int(os.environ.get("TRACEGEN_SCENARIO_EXAMPLES", 24))
@@ -173,7 +176,7 @@ def hardware(draw, nodes: int, gpn: int) -> dict:
             one_leaf = not links
         downable = [(a, b) for a, b in links if not protected(a, half) and not protected(b, half)]
         switches_down = sorted({x for ln in links for x in ln if "leaf" not in x and not protected(x, half)})
-    return {"cluster": cluster, "fabric": fab, "topo": topo, "links": links, "downable": downable,
+    return {"cluster": cluster, "fabric": fab, "topo": topo, "links": links, "downable": downable, "n_nics": n_nics,
             "switches_down": switches_down, "non_blocking": one_leaf}
 
 
@@ -285,9 +288,23 @@ def valid_scenarios(draw) -> dict:
     model = None
     if model_at is not None:
         ranks = sizes[model_at] * gpn
+        tp = draw(st.sampled_from([1, 2])) if gpn == 2 else 1
         model = {"name": "model", "model": dict(TINY),
-                 "parallelism": {"dp": ranks, "tp": 1, "pp": 1, "micro_batch": 1, "global_batch": ranks},
-                 "output": {"pictures": False}}
+                 "parallelism": {"dp": ranks // tp, "tp": tp, "pp": 1, "micro_batch": 1, "global_batch": ranks // tp},
+                 "nccl": {"algorithm": draw(st.sampled_from(["ring", "tree", "auto"])),
+                          "qps_per_connection": draw(st.sampled_from([1, 2]))},
+                 "detail": draw(st.sampled_from(["auto", "full", "conn"])),
+                 "output": {"pictures": False, "format": draw(st.sampled_from(["pcap", "pcapng"])),
+                            "ip_version": draw(st.sampled_from([4, 6])), "vlan": draw(st.booleans())}}
+        if hw["n_nics"] > 1 and draw(st.integers(0, 2)) == 0:        # host pcaps of two NICs only
+            model["output"]["nics"] = f"0,{hw['n_nics'] - 1}"
+        if not model["output"]["vlan"]:          # no 802.1Q tag to carry a pcp
+            for item in jobs:
+                item.pop("pcp", None)
+        if hw["topo"] is None and draw(st.integers(0, 2)) == 0:
+            # no cluster or fabric in the scenario: every job runs on the model job's, as written
+            model["cluster"], model["fabric"] = sc.pop("cluster"), sc.pop("fabric")
+            sc = {"name": sc.pop("name"), **sc}
     fabric_events = any(e["type"] != "straggler" for e in events)
     return {"scenario": sc, "job": model, "topo": hw["topo"], "links": hw["links"],
             "non_blocking": hw["non_blocking"] and not fabric_events, "gpn": gpn}
@@ -485,6 +502,53 @@ def check_scenario_json(doc: dict, drawn: dict) -> None:
     assert len(nodes) == len(set(nodes)) and all(0 <= n < doc["nodes"] for n in nodes), nodes
 
 
+class _Fastest:
+    """A fabric whose packet time P is the fastest link's: a store-and-forward switch sends the last
+    packet at its egress link's rate, and an uplink can be faster than the NIC (a 1:1 leaf of one
+    node of two NICs under one spine has 800G uplinks); the NIC's P would overstate the latency."""
+
+    def __init__(self, fabric):
+        self._f = fabric
+        self.nic_gbps = int(max(int(fabric.links["gbps"].max()), fabric.nic_gbps))
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def switch_hops(flows, fabric) -> np.ndarray:
+    """Per flow, the fewest links a NET flow crosses: its NICs' leaves' distance in the switch graph
+    (breadth first over fabric.links between switches; links down only lengthen a path) + 2 -
+    a file fabric's leaves linked directly are 3 apart, a fat-tree's pods 6; NVLink rows 0."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+    n, m = fabric.n_nics, fabric.n_switches
+    sw = (fabric.links["a"] >= n) & (fabric.links["b"] >= n)
+    a, b = fabric.links["a"][sw].astype(np.int64) - n, fabric.links["b"][sw].astype(np.int64) - n
+    dist = shortest_path(csr_matrix((np.ones(len(a)), (a, b)), shape=(m, m)), directed=False, unweighted=True)
+    r = flows.rows
+    net = r["link"] == LinkKind.NET
+    src, dst = np.maximum(r["src_nic"], 0), np.maximum(r["dst_nic"], 0)
+    leaf = fabric.nic_port_leaf
+    d = np.min([dist[leaf[src, p], leaf[dst, p]] for p in range(leaf.shape[1])], axis=0)
+    assert np.isfinite(d[net]).all(), "a flow between leaves that no path joins"
+    return np.where(net, 2 + np.where(np.isfinite(d), d, 0), 0).astype(np.int64)
+
+
+def nic_ports(flows, fabric, out):
+    """schedule_validator.nic_links - a NET flow holds its NICs' tx and rx ports, an NVLink flow its
+    GPUs' ports - with this file's hop counts (switch_hops) and the fastest link's packet time
+    (_Fastest) for the store-and-forward latency."""
+    from schedule_validator import _endpoint_ids, _endpoint_name, paths_from_routes
+    net, tx, rx = _endpoint_ids(flows, fabric)
+    n = len(flows.rows)
+    hops = switch_hops(flows, fabric)
+    ids = np.column_stack([tx, rx]).ravel()
+    pos = np.column_stack([np.zeros(n, np.int64), np.where(net, hops - 1, 1)]).ravel()
+    gbps = np.r_[np.full(2 * fabric.n_nics, fabric.nic_gbps), np.full(2 * fabric.world, fabric.nvlink_gbps)]
+    return paths_from_routes(flows, _Fastest(fabric), out, np.arange(0, 2 * n + 1, 2), ids, gbps, hops=hops,
+                             pos=pos, name=_endpoint_name(fabric))
+
+
 def folder_bytes(d: Path) -> dict:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
@@ -519,12 +583,14 @@ def check_scenario(tmp: Path, drawn: dict, twice: bool) -> None:
         TOTAL["frames"] += check_qpns(pcaps)
         TOTAL["pcaps"] += len(pcaps)
         if wire_check is not None:
-            port = NIC_GBPS // drawn["scenario"]["fabric"].get("planes", 1)
+            fabric = drawn["scenario"].get("fabric") or drawn["job"]["fabric"]
+            port = NIC_GBPS // fabric.get("planes", 1)
             bad = wire_check.check_wire(out / "pcap", port_rate_gbps=port)
             assert not bad, f"{len(bad)} wire violations {dict(wire_check.tags(bad))}: " + "\n".join(bad[:6]) + "\n" + what
     # the schedule validator on the scenario's flows (NIC ports and NVLink: their rates never change)
     run = run_scenario(load_scenario(s))
-    bad = validate(run.flows, run.fabric, run.scenario.hardware.output, exact=False) if len(run.flows.rows) else []
+    bad = validate(run.flows, run.fabric, run.scenario.hardware.output, links_of=nic_ports,
+                   exact=False) if len(run.flows.rows) else []
     assert not bad, f"{len(bad)} schedule violations: " + "\n".join(map(str, bad[:6])) + "\n" + what
     if twice:
         again = tmp / "again"
@@ -567,6 +633,18 @@ def test_every_valid_scenario_runs(tmp_path):
                   [{"type": "flap", "link": "leaf0-spine1", "at_ns": 2000, "down_ns": 5000, "up_ns": 1000, "count": 2},
                    {"type": "degrade", "link": "spine0-leaf1", "gbps": 100, "at_ns": 1000, "until_ns": 30000},
                    {"type": "straggler", "job": "a", "rank": 1, "factor": 1.5}]))
+    # an uplink faster than the NIC (1:1 leaf of one 2-NIC node under one spine: 800G): the judge's
+    # store-and-forward latency takes the egress rates (nic_ports)
+    @example({"scenario": {"name": "sweep", "cluster": {"gpus_per_node": 2, "nics_per_node": 0, "nic_gbps": NIC_GBPS},
+                           "fabric": {"kind": "leaf-spine", "nodes_per_leaf": 1, "spines": 1, "oversubscription": 1},
+                           "placement": "interleaved", "jobs": [{"job": "model.yaml", "dscp": 0}]},
+              "job": {"name": "model", "model": dict(TINY), "output": {"pictures": False},
+                      "parallelism": {"dp": 4, "tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 4}},
+              "topo": None, "links": [], "non_blocking": False, "gpn": 2})
+    # leaves linked directly (a file fabric): 3 links apart (switch_hops)
+    @example(_two({"kind": "file", "file": "fabric.yaml"}, placement="contiguous",
+                  topo={"switches": {"tor0": 1, "tor1": 1}, "links": [["tor0", "tor1", 100]],
+                        "nics": ["tor0", "tor0", "tor0", "tor1"]}))
     def sweep(drawn):
         seen["n"] += 1
         check_scenario(tmp_path / f"s{seen['n']:04d}", json.loads(json.dumps(drawn)), twice=seen["n"] % 4 == 1)
@@ -684,6 +762,16 @@ def broken(draw, what: str) -> tuple[dict, str, str]:
         "every uplink of a leaf down": lambda: (lambda s: s["events"].extend(
             [{"type": "down", "link": "leaf1-spine0", "at_ns": 3000}, {"type": "down", "link": "spine1-leaf1"}]),
             "events"),
+        "two sources": lambda: (_set(f"jobs.{k}." + ("pattern" if k == 0 else "job"),
+                                     "incast" if k == 0 else "model.yaml"), f"jobs[{k}]"),
+        "pattern key on a job file": lambda: (_set(f"jobs.0.{draw(st.sampled_from(['ranks', 'bytes', 'gap_ns']))}", 2),
+                                              "jobs[0]."),
+        "nodes without explicit": lambda: (lambda s: s.update(placement=draw(st.sampled_from(
+            ["contiguous", "interleaved", "random"]))), "nodes"),
+        "missing job file": lambda: (_set("jobs.0.job", draw(st.sampled_from(["nope.yaml", "sub/model.yaml"]))),
+                                     "nope.yaml|sub/model.yaml"),
+        "unknown preset": lambda: (lambda s: s["jobs"].__setitem__(0, {"preset": "no_" + draw(_word), "nodes": [0, 2]}),
+                                   "preset"),
         "jobs": lambda: (_set("jobs", draw(st.sampled_from([[], "model.yaml", None, {"job": "model.yaml"}]))), "jobs"),
     }
     assert set(cases) == set(BREAKAGES)
@@ -697,7 +785,9 @@ BREAKAGES = ("unknown top key", "unknown job key", "unknown event key", "start_n
              "seed without random", "seed out of range", "name", "job name", "straggler job", "straggler rank",
              "straggler factor", "straggler at_ns", "no such link", "no such switch", "until before at",
              "degrade gbps", "flap count", "flap down_ns", "event type", "overlapping nodes", "node out of range",
-             "nodes listed", "too few nodes", "every spine down", "every uplink of a leaf down", "jobs")
+             "nodes listed", "too few nodes", "every spine down", "every uplink of a leaf down", "jobs",
+             "two sources", "pattern key on a job file", "nodes without explicit", "missing job file",
+             "unknown preset")
 
 
 def run_bad(tmp: Path, sc: dict, command: str):
@@ -732,9 +822,81 @@ def test_every_invalid_scenario_is_one_line(tmp_path, what):
         assert res.exit_code == 2, f"{what}: exit {res.exit_code}: {res.output[-2000:]}\n{sc}"
         assert "Traceback" not in res.output, res.output
         assert len(lines) == 1 and lines[0].startswith("error: "), f"{what}: {res.stderr}"
-        assert key in lines[0], f"{what}: the error does not name {key!r}: {lines[0]}"
+        assert any(k in lines[0] for k in key.split("|")), f"{what}: the error does not name {key!r}: {lines[0]}"
         assert not (tmp / "out").exists(), f"{what}: an output folder was created"
         assert res.stdout.strip() == "", res.stdout
 
     sweep()
     assert seen["n"] >= BAD_PROFILE.max_examples
+
+
+# --- the judges of this file can fail ---------------------------------------------------------------
+
+def _link_time(tmp: Path, rows: list[list]) -> Path:
+    p = tmp / "link_time.csv"
+    p.write_text("link,job,link_gbps,gbps_0_1000,gbps_1000_2000,gbps_2000_3000\n"
+                 + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return p
+
+
+def test_link_time_judge_sees_bytes_on_a_link_down_and_over_its_rate(tmp_path):
+    ok = _link_time(tmp_path, [["leaf0->spine1", "a", 400, 200, 0, 400], ["leaf0->spine1", "b", 400, 200, 0, 0]])
+    down = [{"type": "down", "link": "spine1-leaf0", "at_ns": 1000, "until_ns": 2000}]
+    assert check_link_time(ok, down) == 3
+    with pytest.raises(AssertionError, match="bin 1000..2000"):        # 1 Gb/s while down
+        check_link_time(_link_time(tmp_path, [["leaf0->spine1", "a", 400, 0, 1, 0]]), down)
+    with pytest.raises(AssertionError, match="bin 0..1000"):           # two jobs over 400 Gb/s
+        check_link_time(_link_time(tmp_path, [["leaf0->spine1", "a", 400, 300, 0, 0],
+                                              ["leaf0->spine1", "b", 400, 101, 0, 0]]), [])
+    degrade = [{"type": "degrade", "link": "leaf0-spine1", "gbps": 100, "at_ns": 2000}]
+    with pytest.raises(AssertionError, match="bin 2000..3000"):        # 101 on a link at 100 from 2000
+        check_link_time(_link_time(tmp_path, [["leaf0->spine1", "a", 400, 0, 0, 101]]), degrade)
+    flap = [{"type": "flap", "link": "leaf0-spine1", "at_ns": 500, "down_ns": 500, "up_ns": 1000, "count": 2}]
+    with pytest.raises(AssertionError, match="bin 0..1000"):           # down over [500, 1000): 200 at most
+        check_link_time(_link_time(tmp_path, [["leaf0->spine1", "a", 400, 201, 0, 0]]), flap)
+    spine = [{"type": "down", "switch": "spine1", "at_ns": 2000}]
+    with pytest.raises(AssertionError, match="bin 2000..3000"):        # a switch down: every link of it
+        check_link_time(_link_time(tmp_path, [["spine1->leaf3", "a", 400, 0, 0, 5]]), spine)
+    assert check_link_time(_link_time(tmp_path, [["spine2->leaf3", "a", 400, 0, 0, 5]]), spine) == 3
+
+
+def test_qpn_judge_sees_two_connections_on_one_qp(tmp_path):
+    from scapy.all import IP, UDP, Dot1Q, Ether, Raw, wrpcap
+
+    def frame(src, dst, qpn):
+        bth = bytes([4, 0, 0xFF, 0xFF]) + qpn.to_bytes(4, "big") + bytes(4)
+        return Ether() / Dot1Q(vlan=100) / IP(src=src, dst=dst) / UDP(sport=49152, dport=4791) / Raw(bth + bytes(4))
+    d = tmp_path / "pcap"
+    d.mkdir()
+    wrpcap(str(d / "n0.pcap"), [frame("10.0.0.1", "10.0.0.2", 7), frame("10.0.0.1", "10.0.0.3", 7)])
+    wrpcap(str(d / "n1.pcap"), [frame("10.0.0.4", "10.0.0.2", 8), frame("10.0.0.4", "10.0.0.3", 9)])
+    assert check_qpns([d / "n0.pcap"]) == 2
+    assert check_qpns([d / "n0.pcap", d / "n1.pcap"]) == 4
+    wrpcap(str(d / "n2.pcap"), [frame("10.0.0.5", "10.0.0.2", 7), frame("10.0.0.5", "10.0.0.3", 1)])
+    with pytest.raises(AssertionError, match="reached from several sources"):
+        check_qpns([d / "n0.pcap", d / "n2.pcap"])
+    wrpcap(str(d / "n3.pcap"), [frame("10.0.0.1", "10.0.0.7", 3), frame("10.0.0.1", "10.0.0.8", 3)])
+    with pytest.raises(AssertionError, match="share the address"):
+        check_qpns([d / "n0.pcap", d / "n3.pcap"])
+
+
+def test_scenario_json_judge_sees_a_slowdown_and_a_lost_iteration():
+    drawn = _two({"kind": "leaf-spine", "nodes_per_leaf": 16})
+    job = {"name": "a", "nodes": [0, 2], "start_ns": 0, "end_ns": 100, "jct_ns": 100, "iterations": 2,
+           "iteration_ns": [60, 40], "alone_jct_ns": 100, "alone_iteration_ns": [50, 50], "slowdown": 1.0}
+    other = {**job, "name": "b", "nodes": [1, 3], "start_ns": 1000, "end_ns": 1100, "iterations": 1,
+             "iteration_ns": [100], "alone_iteration_ns": [100], "dscp": 34}
+    doc = {"nodes": 4, "jobs": [job, other]}
+    check_scenario_json(json.loads(json.dumps(doc)), drawn)
+    slowed = json.loads(json.dumps(doc))
+    slowed["jobs"][0].update(alone_jct_ns=90, alone_iteration_ns=[45, 45], slowdown=100 / 90)
+    with pytest.raises(AssertionError, match="slowed"):
+        check_scenario_json(slowed, drawn)
+    lost = json.loads(json.dumps(doc))
+    lost["jobs"][0].update(iteration_ns=[100])
+    with pytest.raises(AssertionError):
+        check_scenario_json(lost, drawn)
+    twice = json.loads(json.dumps(doc))
+    twice["jobs"][1]["nodes"] = [1, 2]
+    with pytest.raises(AssertionError):
+        check_scenario_json(twice, drawn)
