@@ -210,7 +210,7 @@ def valid_scenarios(draw) -> dict:
     model_at = draw(st.sampled_from([None, None] + list(range(n_jobs))))   # which job is the model job
     jobs, sizes = [], []
     for i in range(n_jobs):
-        n_nodes = draw(st.integers(1 if gpn > 1 else 2, 2))
+        n_nodes = draw(st.integers(1 if gpn > 1 or i == model_at else 2, 2))    # a model job may be one GPU
         sizes.append(n_nodes)
         item: dict = {}
         if i == model_at:
@@ -295,7 +295,12 @@ def valid_scenarios(draw) -> dict:
                           "qps_per_connection": draw(st.sampled_from([1, 2]))},
                  "detail": draw(st.sampled_from(["auto", "full", "conn"])),
                  "output": {"pictures": False, "format": draw(st.sampled_from(["pcap", "pcapng"])),
-                            "ip_version": draw(st.sampled_from([4, 6])), "vlan": draw(st.booleans())}}
+                            "ip_version": draw(st.sampled_from([4, 6])), "vlan": draw(st.booleans()),
+                            "ack_every": draw(st.sampled_from([0, 4])),
+                            "ecn_mark_fraction": (ecn := draw(st.sampled_from([0.0, 0.0, 0.2]))),
+                            "dcqcn": ecn > 0 and draw(st.booleans())}}
+        if model["nccl"]["qps_per_connection"] > 1:
+            model["output"]["qp_split"] = draw(st.booleans())
         if hw["n_nics"] > 1 and draw(st.integers(0, 2)) == 0:        # host pcaps of two NICs only
             model["output"]["nics"] = f"0,{hw['n_nics'] - 1}"
         if not model["output"]["vlan"]:          # no 802.1Q tag to carry a pcp
@@ -412,8 +417,8 @@ def check_link_time(path: Path, events: list) -> int:
     return n
 
 
-def roce_frames(path: Path):
-    """(src IP, dst IP, opcode, dest QPN) of every RoCEv2 frame of a pcap or pcapng capture, parsed
+def roce_frames(path: Path, classes: bool = False):
+    """(src IP, dst IP, opcode, dest QPN) - with classes, (pcp or None, dscp) after them - of every RoCEv2 frame of a pcap or pcapng capture, parsed
     here: Ethernet (802.1Q optional), IPv4 or IPv6, UDP 4791, BTH."""
     data = path.read_bytes()
     magic = struct.unpack_from("<I", data, 0)[0]
@@ -433,15 +438,17 @@ def roce_frames(path: Path):
             frames.append(data[at + 16:at + 16 + incl])
             at += 16 + incl
     for f in frames:
-        off, et = 14, struct.unpack_from("!H", f, 12)[0]
+        off, et, pcp = 14, struct.unpack_from("!H", f, 12)[0], None
         if et == 0x8100:
-            off, et = 18, struct.unpack_from("!H", f, 16)[0]
+            off, et, pcp = 18, struct.unpack_from("!H", f, 16)[0], struct.unpack_from("!H", f, 14)[0] >> 13
         if et == 0x0800:
+            dscp = f[off + 1] >> 2
             ihl = (f[off] & 15) * 4
             if f[off + 9] != 17:
                 continue
             src, dst, udp = bytes(f[off + 12:off + 16]), bytes(f[off + 16:off + 20]), off + ihl
         elif et == 0x86DD:
+            dscp = (((f[off] & 0x0F) << 4) | (f[off + 1] >> 4)) >> 2
             if f[off + 6] != 17:
                 continue
             src, dst, udp = bytes(f[off + 8:off + 24]), bytes(f[off + 24:off + 40]), off + 40
@@ -450,7 +457,19 @@ def roce_frames(path: Path):
         if struct.unpack_from("!H", f, udp + 2)[0] != 4791 or len(f) < udp + 20:
             continue
         bth = udp + 8
-        yield src, dst, f[bth], struct.unpack_from("!I", f, bth + 4)[0] & 0xFFFFFF
+        head = (src, dst, f[bth], struct.unpack_from("!I", f, bth + 4)[0] & 0xFFFFFF)
+        yield head + (pcp, dscp) if classes else head
+
+
+def check_classes(pcaps: list[Path], doc: dict) -> None:
+    """Each job's frames carry its class (scenario.json's dscp/pcp, as the file asked): a NIC's
+    capture is its node's (node0003-rail0.pcap), the node is one job's. CNPs are the congestion
+    class's, not the job's: left out."""
+    job_of = {n: j for j in doc["jobs"] for n in j["nodes"]}
+    for p in pcaps:
+        j = job_of[int(p.stem[4:8])]
+        got = {(pcp, dscp) for _, _, op, _, pcp, dscp in roce_frames(p, classes=True) if op != 0x81}
+        assert got <= {(j["pcp"], j["dscp"])}, (p.name, j["name"], got, j["pcp"], j["dscp"])
 
 
 def check_qpns(pcaps: list[Path]) -> int:
@@ -581,6 +600,7 @@ def check_scenario(tmp: Path, drawn: dict, twice: bool) -> None:
     pcaps = sorted((out / "pcap").iterdir()) if (out / "pcap").exists() else []
     if pcaps:
         TOTAL["frames"] += check_qpns(pcaps)
+        check_classes(pcaps, doc)
         TOTAL["pcaps"] += len(pcaps)
         if wire_check is not None:
             fabric = drawn["scenario"].get("fabric") or drawn["job"]["fabric"]
