@@ -275,7 +275,9 @@ def valid_scenarios(draw) -> dict:
             a, b = draw(st.sampled_from(hw["downable"] if kind in ("down", "flap") else hw["links"]))
             link = f"{a}-{b}" if draw(st.booleans()) else f"{b}-{a}"
             if kind == "degrade":
-                events.append({"type": "degrade", "link": link, "gbps": draw(st.sampled_from([100, 200])),
+                # below every link's rate of the sweep (a degrade must be: the slowest uplink is a 4:1
+                # leaf of one 200G port under 4 spines, 13 Gb/s)
+                events.append({"type": "degrade", "link": link, "gbps": draw(st.sampled_from([1, 5, 10])),
                                **draw(timing())})
             elif kind == "flap":
                 events.append({"type": "flap", "link": link, **draw(timing(flap=True))})
@@ -766,6 +768,10 @@ def broken(draw, what: str) -> tuple[dict, str, str]:
         "until before at": lambda: (_set("events.0.until_ns", draw(st.integers(-5, 1000))), "events[0].until_ns"),
         "degrade gbps": lambda: (_set("events.1.gbps", draw(st.integers(-9, 0) | st.integers(10**7 + 1, 10**9))),
                                  "events[1].gbps"),
+        # a degrade at or above the link's rate (400 Gb/s, timed or from t=0) models no degrading
+        "degrade not below the rate": lambda: (lambda s: s["events"][1].update(
+            gbps=draw(st.sampled_from([400, 401, 800, 10**7])), **draw(st.sampled_from([{}, {"at_ns": 3000}]))),
+            "events[1].gbps"),
         "flap count": lambda: (_set("events.2.count", draw(st.integers(-3, 0) | st.integers(1025, 10**6))),
                                "events[2]"),
         "flap down_ns": lambda: (_set("events.2.down_ns", draw(st.integers(-3, 0) | _too_big_ns)), "events[2].down_ns"),
@@ -807,7 +813,7 @@ BREAKAGES = ("unknown top key", "unknown job key", "unknown event key", "start_n
              "degrade gbps", "flap count", "flap down_ns", "event type", "overlapping nodes", "node out of range",
              "nodes listed", "too few nodes", "every spine down", "every uplink of a leaf down", "jobs",
              "two sources", "pattern key on a job file", "nodes without explicit", "missing job file",
-             "unknown preset")
+             "unknown preset", "degrade not below the rate")
 
 
 def run_bad(tmp: Path, sc: dict, command: str):

@@ -10,7 +10,8 @@ down      a switch-to-switch link, or a spine/core switch (every link of it), is
           spreads over the members left (`ecmp_on_failure`, below). A leaf cannot go down (its
           hosts would be cut off): take its uplinks down instead.
 degrade   a link runs at `gbps` (a bad optic: 400 -> 100 Gb/s) in both directions; routes stay (a
-          slow member stays in the ECMP group - switches do not weigh members by rate).
+          slow member stays in the ECMP group - switches do not weigh members by rate). `gbps`
+          must be below the link's rate (a faster "degrade" is refused: it would be an upgrade).
 straggler a GPU computes `factor` times slower (from t=0): the compute before every op its TP group takes part
           in (a TP group computes in lockstep, and a collective waits for its slowest member:
           workload/streams.py gives a shared op the largest of its members' gaps) is x factor.
@@ -81,7 +82,7 @@ def apply_fabric_events(fabric, events, ecmp_on_failure: str = "rehash"):
         elif e.type == "down":
             down[_links_of(fabric, e.link, e.where + ".link")] = True
         else:
-            gbps[_links_of(fabric, e.link, e.where + ".link")] = e.gbps
+            gbps[_degraded(fabric, e)] = e.gbps
     assert not down[:n_fixed].any()
     links = fabric.links.copy()
     links["gbps"] = gbps
@@ -103,8 +104,21 @@ MAX_STATES = 256      # distinct sets of links down over a run: each routes ever
 INF_NS = np.iinfo(np.int64).max
 
 
+def _degraded(fabric, e) -> np.ndarray:
+    """The links a degrade event slows: refused unless it is below every one's rate (a faster
+    'degrade' would model an upgrade the event does not mean; one at the rate changes nothing)."""
+    hit = _links_of(fabric, e.link, e.where + ".link")
+    nominal = int(fabric.links["gbps"][hit].min())
+    if e.gbps >= nominal:
+        raise ConfigError(f"{e.where}.gbps: {e.gbps:,} is not below {e.link}'s {nominal:,} Gb/s — a degraded link "
+                          "runs slower than its rate: lower gbps, or drop the event")
+    return hit
+
+
 def _event_links(fabric, e) -> np.ndarray:
     """The links (indexes into fabric.links) one fabric event acts on."""
+    if e.type == "degrade":
+        return _degraded(fabric, e)
     n_nics = fabric.n_nics
     if e.type == "down" and e.switch:
         s = _switch(fabric, e.switch, e.where + ".switch")
