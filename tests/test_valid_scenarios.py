@@ -303,6 +303,14 @@ def valid_scenarios(draw) -> dict:
                             "dcqcn": ecn > 0 and draw(st.booleans())}}
         if model["nccl"]["qps_per_connection"] > 1:
             model["output"]["qp_split"] = draw(st.booleans())
+        timed = any(e.get("at_ns") or "until_ns" in e or e["type"] == "flap" for e in events)
+        if ecn and not timed and draw(st.booleans()):
+            # marks from the switch queues along the routes (refused with timed events: the
+            # pcaps follow t=0's routes)
+            model["output"]["ecn_marking"] = "queue"
+            del model["output"]["ecn_mark_fraction"]      # inert with queue marks: refused
+        # pictures (matplotlib, ~3 s): one model scenario in six
+        model["output"]["pictures"] = draw(st.integers(0, 5)) == 0
         if hw["n_nics"] > 1 and draw(st.integers(0, 2)) == 0:        # host pcaps of two NICs only
             model["output"]["nics"] = f"0,{hw['n_nics'] - 1}"
         if not model["output"]["vlan"]:          # no 802.1Q tag to carry a pcp
@@ -594,6 +602,9 @@ def check_scenario(tmp: Path, drawn: dict, twice: bool) -> None:
     assert all(x.startswith("warning: ") for x in res.stderr.strip().splitlines() if x), res.stderr
     files = set(os.listdir(out))
     assert {"scenario.json", "ops.csv", "flows.csv", "summary.md"} <= files, files
+    if drawn["job"] is not None and drawn["job"]["output"].get("pictures"):
+        assert {"jobs_gantt.png", "slowdowns.png"} <= files, files
+        TOTAL["pictures"] += 1
     doc = json.loads((out / "scenario.json").read_text())
     check_scenario_json(doc, drawn)
     events = drawn["scenario"].get("events", [])
@@ -663,6 +674,10 @@ def test_every_valid_scenario_runs(tmp_path):
               "job": {"name": "model", "model": dict(TINY), "output": {"pictures": False},
                       "parallelism": {"dp": 4, "tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 4}},
               "topo": None, "links": [], "non_blocking": False, "gpn": 2})
+    # a link degraded over [0, 1000) only: link_time.csv's link_gbps is its rate over the run (400),
+    # not t=0's 1 Gb/s (the load after 1000 ns was over the rate written)
+    @example(_two({"kind": "leaf-spine", "nodes_per_leaf": 1, "spines": 1},
+                  [{"type": "degrade", "link": "spine0-leaf0", "gbps": 1, "until_ns": 1000}], placement="contiguous"))
     # leaves linked directly (a file fabric): 3 links apart (switch_hops)
     @example(_two({"kind": "file", "file": "fabric.yaml"}, placement="contiguous",
                   topo={"switches": {"tor0": 1, "tor1": 1}, "links": [["tor0", "tor1", 100]],
@@ -884,6 +899,22 @@ def test_link_time_judge_sees_bytes_on_a_link_down_and_over_its_rate(tmp_path):
     with pytest.raises(AssertionError, match="bin 2000..3000"):        # a switch down: every link of it
         check_link_time(_link_time(tmp_path, [["spine1->leaf3", "a", 400, 0, 0, 5]]), spine)
     assert check_link_time(_link_time(tmp_path, [["spine2->leaf3", "a", 400, 0, 0, 5]]), spine) == 3
+
+
+def test_link_time_rate_is_the_links_rate_over_the_run_not_t0s(tmp_path):
+    """A degrade over [0, T) only: link_time.csv's link_gbps is the rate the link runs at after T
+    (it was epoch 0's degraded rate, and the load after T exceeded it)."""
+    drawn = _two({"kind": "leaf-spine", "nodes_per_leaf": 1, "spines": 1},
+                 [{"type": "degrade", "link": "spine0-leaf0", "gbps": 1, "until_ns": 1000},
+                  {"type": "degrade", "link": "leaf1-spine0", "gbps": 100}], placement="contiguous")
+    s = write_files(tmp_path, drawn)
+    res = CliRunner().invoke(main, ["generate", "--scenario", str(s), "-o", str(tmp_path / "out"), "--no-ns3",
+                                    "--no-pcap", "-q"])
+    assert res.exit_code == 0, res.output
+    rate = {r[0]: float(r[2]) for r in csv.reader((tmp_path / "out" / "link_time.csv").open()) if r[0] != "link"}
+    assert rate["leaf0->spine0"] == rate["spine0->leaf0"] == NIC_GBPS          # back at 400 from 1000 ns
+    assert rate["leaf1->spine0"] == rate["spine0->leaf1"] == 100                # degraded the whole run
+    check_link_time(tmp_path / "out" / "link_time.csv", drawn["scenario"]["events"])
 
 
 def test_qpn_judge_sees_two_connections_on_one_qp(tmp_path):

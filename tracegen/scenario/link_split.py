@@ -50,6 +50,17 @@ def _route_entries(run):
     return rows, links, np.full(len(rows), 1.0 / q)
 
 
+def link_rate_gbps(fabric) -> np.ndarray:
+    """Per link, its rate over the run: the highest of its epochs' (fabric/timeline.py). A fabric
+    with timed events keeps epoch 0's rates in fabric.links - a link degraded over [0, T) only
+    would show its degraded rate for the whole run (and the pictures would clip its load after
+    T); one degraded over the whole run shows that rate in every epoch."""
+    rate = fabric.links["gbps"].astype(np.int64)
+    for e in fabric.epochs:
+        rate = np.maximum(rate, e.gbps)
+    return rate
+
+
 def link_time_csv(run) -> str | None:
     """link_time.csv (see link_time): per link direction and job, the link's rate and the job's
     Gb/s in each time bin (columns gbps_START_END); None when too big to tabulate."""
@@ -58,7 +69,7 @@ def link_time_csv(run) -> str | None:
         return None
     edges, links, jobs, gbps = got
     names = [j.name for j in run.jobs]
-    rate = run.fabric.links["gbps"]
+    rate = link_rate_gbps(run.fabric)
     lines = ["link,job,link_gbps," + ",".join(f"gbps_{int(a)}_{int(b)}" for a, b in zip(edges[:-1], edges[1:]))]
     for ln, j, row in zip(links.tolist(), jobs.tolist(), gbps):
         lines.append(f"{run.fabric.link_dir_name(ln)},{names[j]},{float(rate[ln >> 1]):g},"
