@@ -107,26 +107,6 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             sys.exit(e.exit_code)
 
 
-def _check_timed_views(sc, fabric) -> None:
-    """pcaps draw every frame on its QP's route and port rates of t=0 (emit/packets/routes.py):
-    exact for host views (a NIC's frames do not depend on the route they take), not for what
-    happens inside the fabric after a timed event moved flows or changed a rate. Refuse those
-    views before any work rather than write frames on a link that is down."""
-    if not fabric.epochs:
-        return
-    from ..config import show_path
-    out = sc.hardware.output
-    first = min(e.at_ns for e in fabric.epochs)
-    why = (f"the fabric changes during the run (first timed event at {first:,} ns) and pcaps follow the "
-           "t=0 routes and rates")
-    if out.view == "switch":
-        raise ConfigError(f"{show_path(sc.path)}: output.switch ({out.switch}): no switch view of this scenario: "
-                          f"{why}; write host views (drop output.switch) or give the events at_ns: 0")
-    if out.ecn_marking == "queue":
-        raise ConfigError(f"{show_path(sc.path)}: output.ecn_marking: queue marks from the switch queues along "
-                          f"the routes, but {why}; use ecn_marking: fraction or give the events at_ns: 0")
-
-
 def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None:
     """`generate --scenario FILE`: the scenario's tables and summary in one folder, and (pcap)
     every NIC's capture: one address and QPN plan (the scenario's fabric and connections), so the
@@ -136,8 +116,6 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
     from ..scenario import report, run, spec
     sc = spec.load_scenario(path)
     prepared = run.prepare(sc)
-    if pcap and sc.hardware.output.pcap:
-        _check_timed_views(sc, prepared[1])
     with stages(quiet) as stage:
         stage("work estimate: the jobs' collectives")
         run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,

@@ -13,7 +13,7 @@ from ...config import Nccl, Network, Output
 from ...tables import Flows
 from ...fabric.topology import Fabric
 from ... import progress
-from . import congestion, hops, pfc, queue_marks, roce, routes
+from . import congestion, epoch_paths, hops, pfc, queue_marks, roce, routes
 from .capture_file import comment_option_bytes
 from .ports import running_max, serialize
 from .plan import ACK_CTS, ACK_DATA, ACK_ROUNDS, CNP, CNP_CHECK_ROUNDS, CTS, DCQCN_ROUNDS, PROXY_POST_NS, COMMENT_PREFIX, FIX_ROUNDS, Plan, Segs, incl_cap, wire_ns
@@ -348,7 +348,8 @@ def schedule(p: Plan) -> None:
                                                p.k_wire_ns)
         else:
             tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
-        seg_arrive, k_arrive, hop_list = hops.through(p, tx, k_tx)       # the switch links on the way
+        # the switch links on the way (a scenario's epochs: on each frame's epoch route, epoch_paths.py)
+        seg_arrive, k_arrive, hop_list = (epoch_paths.through if p.paths is not None else hops.through)(p, tx, k_tx)
         rx, k_rx = serialize(p, Segs(tx.msg, tx.ka, tx.kb, seg_arrive), m_port_rx[tx.msg], k_port_rx, k_arrive,
                              p.k_wire_ns)
         if paused:    # the PAUSE frames take their slots on the leaf-to-NIC links
