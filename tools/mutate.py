@@ -531,6 +531,16 @@ MUTATIONS = [
     ('conn-channel-edges-unscaled', 'tracegen/timing/conn_items.py',
      'scale = np.where(big[item] > 0, nbytes / np.maximum(big[item], 1e-300), 1.0)',
      'scale = np.ones(len(nbytes))'),
+    # --- tracegen/collectives/ring_edges.py: ring ReduceScatter / AllGather in closed form (issue 27)
+    ('shard-edges-n-sends', 'tracegen/collectives/ring_edges.py',
+     'cols = {k: np.repeat((n - 1) * f.sum(axis=0), n)',
+     'cols = {k: np.repeat(n * f.sum(axis=0), n)'),
+    ('shard-alone-channels-own-port', 'tracegen/collectives/ring_edges.py',
+     'step_ns = int(np.ceil(float(net.sum()) * 8 / nic_gbps))',
+     'step_ns = int(np.ceil(float(net.max()) * 8 / nic_gbps))'),
+    ('shard-alone-chain-all-edges', 'tracegen/collectives/ring_edges.py',
+     'chain = lat.sum(axis=1) - lat.min(axis=1)',
+     'chain = lat.sum(axis=1)'),
     # --- tracegen/timing/alltoall_agg.py (AllToAlls per sending rank) and its users
     ('agg-item-bytes-summed', 'tracegen/timing/alltoall_agg.py',
      'np.maximum.at(big, p["agg"], nb)',
@@ -974,7 +984,8 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 
 # Test files that judge a module through another one's API (so they do not name it): a partial
 # run (--related-only) runs them too.
-COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py"]
+COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py",
+                    "tests/test_ring_shard.py"]
 ALSO_RELATED = {
     "tracegen/emit/packets/queue_marks.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
     "tracegen/emit/packets/pfc.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],

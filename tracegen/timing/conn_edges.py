@@ -8,7 +8,7 @@ import numpy as np
 from .. import progress
 from ..collectives import op_templates
 from ..collectives.edges import pxn_split_columns, template_edges
-from ..collectives.ring_edges import RingShape, ring_allreduce_edges
+from ..collectives.ring_edges import RingShape, ShardShape, ring_allreduce_edges, ring_shard_edges
 from ..config import Job
 from ..fabric.topology import Fabric
 from ..tables import CommOps, LinkKind
@@ -17,6 +17,11 @@ from .order import stable_order
 # A ring AllReduce listing more chunks than this (a whole 16k-GPU job's grad-norm AllReduce: half a
 # billion) has its edges and its time alone in closed form (collectives/ring_edges.py).
 CLOSED_FORM_ROWS = 16_000_000
+# A ring ReduceScatter / AllGather listing more chunks than this has its edges in closed form
+# (ring_edges.ring_shard_edges: the template's edges exactly, in its order). Its chunks grow 4x per
+# doubling of the group: ZeRO-1's DP ones are 0.1 M a shape at 16k GPUs, 2.1 M at 131k.
+SHARD_EDGE_ROWS = 1 << 16
+CLOSED_FORMS = {RingShape: ring_allreduce_edges, ShardShape: ring_shard_edges}
 
 
 # Narrow columns of the edge table (a 64k-GPU job's has ~11 M rows): ranks < world (config caps
@@ -34,8 +39,9 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None, per_op: dict 
         raise ValueError(f"{fabric.world:,} ranks do not fit the edge table's {np.dtype(RANK_DTYPE)} ranks")
     nccl, pmtu = job.nccl, job.output.pmtu
     groups: dict[tuple, list] = {}
-    for i, group, t, plan in op_templates(ops, fabric, nccl, which, max_rows=CLOSED_FORM_ROWS):
-        tkey = t if isinstance(t, RingShape) else id(t)
+    for i, group, t, plan in op_templates(ops, fabric, nccl, which, max_rows=CLOSED_FORM_ROWS,
+                                          shard_rows=SHARD_EDGE_ROWS):
+        tkey = t if type(t) in CLOSED_FORMS else id(t)
         groups.setdefault((tkey, plan), [t, plan, [], []])
         g = groups[(tkey, plan)]
         g[2].append(i)
@@ -48,7 +54,7 @@ def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None, per_op: dict 
     shapes = list(groups.values())
     for k, (t, plan, op_ids, grps) in enumerate(shapes):
         progress.report(40 * k // len(shapes), 100)
-        e = (ring_allreduce_edges if isinstance(t, RingShape) else template_edges)(
+        e = CLOSED_FORMS.get(type(t), template_edges)(
             t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
         G = np.asarray(grps, dtype=RANK_DTYPE)                    # [k, n] ranks by position
         k, m = len(op_ids), len(e)

@@ -25,7 +25,8 @@ import numpy as np
 from . import fluid
 from .. import progress
 from ..collectives import expand, op_templates
-from ..collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
+from ..collectives.ring_edges import (RingShape, ShardShape, ring_allreduce_alone_ns, ring_allreduce_edges,
+                                      ring_shard_alone_ns)
 from ..config import Job
 from .conn_edges import CLOSED_FORM_ROWS, edge_table
 from .conn_items import GROUP_STEPS, group_items
@@ -33,6 +34,13 @@ from .connections import build_connections, communicator
 from .schedule import nic_only_links
 from ..tables import FLOW_DTYPE, CommOps, Flows, LinkKind, Ragged
 from ..fabric.topology import Fabric
+
+
+# A ring ReduceScatter / AllGather of one loop across nodes listing more chunks than this is timed
+# alone in closed form (ring_edges.ring_shard_alone_ns, equal to the chunk level's to the ns on
+# every such shape of llama3-405b at 32k and 64k GPUs), not chunk by chunk: 0.5 M chunks a shape
+# at 64k GPUs (dp 512), 2.1 M at 131k.
+SHARD_ALONE_ROWS = 1 << 16
 
 
 def _alone(item_deps, nbytes, extra, links, queue=None):
@@ -69,12 +77,25 @@ class _Fill:
             self.groups[key] = b"|".join(parts)
         return self.groups[key]
 
-    def alone_ns(self, op: int, sig: bytes, latency_ns: int = 0) -> int:
+    def alone_ns(self, op: int, sig: bytes, edge_lat_ns: np.ndarray) -> int:
+        """edge_lat_ns: the op's edges' latencies, in edge order (0 on NVLink)."""
         hit = self.cache.get(sig)
         if hit is not None:
             return hit
         f, job = self.fabric, self.job
-        big = op_templates(self.ops, f, job.nccl, [op], max_rows=CLOSED_FORM_ROWS)
+        latency_ns = int(edge_lat_ns.max(initial=0))
+        big = op_templates(self.ops, f, job.nccl, [op], max_rows=CLOSED_FORM_ROWS, shard_rows=SHARD_ALONE_ROWS)
+        if big and isinstance(big[0][2], ShardShape):
+            _, group, shape, plan = big[0]
+            t = None
+            if not f.same_node(group, np.roll(group, -1)).any():
+                out = job.output
+                t = ring_shard_alone_ns(shape, int(plan.proto), plan.max_msg_bytes, self.pmtu, out.vlan,
+                                        out.ip_version, f.nic_gbps, edge_lat_ns)
+            if t is not None:
+                self.cache[sig] = t
+                return t
+            big = None                      # chunk level below
         if big and isinstance(big[0][2], RingShape):
             _, group, shape, plan = big[0]
             net = not f.same_node(group, np.roll(group, -1)).all()
@@ -165,7 +186,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         lo, hi = int(op_lo[op]), int(op_lo[op] + cnt[op])
         sig = b"%d|%d|%d|%d|" % (ops.rows["kind"][op], ops.rows["bytes"][op], ops.rows["elem_bytes"][op],
                                  ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
-        op_alone[op] = fill.alone_ns(op, sig, int(lat[lo:hi].max()))
+        op_alone[op] = fill.alone_ns(op, sig, lat[lo:hi])
         op_fill[op] = int(lat[lo:hi].max())     # the last arrival (0 on NVLink)
     del lat
     # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,
