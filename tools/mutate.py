@@ -583,20 +583,20 @@ MUTATIONS = [
     ('packet-qp-split-no-128-align', 'tracegen/emit/packets/plan_build.py',
      'chunk = -(-(-(-m_size // qps)) // 128) * 128',
      'chunk = -(-m_size // qps)'),
-    # --- tracegen/emit/packets/pacing.py (pacing, IP ids)
-    ('pace-factor-dropped', 'tracegen/emit/packets/pacing.py',
+    # --- tracegen/emit/packets/{schedule,cnps}.py (pacing, IP ids)
+    ('pace-factor-dropped', 'tracegen/emit/packets/cnps.py',
      'p.m_cap = np.maximum(f, 1) if (f > 1).any() else None',
      'p.m_cap = None'),
     ('ack-rounds-none', 'tracegen/emit/packets/plan.py',
      'ACK_ROUNDS = 16 ',
      'ACK_ROUNDS = 0 '),
-    ('ip-id-not-per-nic', 'tracegen/emit/packets/pacing.py',
+    ('ip-id-not-per-nic', 'tracegen/emit/packets/schedule.py',
      'ids[order] = (c - c[np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))]) & 0xFFFF',
      'ids[order] = c & 0xFFFF'),
-    ('ip-id-wraps-at-15-bits', 'tracegen/emit/packets/pacing.py',
+    ('ip-id-wraps-at-15-bits', 'tracegen/emit/packets/schedule.py',
      'segs.ip_id = (tx.ip_id[seg] + segs.ka - tx.ka[seg]) & 0xFFFF',
      'segs.ip_id = (tx.ip_id[seg] + segs.ka - tx.ka[seg]) & 0x7FFF'),
-    ('pacing-cnp-routed-by-qp-sport', 'tracegen/emit/packets/pacing.py',
+    ('pacing-cnp-routed-by-qp-sport', 'tracegen/emit/packets/cnps.py',
      'k_route=routes.link_dirs(fabric, p.m_dst[m], p.m_src[m], 0, p.c_plane[p.m_conn[m]],',
      'k_route=routes.link_dirs(fabric, p.m_dst[m], p.m_src[m], p.c_sport[p.m_conn[m]], p.c_plane[p.m_conn[m]],'),
     # --- tracegen/emit/packets/roce.py (more)
@@ -627,6 +627,9 @@ MUTATIONS = [
      '    if b[0] & 1:\n',
      '    if b[0] & 0x80:\n'),
     # --- tracegen/emit/views/pcap.py
+    ('causality-hides-late-acks', 'tracegen/emit/views/pcap.py',
+     'return {"late_frames": int(p.late), "late_acks": int(p.late_acks),',
+     'return {"late_frames": int(p.late), "late_acks": 0,'),
     ('pcap-estimate-sender-only', 'tracegen/emit/views/pcap.py',
      '(p.m_src, p.m_keep, p.m_npk, m_bytes), (p.m_dst, p.m_keep, p.m_npk, m_bytes),',
      '(p.m_src, p.m_keep, p.m_npk, m_bytes),'),
@@ -721,11 +724,16 @@ MUTATIONS = [
      'psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK',
      'psn = (tm.psn[tid] + j) & roce.PSN_MASK'),
     # --- tracegen/emit/packets/addresses.py
-    ('addresses-last-link-off-by-one', 'tracegen/emit/packets/addresses.py',
-     'first, last = link == 0, link == hops - 1',
-     'first, last = link == 0, link == hops'),
+    # (was addresses-last-link-off-by-one: link == hops sends the last link through the routed
+    # branch, which gives the same two ends - an equivalent mutant, no test can catch it)
+    ('addresses-last-link-from-sender-leaf', 'tracegen/emit/packets/addresses.py',
+     'src = np.where(first, tx_nic, routes.port_leaf_node(fabric, rx_nic, plane))',
+     'src = np.where(first, tx_nic, routes.port_leaf_node(fabric, tx_nic, plane))'),
     # --- issue 25, second pass: two per emit / timing / config module that had fewer
     # --- tracegen/emit/bundle.py
+    ('bundle-late-frames-unsaid', 'tracegen/emit/bundle.py',
+     '            if causal["late_frames"]:',
+     '            if causal["late_frames"] < 0:'),
     ('bundle-wire-note-always', 'tracegen/emit/bundle.py',
      '    if not skipped or on_the_wire(run):\n',
      '    if not skipped:\n'),
@@ -963,7 +971,7 @@ MUTATIONS = [
     ('queue-nic-port-leaves-at-nic-time', 'tracegen/emit/packets/queue_marks.py',
      'rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))',
      'rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t))'),
-    ('pfc-pause-no-slot', 'tracegen/emit/packets/pacing.py',
+    ('pfc-pause-no-slot', 'tracegen/emit/packets/schedule.py',
      'rx, k_rx, placed = pfc.pause_slots(p, p.pfc, rx, k_rx, m_port_rx, k_port_rx)',
      'placed = p.pfc.t_ns'),
     ('pfc-pause-slot-cuts-frame', 'tracegen/emit/packets/pfc.py',
@@ -975,6 +983,40 @@ MUTATIONS = [
     ('counters-nic-port-marks-dropped', 'tracegen/emit/views/counters.py',
      'if len(p.ce_g) and p.ce_pos is not None:',
      'if len(p.ce_g) and p.ce_pos is not None and is_a is not None:'),
+    # --- switches pausing switches in one forward pass (issue 24, pfc_pass.py)
+    ('pfc-pass-pauses-the-nic', 'tracegen/emit/packets/pfc_pass.py',
+     '                up = path[f, h - 1]\n',
+     '                up = path[f, 0]\n'),
+    ('pfc-pass-paused-port-sends', 'tracegen/emit/packets/pfc_pass.py',
+     'if paused[s] > t:',
+     'if paused[s] > t + 200:'),
+    ('pfc-pass-no-refresh', 'tracegen/emit/packets/pfc_pass.py',
+     'if owner[a] == b and rtime[a] == t and qbytes[b] > xon:',
+     'if owner[a] == b and rtime[a] == t and qbytes[b] > xon and t < 0:'),
+    ('pfc-pass-xon-early', 'tracegen/emit/packets/pfc_pass.py',
+     'if qbytes[s] <= xon < qbytes[s] + fbytes[f]:',
+     'if qbytes[s] <= xoff < qbytes[s] + fbytes[f]:'),
+    ('pfc-pass-pause-cuts-frame', 'tracegen/emit/packets/pfc_pass.py',
+     '    start = max(t, busy[rp])\n',
+     '    start = t\n'),
+    ('pfc-pass-ack-does-not-wait', 'tracegen/emit/packets/pfc_pass.py',
+     'PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, after, slack, prev)',
+     'PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, None, None, prev)'),
+    ('pfc-pass-follower-loses-spacing', 'tracegen/emit/packets/pfc_pass.py',
+     'r = max(r, rel[prev[d]] + ready[d] - ready[prev[d]])',
+     'r = max(r, rel[prev[d]])'),
+    ('pfc-pass-segs-ignore-gaps', 'tracegen/emit/packets/pfc_pass.py',
+     ' | (t[1:] != t[:-1] + gap)]',
+     ']'),
+    ('pfc-pass-rx-without-latency', 'tracegen/emit/packets/pfc_pass.py',
+     'pp.res.depart_ns[rows, last] + p.link_lat[route >> 1], w)',
+     'pp.res.depart_ns[rows, last], w)'),
+    ('pfc-pass-hops-previous-port', 'tracegen/emit/packets/pfc_pass.py',
+     'segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd], spacing(p, gbps))',
+     'segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd - 1], spacing(p, gbps))'),
+    ('pfc-pass-control-rx-first-port', 'tracegen/emit/packets/pfc_pass.py',
+     'return pp.res.depart_ns[rows, 0], pp.res.depart_ns[rows, last] + lat',
+     'return pp.res.depart_ns[rows, 0], pp.res.depart_ns[rows, 0] + lat'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -1000,6 +1042,10 @@ ALSO_RELATED = {
     "tracegen/emit/packets/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_judge_cnp_routes.py", "tests/test_pcap.py",
                                         "tests/test_pcap_congestion.py"],
+    "tracegen/emit/packets/schedule.py": ["tests/test_judge_ip_ids.py", "tests/test_pcap.py", "tests/test_pcap_congestion.py",
+                                          "tests/test_ack_rounds.py"],
+    "tracegen/emit/packets/cnps.py": ["tests/test_judge_cnp_routes.py", "tests/test_pcap_congestion.py"],
+    "tracegen/emit/packets/queue_rounds.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
     "tracegen/config/rules.py": ["tests/test_config.py", "tests/test_bad_input.py"],
     "tracegen/config/values.py": ["tests/test_config.py", "tests/test_bad_input.py"],
     "tracegen/output/ownership.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
@@ -1216,7 +1262,7 @@ def write_readme(rows: dict[str, str]) -> int:
     caught = sum(" | caught | " in ln for ln in lines)
     related = sum(ln.rstrip(" |").rsplit("|", 1)[-1].strip().startswith("related") for ln in lines)
     n = len(MUTATIONS)
-    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.0f} %); "
+    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.1f} %); "
                f"{n - len(lines)} of all {n} not run yet. "
                f"The last verdict of each: run `related` = `--related-only`, a PARTIAL run over only the "
                f"test files that name the mutated module ({related} rows); `suite` = the --tests given. "
