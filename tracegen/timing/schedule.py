@@ -177,16 +177,16 @@ def nic_only_links(fabric: Fabric, src_rank, dst_rank, net):
 def net_latency_ns(conns: Connections, row_conn, on_wire, pmtu: int, vlan: bool = True,
                    ip_version: int = 4) -> np.ndarray:
     """Propagation + store-and-forward of each NET row (the slowest of its connection's QPs)."""
-    full = pmtu + packet_overhead_bytes(vlan, ip_version)
-    last_pkt = np.minimum(on_wire, full)
+    last_pkt = np.minimum(on_wire, pmtu + packet_overhead_bytes(vlan, ip_version))
     row_conn = np.asarray(row_conn, np.int64)
     if len(row_conn) <= len(conns):
         return _qp_latency_ns(conns, row_conn, last_pkt)
-    # rows repeat connections (every op on them: 131k GPUs, 20 M rows): a full last packet's latency
-    # once per connection, gathered; only rows whose last packet is shorter computed row by row
+    # rows repeat connections (every op on them: 131k GPUs, 20 M rows): the largest last packet's
+    # latency (a full packet: most rows) once per connection, gathered; the other rows one by one
+    full = int(last_pkt.max())
     lat = _qp_latency_ns(conns, np.arange(len(conns)), np.full(len(conns), full, np.int64))[row_conn]
-    short = np.flatnonzero(last_pkt < full)
-    lat[short] = _qp_latency_ns(conns, row_conn[short], last_pkt[short])
+    other = np.flatnonzero(last_pkt != full)
+    lat[other] = _qp_latency_ns(conns, row_conn[other], last_pkt[other])
     return lat
 
 
