@@ -26,7 +26,7 @@ from scapy.layers.l2 import Dot1Q, Ether  # noqa: E402
 
 from tracegen.config import Output  # noqa: E402
 from tracegen.emit.packets import congestion  # noqa: E402
-from tracegen.emit.packets.pacing import MAX_TRAIN_PACKETS  # noqa: E402
+from tracegen.emit.packets.schedule import MAX_TRAIN_PACKETS  # noqa: E402
 from tracegen.emit.views.pcap import estimate_pcap, write_pcaps  # noqa: E402
 
 GAP_NS = 4000

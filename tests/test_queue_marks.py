@@ -277,15 +277,15 @@ def test_summary_says_whether_the_marks_settled(runs, tmp_path, monkeypatch):
     this test's reader). Cut to one round, it cannot settle (round 1 draws the first marks, which
     the schedule has not yet answered): settled false and one warning line."""
     import json
-    from tracegen.emit.packets import pacing
+    from tracegen.emit.packets import queue_rounds
     out = runs[20_000]
     q = json.loads((out / "summary.json").read_text())["queue_marks"]
     assert q["settled"] is True and 1 < q["rounds"] < q["max_rounds"], q
     assert q["pauses_shown"] == q["pauses"] > 0, q
     in_leaf0 = sum(len(_pauses(f)) for f in (out / "pcap").glob("leaf0-node*.pcap"))
     assert 0 < in_leaf0 <= q["pauses"]
-    monkeypatch.setattr(pacing, "QUEUE_ROUNDS", 1)
-    monkeypatch.setattr(pacing, "PFC_ROUNDS", 0)
+    monkeypatch.setattr(queue_rounds, "QUEUE_ROUNDS", 1)
+    monkeypatch.setattr(queue_rounds, "PFC_ROUNDS", 0)
     args = ["generate", "--no-ns3", "-o", str(tmp_path / "one"), "--switch", "leaf0"]
     for s in JOB + ["network.kmin_bytes=20000", f"network.kmax_bytes={KMAX}", f"network.pmax={PMAX}",
                     f"network.pfc_xoff_bytes={XOFF}", f"network.pfc_resume_offset_bytes={RESUME}"]:

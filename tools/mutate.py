@@ -525,12 +525,22 @@ MUTATIONS = [
     ('conn-alone-without-latency', 'tracegen/timing/schedule_conn.py',
      't_chunk, _ = _alone(tr.deps, wire, lat, links,',
      't_chunk, _ = _alone(tr.deps, wire, 0 * lat, links,'),
-    ('conn-unfold-repeats-replica-0', 'tracegen/timing/schedule_conn.py',
+    ('conn-unfold-repeats-replica-0', 'tracegen/timing/conn_edges.py',
      'np.repeat(np.arange(1, ops.replicas, dtype=np.int64), len(idx))',
      'np.repeat(np.arange(ops.replicas - 1, dtype=np.int64), len(idx))'),
-    ('conn-channel-edges-unscaled', 'tracegen/timing/schedule_conn.py',
+    ('conn-channel-edges-unscaled', 'tracegen/timing/conn_items.py',
      'scale = np.where(big[item] > 0, nbytes / np.maximum(big[item], 1e-300), 1.0)',
      'scale = np.ones(len(nbytes))'),
+    # --- tracegen/collectives/ring_edges.py: ring ReduceScatter / AllGather in closed form (issue 27)
+    ('shard-edges-n-sends', 'tracegen/collectives/ring_edges.py',
+     'cols = {k: np.repeat((n - 1) * f.sum(axis=0), n)',
+     'cols = {k: np.repeat(n * f.sum(axis=0), n)'),
+    ('shard-alone-channels-own-port', 'tracegen/collectives/ring_edges.py',
+     'step_ns = int(np.ceil(float(net.sum()) * 8 / nic_gbps))',
+     'step_ns = int(np.ceil(float(net.max()) * 8 / nic_gbps))'),
+    ('shard-alone-chain-all-edges', 'tracegen/collectives/ring_edges.py',
+     'chain = lat.sum(axis=1) - lat.min(axis=1)',
+     'chain = lat.sum(axis=1)'),
     # --- tracegen/timing/alltoall_agg.py (AllToAlls per sending rank) and its users
     ('agg-item-bytes-summed', 'tracegen/timing/alltoall_agg.py',
      'np.maximum.at(big, p["agg"], nb)',
@@ -573,20 +583,20 @@ MUTATIONS = [
     ('packet-qp-split-no-128-align', 'tracegen/emit/packets/plan_build.py',
      'chunk = -(-(-(-m_size // qps)) // 128) * 128',
      'chunk = -(-m_size // qps)'),
-    # --- tracegen/emit/packets/pacing.py (pacing, IP ids)
-    ('pace-factor-dropped', 'tracegen/emit/packets/pacing.py',
+    # --- tracegen/emit/packets/{schedule,cnps}.py (pacing, IP ids)
+    ('pace-factor-dropped', 'tracegen/emit/packets/cnps.py',
      'p.m_cap = np.maximum(f, 1) if (f > 1).any() else None',
      'p.m_cap = None'),
     ('ack-rounds-none', 'tracegen/emit/packets/plan.py',
      'ACK_ROUNDS = 16 ',
      'ACK_ROUNDS = 0 '),
-    ('ip-id-not-per-nic', 'tracegen/emit/packets/pacing.py',
+    ('ip-id-not-per-nic', 'tracegen/emit/packets/schedule.py',
      'ids[order] = (c - c[np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))]) & 0xFFFF',
      'ids[order] = c & 0xFFFF'),
-    ('ip-id-wraps-at-15-bits', 'tracegen/emit/packets/pacing.py',
+    ('ip-id-wraps-at-15-bits', 'tracegen/emit/packets/schedule.py',
      'segs.ip_id = (tx.ip_id[seg] + segs.ka - tx.ka[seg]) & 0xFFFF',
      'segs.ip_id = (tx.ip_id[seg] + segs.ka - tx.ka[seg]) & 0x7FFF'),
-    ('pacing-cnp-routed-by-qp-sport', 'tracegen/emit/packets/pacing.py',
+    ('pacing-cnp-routed-by-qp-sport', 'tracegen/emit/packets/cnps.py',
      'k_route=routes.link_dirs(fabric, p.m_dst[m], p.m_src[m], 0, p.c_plane[p.m_conn[m]],',
      'k_route=routes.link_dirs(fabric, p.m_dst[m], p.m_src[m], p.c_sport[p.m_conn[m]], p.c_plane[p.m_conn[m]],'),
     # --- tracegen/emit/packets/roce.py (more)
@@ -617,6 +627,9 @@ MUTATIONS = [
      '    if b[0] & 1:\n',
      '    if b[0] & 0x80:\n'),
     # --- tracegen/emit/views/pcap.py
+    ('causality-hides-late-acks', 'tracegen/emit/views/pcap.py',
+     'return {"late_frames": int(p.late), "late_acks": int(p.late_acks),',
+     'return {"late_frames": int(p.late), "late_acks": 0,'),
     ('pcap-estimate-sender-only', 'tracegen/emit/views/pcap.py',
      '(p.m_src, p.m_keep, p.m_npk, m_bytes), (p.m_dst, p.m_keep, p.m_npk, m_bytes),',
      '(p.m_src, p.m_keep, p.m_npk, m_bytes),'),
@@ -711,11 +724,16 @@ MUTATIONS = [
      'psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK',
      'psn = (tm.psn[tid] + j) & roce.PSN_MASK'),
     # --- tracegen/emit/packets/addresses.py
-    ('addresses-last-link-off-by-one', 'tracegen/emit/packets/addresses.py',
-     'first, last = link == 0, link == hops - 1',
-     'first, last = link == 0, link == hops'),
+    # (was addresses-last-link-off-by-one: link == hops sends the last link through the routed
+    # branch, which gives the same two ends - an equivalent mutant, no test can catch it)
+    ('addresses-last-link-from-sender-leaf', 'tracegen/emit/packets/addresses.py',
+     'src = np.where(first, tx_nic, routes.port_leaf_node(fabric, rx_nic, plane))',
+     'src = np.where(first, tx_nic, routes.port_leaf_node(fabric, tx_nic, plane))'),
     # --- issue 25, second pass: two per emit / timing / config module that had fewer
     # --- tracegen/emit/bundle.py
+    ('bundle-late-frames-unsaid', 'tracegen/emit/bundle.py',
+     '            if causal["late_frames"]:',
+     '            if causal["late_frames"] < 0:'),
     ('bundle-wire-note-always', 'tracegen/emit/bundle.py',
      '    if not skipped or on_the_wire(run):\n',
      '    if not skipped:\n'),
@@ -906,13 +924,13 @@ MUTATIONS = [
      'items = [(CollKind.SENDRECV, Dim.PP, [src, 0], 1) for src in range(1, ranks)]',
      'items = [(CollKind.SENDRECV, Dim.PP, [src, (src + 1) % ranks], 1) for src in range(1, ranks)]'),
     # --- events during the run (issue 23: timed events, flaps, flows in flight move)
-    ('timed-in-flight-items-stay', 'tracegen/timing/fluid_engine.py',
-     '                    if cur[i] == v:\n                        continue',
-     '                    if cur[i] == v or active[i]:\n                        continue'),
-    ('timed-capacity-unchanged', 'tracegen/timing/fluid_engine.py',
+    ('timed-in-flight-items-stay', 'tracegen/timing/fluid_moves.py',
+     '            if cur[i] == v:\n                continue',
+     '            if cur[i] == v or active[i]:\n                continue'),
+    ('timed-capacity-unchanged', 'tracegen/timing/fluid_moves.py',
      'cap[ln] = evc_cap[k]',
      'cap[ln] = cap[ln]'),
-    ('timed-moved-items-never-return', 'tracegen/timing/fluid_engine.py',
+    ('timed-moved-items-never-return', 'tracegen/timing/fluid_moves.py',
      'tgt[st_item[k]] = st_item[k]',
      'tgt[st_item[k]] = cur[st_item[k]]'),
     ('timed-until-ignored', 'tracegen/scenario/events.py',
@@ -972,7 +990,7 @@ MUTATIONS = [
     ('queue-nic-port-leaves-at-nic-time', 'tracegen/emit/packets/queue_marks.py',
      'rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))',
      'rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t))'),
-    ('pfc-pause-no-slot', 'tracegen/emit/packets/pacing.py',
+    ('pfc-pause-no-slot', 'tracegen/emit/packets/schedule.py',
      'rx, k_rx, placed = pfc.pause_slots(p, p.pfc, rx, k_rx, m_port_rx, k_port_rx)',
      'placed = p.pfc.t_ns'),
     ('pfc-pause-slot-cuts-frame', 'tracegen/emit/packets/pfc.py',
@@ -984,6 +1002,40 @@ MUTATIONS = [
     ('counters-nic-port-marks-dropped', 'tracegen/emit/views/counters.py',
      'if len(p.ce_g) and p.ce_pos is not None:',
      'if len(p.ce_g) and p.ce_pos is not None and is_a is not None:'),
+    # --- switches pausing switches in one forward pass (issue 24, pfc_pass.py)
+    ('pfc-pass-pauses-the-nic', 'tracegen/emit/packets/pfc_pass.py',
+     '                up = path[f, h - 1]\n',
+     '                up = path[f, 0]\n'),
+    ('pfc-pass-paused-port-sends', 'tracegen/emit/packets/pfc_pass.py',
+     'if paused[s] > t:',
+     'if paused[s] > t + 200:'),
+    ('pfc-pass-no-refresh', 'tracegen/emit/packets/pfc_pass.py',
+     'if owner[a] == b and rtime[a] == t and qbytes[b] > xon:',
+     'if owner[a] == b and rtime[a] == t and qbytes[b] > xon and t < 0:'),
+    ('pfc-pass-xon-early', 'tracegen/emit/packets/pfc_pass.py',
+     'if qbytes[s] <= xon < qbytes[s] + fbytes[f]:',
+     'if qbytes[s] <= xoff < qbytes[s] + fbytes[f]:'),
+    ('pfc-pass-pause-cuts-frame', 'tracegen/emit/packets/pfc_pass.py',
+     '    start = max(t, busy[rp])\n',
+     '    start = t\n'),
+    ('pfc-pass-ack-does-not-wait', 'tracegen/emit/packets/pfc_pass.py',
+     'PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, after, slack, prev)',
+     'PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, None, None, prev)'),
+    ('pfc-pass-follower-loses-spacing', 'tracegen/emit/packets/pfc_pass.py',
+     'r = max(r, rel[prev[d]] + ready[d] - ready[prev[d]])',
+     'r = max(r, rel[prev[d]])'),
+    ('pfc-pass-segs-ignore-gaps', 'tracegen/emit/packets/pfc_pass.py',
+     ' | (t[1:] != t[:-1] + gap)]',
+     ']'),
+    ('pfc-pass-rx-without-latency', 'tracegen/emit/packets/pfc_pass.py',
+     'pp.res.depart_ns[rows, last] + p.link_lat[route >> 1], w)',
+     'pp.res.depart_ns[rows, last], w)'),
+    ('pfc-pass-hops-previous-port', 'tracegen/emit/packets/pfc_pass.py',
+     'segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd], spacing(p, gbps))',
+     'segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd - 1], spacing(p, gbps))'),
+    ('pfc-pass-control-rx-first-port', 'tracegen/emit/packets/pfc_pass.py',
+     'return pp.res.depart_ns[rows, 0], pp.res.depart_ns[rows, last] + lat',
+     'return pp.res.depart_ns[rows, 0], pp.res.depart_ns[rows, 0] + lat'),
 ]
 
 DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/test_detail.py "
@@ -993,7 +1045,8 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 
 # Test files that judge a module through another one's API (so they do not name it): a partial
 # run (--related-only) runs them too.
-COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py"]
+COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py",
+                    "tests/test_ring_shard.py"]
 ALSO_RELATED = {
     "tracegen/emit/packets/queue_marks.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
     "tracegen/emit/packets/pfc.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
@@ -1014,6 +1067,10 @@ ALSO_RELATED = {
     "tracegen/emit/packets/roce.py": ["tests/test_psn_wrap.py", "tests/test_judge_ip_ids.py", "tests/test_pcap_views.py"],
     "tracegen/emit/packets/pacing.py": ["tests/test_judge_ip_ids.py", "tests/test_judge_cnp_routes.py", "tests/test_pcap.py",
                                         "tests/test_pcap_congestion.py"],
+    "tracegen/emit/packets/schedule.py": ["tests/test_judge_ip_ids.py", "tests/test_pcap.py", "tests/test_pcap_congestion.py",
+                                          "tests/test_ack_rounds.py"],
+    "tracegen/emit/packets/cnps.py": ["tests/test_judge_cnp_routes.py", "tests/test_pcap_congestion.py"],
+    "tracegen/emit/packets/queue_rounds.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
     "tracegen/config/rules.py": ["tests/test_config.py", "tests/test_bad_input.py"],
     "tracegen/config/values.py": ["tests/test_config.py", "tests/test_bad_input.py"],
     "tracegen/output/ownership.py": ["tests/test_output_guard.py", "tests/test_outdir.py"],
@@ -1032,6 +1089,7 @@ ALSO_RELATED = {
     "tracegen/timing/fluid_engine.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py",
                                         "tests/test_scenario_timed_events.py"],
     "tracegen/timing/fluid_solve.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
+    "tracegen/timing/fluid_moves.py": ["tests/test_scenario_timed_events.py"],
     "tracegen/timing/fluid_heap.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
     "tracegen/emit/packets/capture_file.py": ["tests/test_judge_pcapng_blocks.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/frames.py": ["tests/test_judge_ip_ids.py", "tests/test_psn_wrap.py", "tests/test_pcap.py"],
@@ -1039,6 +1097,8 @@ ALSO_RELATED = {
     "tracegen/emit/packets/congestion.py": ["tests/test_pcap_congestion.py"],
     "tracegen/emit/packets/nccl_net.py": ["tests/test_pcap_nccl.py"],
     "tracegen/timing/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
+    "tracegen/timing/conn_edges.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
+    "tracegen/timing/conn_items.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
     "tracegen/emit/bundle.py": ["tests/test_judge_emit_small.py"],
     "tracegen/config/schema.py": ["tests/test_job_schema.py"],
     "tracegen/fabric/ecmp_hash.py": ["tests/test_fabric.py", "tests/test_ns3_export.py"],
@@ -1227,7 +1287,7 @@ def write_readme(rows: dict[str, str]) -> int:
     caught = sum(" | caught | " in ln for ln in lines)
     related = sum(ln.rstrip(" |").rsplit("|", 1)[-1].strip().startswith("related") for ln in lines)
     n = len(MUTATIONS)
-    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.0f} %); "
+    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.1f} %); "
                f"{n - len(lines)} of all {n} not run yet. "
                f"The last verdict of each: run `related` = `--related-only`, a PARTIAL run over only the "
                f"test files that name the mutated module ({related} rows); `suite` = the --tests given. "

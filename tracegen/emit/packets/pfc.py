@@ -24,10 +24,10 @@ a pause is a silence of the port that goes in at the first packet boundary the t
 reach, so the NIC finishes the frame on the wire and then waits); frames of other priorities
 (CNPs at priority 6, nccl.fifo_tc's CTS/ACKs) that the silence held leave inside it, as 802.1Qbb
 pauses only the class-enable vector's priorities. The pauses are chosen on the schedule they
-shape (pacing.queue_marks_and_cnps: recomputed from the queues of the schedule the last pauses
+shape (queue_rounds.queue_marks_and_cnps: recomputed from the queues of the schedule the last pauses
 shaped, until they stay the same; with output.dcqcn they may not settle: summary.json
 queue_marks says); the captures show those the written schedule's queues call for during which
-their NIC starts no frame of the paused priority (pacing._pauses_shown).
+their NIC starts no frame of the paused priority (queue_rounds._pauses_shown).
 Not modelled: pauses towards a switch (a frame that came from another switch's egress port: a
 spine's port to the leaf, a leaf's uplink to the spine). Tried: as silences of those switch ports
 in hops.py, the pauses recomputed per round never settled on the 15:1 incast (each round's
@@ -54,7 +54,7 @@ QUANTUM_BITS = 512
 @dataclass
 class Pauses:
     """PAUSE frames, sorted by (nic port, time at the NIC)."""
-    port: np.ndarray        # NIC port paused (nic x planes + plane: pacing.ports)
+    port: np.ndarray        # NIC port paused (nic x planes + plane: schedule.ports)
     nic: np.ndarray
     t_ns: np.ndarray        # when the PAUSE reaches the NIC (its timestamp in the captures)
     quanta: np.ndarray
@@ -88,7 +88,7 @@ def xoff_xon(network) -> tuple[int, int]:
 
 def pauses(p: Plan, f, network, m_port_tx: np.ndarray, k_port_tx: np.ndarray) -> Pauses:
     """The PAUSE frames the queues of port_frames f call for (see the module doc). m_port_tx /
-    k_port_tx: the NIC port each message / control frame leaves by (pacing.ports)."""
+    k_port_tx: the NIC port each message / control frame leaves by (schedule.ports)."""
     if not network.pfc:
         return Pauses.none()
     xoff, xon = xoff_xon(network)

@@ -60,7 +60,7 @@ MAX_MSG_BYTES = 1 << 31      # IBA limit on one RDMA message
 IP_TTL = 255                 # NCCL sets the GRH hop_limit to 255 on RoCE QPs (net_ib/connect.cc,
                              # ncclIbQpRtr); data, CTS and ACKs leave with it
 FIX_ROUNDS = 16              # fixed-point rounds that move ACKs / messages behind what they wait for
-ACK_ROUNDS = 16              # then rounds that move late ACKs only (pacing.schedule), if any are left
+ACK_ROUNDS = 16              # then rounds that move late ACKs only (schedule.schedule), if any are left
 CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its message (slack for
                              # the packet-boundary waits on both NICs)
 
@@ -204,7 +204,7 @@ class Plan:
     m_cts_psn: np.ndarray | None = None
     k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
-    late_acks: int = 0                     # of them ACKs (pacing.schedule: ACK-only rounds settle them)
+    late_acks: int = 0                     # of them ACKs (schedule.schedule: ACK-only rounds settle them)
     fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
     line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
     line_gbps: int = 0                     # that line rate: a NIC port's (nic_gbps / planes)
@@ -226,15 +226,15 @@ class Plan:
     k_frame: np.ndarray | None = None      # per control frame: its bytes (no FCS)
     hops: list | None = None               # filled by schedule: the frames at each switch link (hops.Hop)
     m_pace: np.ndarray | None = None       # per message: its packets' spacing / line rate (>= 1): the
-                                           # rate the schedule gave its flow (pacing.paced_trains)
+                                           # rate the schedule gave its flow (schedule.paced_trains)
     m_curve: RateCurve | None = None       # flows whose rate changed while they sent: their rate curves
     m_cap: np.ndarray | None = None        # per message: line rate / the rate DCQCN lets its QP send
                                            # at (>= 1; pacing.pace), None: no DCQCN reaction
     ce_pos: np.ndarray | None = None  # output.ecn_marking=queue: per mark, the route position that set CE
     pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.Pauses (the NICs paused)
     pfc_at: np.ndarray | None = None       # per pause: its time at the NIC, in its slot on the link (pfc.pause_slots)
-    pfc_shown: np.ndarray | None = None    # per pause: written in the captures (pacing._pauses_shown)
-    queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (pacing.queue_marks_and_cnps)
+    pfc_shown: np.ndarray | None = None    # per pause: written in the captures (queue_rounds._pauses_shown)
+    queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (queue_rounds.queue_marks_and_cnps)
     queue_stable: bool = True
     queue_max_rounds: int = 0              # the rounds it may use (QUEUE_ROUNDS, + PFC_ROUNDS with PFC)
     m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)

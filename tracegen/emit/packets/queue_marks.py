@@ -3,7 +3,7 @@ seeded fraction.
 
 Every direction of a switch-to-switch link is an egress port of the schedule (hops.py), and so
 is the leaf's port to each receiving NIC (its queue drains at the receiving NIC port's
-serialisation, pacing.schedule's rx: the incast's congestion point, N senders -> 1 NIC): a frame
+serialisation, schedule.schedule's rx: the incast's congestion point, N senders -> 1 NIC): a frame
 reaches a port one link latency after it started on the link before (cut-through) and leaves
 when the port sends it (a leaf-to-NIC port: one link latency before the NIC's timestamp). Per port and priority, the queue a frame sees on arrival is the bytes of the
 frames that arrived before it and have not started to leave:
@@ -46,7 +46,7 @@ class PortFrames:
     queue_bytes: np.ndarray  # the queue of its port and priority at its arrival
 
 
-def _expand(p: Plan, segs: Segs):
+def expand_segs(p: Plan, segs: Segs):
     """Per packet of segs: (segment, message, packet index, start ns), at the segments' spacing."""
     n = segs.kb - segs.ka
     seg = np.repeat(np.arange(len(n)), n)
@@ -86,13 +86,13 @@ def port_frames(p: Plan) -> PortFrames:
     m_route = p.m_route
     lat = lambda d: np.where(d >= 0, p.link_lat[np.maximum(d, 0) >> 1], 0)      # noqa: E731
     # departures of data packets and control frames at each route position (0: the NIC's)
-    _, m0, k0, t0 = _expand(p, p.tx)
+    _, m0, k0, t0 = expand_segs(p, p.tx)
     dkey, dt = [(p.m_pkt0[m0] + k0) * L], [t0]
     K = len(p.k_kind)
     ckey, ct = [np.arange(K) * L], [p.k_tx_ns]
     rows = []
     for h in p.hops or []:
-        seg, m, k, t = _expand(p, h.segs)
+        seg, m, k, t = expand_segs(p, h.segs)
         pos = h.seg_pos[seg]
         g = p.m_pkt0[m] + k
         dkey.append(g * L + pos)
@@ -103,9 +103,9 @@ def port_frames(p: Plan) -> PortFrames:
         ct.append(h.k_t[kk])
         rows.append((False, h.k_port[kk], h.k_pos[kk], kk, None, None, h.k_t[kk]))
     # the leaf's port to the receiving NIC (the route's last link): its egress queue drains at the
-    # receiving NIC port's serialisation (pacing.schedule's rx), a frame leaving it one link
+    # receiving NIC port's serialisation (schedule.schedule's rx), a frame leaving it one link
     # latency before the NIC's timestamp - the incast's congestion point (N senders -> 1 NIC)
-    seg, m, k, t = _expand(p, p.rx)
+    seg, m, k, t = expand_segs(p, p.rx)
     pos = (m_route[m] >= 0).sum(axis=1) - 1
     d = m_route[m, pos]
     rows.append((True, d, pos, p.m_pkt0[m] + k, m, k, t - lat(d)))

@@ -1,0 +1,479 @@
+"""PFC through the switches in one forward pass in time order (issue 24): per-packet egress
+FIFOs with pause states, so that a switch can pause a switch (a leaf the spine ports feeding it,
+a spine the leaf uplinks feeding it) without rounds.
+
+Why one pass: a PAUSE sent at t only holds frames that start after its arrival on the paused
+port, and a held frame only arrives later downstream. Processing every port's events in global
+time order (frame arrivals, ports going free, PAUSEs arriving, pauses running out) therefore
+decides each departure once, from what already happened - consistent by construction. The
+earlier attempt (silences of switch ports recomputed from the last schedule's queues, round
+after round) never settled on the 15:1 incast.
+
+Model (the rules of pfc.py, at every switch egress port): each frame has a path of egress ports
+(its NIC port first, then the switch ports it leaves by); it reaches port h + 1 one link latency
+after it started on port h (cut-through). Each port keeps one FIFO per 802.1p priority; when the
+port is free it sends, of the priorities not paused, the head that arrived first (one FIFO across
+priorities while nothing is paused), for its wire time at the port's rate. A switch port's queue
+(bytes with FCS of the frames of that port and priority that arrived and have not started to
+leave, queue_marks.queue_at_arrival) that exceeds Xoff once a frame of a pausable priority is
+enqueued pauses the port that frame came from (its path's previous port, a NIC's or a switch's)
+- the ingress an 802.1Qbb switch MMU counts (HPCC's ns-3 SwitchMmu::CheckShouldPause(port,
+qIndex)) when that ingress feeds the congested egress. The PAUSE takes its own slot on the port
+that sends towards the paused one (reverse_port: a switch port, the link's other direction, or the
+leaf's port to that NIC) at its first frame boundary at or after the trigger (64 B + preamble +
+IFG; the frames queued there wait), a capture at the paused port shows it one link latency after
+its slot starts, and it acts once it has fully arrived; its quanta (512 bit times at the paused port's
+rate, at most qmax) cover the drain of the queue to Xon at the congested port's rate. While a
+PAUSE holds a port no arrival from it pauses it again; instead, when a new PAUSE would just reach
+it as the old runs out and the queue is still above Xon (its own port may be paused: it did not
+drain as the quanta assumed), the switch refreshes it; when the queue goes down to Xon the switch
+sends every port it still holds an XON (a PFC frame with quanta 0: 802.1Qbb; the resume of
+HPCC's ns-3 SwitchNode::CheckAndSendResume). Without refreshes a paused spine port's queue grew by
+a round trip of every ingress at each expiry. A frame the upstream port started before the PAUSE
+arrived finishes; the others of that priority wait.
+A spine port that fills while paused pauses the leaf uplinks feeding it the same way (cascade).
+A frame may wait for another (forward's after / prev): an ACK is released when its packet has
+fully arrived, plus the slack the schedule gave it - so held frames delay what answers them, in
+the same pass.
+
+Not yet wired into the schedule and the captures (issue 24): the views would take each frame's
+departures from here - a NIC view its NIC port's (depart_ns[:, 0]: a NIC's capture moves only by
+the pauses it receives, which it shows), a switch view its own ports' - so every view reads the
+same per-frame times; CE marks would come from queue_bytes, and the PFC frames towards switch
+ports (pause_slot_port/ns) would be written on those links' files and counted in port_counters.
+segs_at, rx_segs, hops_from_pass and control_times already give the departures at a path position, the arrivals at the
+receiving NIC, the switch links per layer and the control frames' NIC times in the plan's forms
+(what schedule.schedule sets: p.tx, p.rx, p.hops, p.k_tx_ns, p.k_rx_ns).
+
+Per frame and hop arrays: memory is proportional to the packets times the path length.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+QUANTUM_BITS = 512
+# event kinds, in their order at one instant: a PAUSE/XON applies first, then ports send (a frame
+# leaving at t is not queued at t), then frames arrive, then refreshes look at the queues
+_PAUSE, _TRY, _ARRIVE, _REFRESH, _DONE = 0, 1, 2, 3, 5
+_XON = 4                                 # PassResult.pause_why: ARRIVE (a frame above Xoff), REFRESH, XON
+
+
+@dataclass
+class PassResult:
+    depart_ns: np.ndarray     # [n, H]: start on the wire at each port of the path, -1 past its end
+    ready_ns: np.ndarray      # [n]: when it was ready at its first port (later than asked: it waited for a frame)
+    queue_bytes: np.ndarray   # [n, H]: the port's queue of its priority at its arrival (before it)
+    # PAUSE frames, in the order they were sent
+    pause_from: np.ndarray    # the congested port that sent it
+    pause_to: np.ndarray      # the port paused
+    pause_prio: np.ndarray
+    pause_sent_ns: np.ndarray  # the arrival that crossed Xoff
+    pause_at_ns: np.ndarray    # its arrival at the paused port
+    pause_quanta: np.ndarray   # 0: XON
+    pause_block_ns: np.ndarray
+    pause_frame: np.ndarray    # the frame whose arrival crossed Xoff (-1: a refresh or an XON)
+    pause_why: np.ndarray      # _ARRIVE: a frame above Xoff, _REFRESH: still above Xon as it runs out, _XON
+    pause_slot_ns: np.ndarray  # its start on the wire (reverse_port's first frame boundary at or after pause_sent_ns)
+    pause_slot_port: np.ndarray  # the port it goes out by (-1: none given)
+
+
+def forward(path, wire_ns, lat_ns, ready_ns, prio, frame_bytes, port_gbps, is_switch, pausable,
+            xoff: int, xon: int, qmax: int, pause_wire_bytes: int, reverse_port=None, after=None, slack_ns=None,
+            prev=None) -> PassResult:
+    """One pass over every frame's path (see the module doc). path [n, H]: egress port ids, -1
+    padded; wire_ns [n, H]: the frame's wire time at each port; lat_ns [n, H]: latency of the
+    link each port sends on; ready_ns [n]: when the frame is ready at its first port; prio,
+    frame_bytes [n]; per port: port_gbps, is_switch (its queue may pause); pausable [8]: the
+    priorities PFC pauses (802.1Qbb class-enable); pause_wire_bytes: a PFC frame on the wire
+    (preamble, IFG and FCS included); reverse_port: per port, the port that sends towards it (its
+    PAUSEs' own slot), -1 or None: none (a PAUSE then takes no port's time).
+    What a frame waits for (-1: nothing): after [n], a frame that must have fully arrived at the
+    end of its path slack_ns before it (an ACK its packet, a message its CTS: the schedule's
+    slack kept); prev [n], a frame it follows at its ready_ns distance (a QP's packets keep their
+    order and spacing when one of them waits)."""
+    n, H = path.shape
+    P = len(port_gbps)
+    rev = np.full(P, -1, np.int64) if reverse_port is None else np.asarray(reverse_port, np.int64)
+    none = np.full(n, -1, np.int64)
+    after = none if after is None else np.asarray(after, np.int64)
+    prev = none if prev is None else np.asarray(prev, np.int64)
+    slack = np.zeros(n, np.int64) if slack_ns is None else np.asarray(slack_ns, np.int64)
+    # who waits for each frame (CSR): its arrival (after), its release (prev)
+    a_ptr, a_who = _csr(after, n)
+    p_ptr, p_who = _csr(prev, n)
+    out = _forward(np.ascontiguousarray(path, np.int64), np.ascontiguousarray(wire_ns, np.int64),
+                   np.ascontiguousarray(lat_ns, np.int64), np.asarray(ready_ns, np.int64), np.asarray(prio, np.int64),
+                   np.asarray(frame_bytes, np.int64), np.asarray(port_gbps, np.int64), np.asarray(is_switch, np.bool_),
+                   np.asarray(pausable, np.bool_), int(xoff), int(xon), int(qmax), int(pause_wire_bytes), rev,
+                   after, slack, prev, a_ptr, a_who, p_ptr, p_who, n, H, P)
+    dep, q, pz, rel = out
+    assert (rel >= 0).all(), "pfc_pass: frames wait for frames that never arrive (a cycle in after/prev)"
+    return PassResult(dep, rel, q, *(pz[:, c].copy() for c in range(11)))
+
+
+def _csr(dep_on: np.ndarray, n: int):
+    who = np.flatnonzero(dep_on >= 0)
+    who = who[np.argsort(dep_on[who], kind="stable")]
+    ptr = np.r_[0, np.cumsum(np.bincount(dep_on[who], minlength=n))]
+    return ptr.astype(np.int64), who.astype(np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _quanta(q, xon, port_gbps, up_gbps, qmax):
+    """The quanta that cover queue q's drain to Xon at port_gbps, in 512-bit times at up_gbps."""
+    drain_ns = -(-(q - xon) * 8 // port_gbps)
+    return min(qmax, max(1, -(-drain_ns * up_gbps // QUANTUM_BITS)))
+
+
+@numba.njit(cache=True, nogil=True)
+def _slot(t, rp, up_gbps, busy, gbps, pause_bytes, ev):
+    """A PFC frame towards a port: (its start, its wire time) on rp, the port that sends towards
+    it - at the first frame boundary at or after t (a MAC control frame goes ahead of the queued
+    data, never cutting a frame in flight: 802.3 Annex 31B), the port busy meanwhile."""
+    if rp < 0:
+        return t, -(-pause_bytes * 8 // up_gbps)
+    start = max(t, busy[rp])
+    w = -(-pause_bytes * 8 // gbps[rp])
+    busy[rp] = start + w
+    heapq.heappush(ev, (busy[rp], np.int64(_TRY), rp, np.int64(0)))
+    return start, w
+
+
+@numba.njit(cache=True, nogil=True)
+def _forward(path, wire, lat, ready, prio, fbytes, gbps, is_switch, pausable, xoff, xon, qmax, pause_bytes, rev,
+             after, slack, prev, a_ptr, a_who, p_ptr, p_who, n, H, P):
+    NP = 8
+    dep = np.full((n, H), -1, np.int64)
+    arr = np.full((n, H), -1, np.int64)
+    qat = np.zeros((n, H), np.int64)
+    nxt = np.full(n * H, -1, np.int64)           # FIFO links of entries e = frame * H + hop
+    head = np.full(P * NP, -1, np.int64)
+    tail = np.full(P * NP, -1, np.int64)
+    qbytes = np.zeros(P * NP, np.int64)
+    busy = np.full(P, -(1 << 62), np.int64)     # port free from
+    paused = np.full(P * NP, -(1 << 62), np.int64)  # (port, prio) paused until
+    # per paused (port, prio) u, as its pauser sees it: until when its last PAUSE holds it, which
+    # queue sent that, the latency back to it
+    until = np.full(P * NP, -(1 << 62), np.int64)
+    owner = np.full(P * NP, -1, np.int64)
+    lead = np.zeros(P * NP, np.int64)           # a PFC frame's wire time + the latency back to it
+    lat_back = np.zeros(P * NP, np.int64)
+    rtime = np.full(P * NP, -1, np.int64)       # when its pauser looks again (REFRESH)
+    # per queue s the ports it paused since its last XON (a linked list: each PAUSE adds one node,
+    # each XON walks them once)
+    held_by = np.full(P * NP, -1, np.int64)
+    node_u = [np.int64(0)]
+    node_u.pop()
+    node_next = [np.int64(0)]
+    node_next.pop()
+    pz = []
+    # events (time, kind, a, b): PAUSE a = u, b = its end (b = time: XON); TRY a = port;
+    # ARRIVE a = entry; REFRESH a = u, b = the queue that paused it
+    ev = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
+    ev.pop()
+    rel = np.full(n, -1, np.int64)
+    done_after = np.zeros(n, np.int64)
+    pending = (after >= 0).astype(np.int64) + (prev >= 0)
+    for i in range(n):
+        if pending[i] == 0:
+            rel[i] = ready[i]
+            ev.append((ready[i], np.int64(_ARRIVE), np.int64(i * H), np.int64(0)))
+    heapq.heapify(ev)
+    while len(ev):
+        t, kind, a, b = heapq.heappop(ev)
+        if kind == _DONE or (kind == _ARRIVE and a % H == 0):
+            # frame j fully arrived (DONE: those waiting for its arrival) or is released (ARRIVE at
+            # its first port: those following it) - release those with nothing else to wait for
+            j = a // H
+            ptr, who = (a_ptr, a_who) if kind == _DONE else (p_ptr, p_who)
+            for x in range(ptr[j], ptr[j + 1]):
+                d = who[x]
+                if kind == _DONE:
+                    done_after[d] = t
+                pending[d] -= 1
+                if pending[d] == 0:
+                    r = max(ready[d], t)
+                    if after[d] >= 0:
+                        r = max(r, done_after[d] + slack[d])
+                    if prev[d] >= 0:
+                        r = max(r, rel[prev[d]] + ready[d] - ready[prev[d]])
+                    rel[d] = r
+                    heapq.heappush(ev, (r, np.int64(_ARRIVE), d * H, np.int64(0)))
+            if kind == _DONE:
+                continue
+        if kind == _PAUSE:
+            paused[a] = b
+            heapq.heappush(ev, (b, np.int64(_TRY), a // NP, np.int64(0)))
+            continue
+        if kind == _REFRESH:
+            # the PAUSE it sent runs out as a new one would arrive: still above Xon, pause again
+            if owner[a] == b and rtime[a] == t and qbytes[b] > xon:
+                up, port = a // NP, b // NP
+                quanta = _quanta(qbytes[b], xon, gbps[port], gbps[up], qmax)
+                block = -(-quanta * QUANTUM_BITS // gbps[up])
+                start, w = _slot(t, rev[up], gbps[up], busy, gbps, pause_bytes, ev)
+                t_up = start + w + lat_back[a]      # = until[a], or later: a short pause, a busy port
+                lead[a] = w + lat_back[a]
+                until[a] = t_up + block
+                rtime[a] = max(t + 1, until[a] - lead[a])
+                pz.append((port, up, a % NP, t, t_up, quanta, block, np.int64(-1), np.int64(_REFRESH), start, rev[up]))
+                heapq.heappush(ev, (t_up, np.int64(_PAUSE), a, t_up + block))
+                heapq.heappush(ev, (rtime[a], np.int64(_REFRESH), a, b))
+            continue
+        if kind == _ARRIVE:
+            f, h = a // H, a % H
+            port, pr = path[f, h], prio[f]
+            s = port * NP + pr
+            arr[f, h] = t
+            qat[f, h] = qbytes[s]
+            if tail[s] >= 0:
+                nxt[tail[s]] = a
+            else:
+                head[s] = a
+            tail[s] = a
+            qbytes[s] += fbytes[f]
+            if is_switch[port] and pausable[pr] and h > 0 and qbytes[s] > xoff:
+                up = path[f, h - 1]
+                u = up * NP + pr
+                if until[u] <= t + lat[f, h - 1]:  # not while a PAUSE still holds it (REFRESH does)
+                    start, w = _slot(t, rev[up], gbps[up], busy, gbps, pause_bytes, ev)
+                    t_up = start + w + lat[f, h - 1]
+                    quanta = _quanta(qbytes[s], xon, gbps[port], gbps[up], qmax)
+                    block = -(-quanta * QUANTUM_BITS // gbps[up])
+                    until[u], owner[u], lat_back[u], lead[u] = t_up + block, s, lat[f, h - 1], w + lat[f, h - 1]
+                    node_u.append(u)
+                    node_next.append(held_by[s])
+                    held_by[s] = len(node_u) - 1
+                    rtime[u] = max(t + 1, until[u] - lead[u])
+                    pz.append((port, up, pr, t, t_up, quanta, block, f, np.int64(_ARRIVE), start, rev[up]))
+                    heapq.heappush(ev, (t_up, np.int64(_PAUSE), u, t_up + block))
+                    heapq.heappush(ev, (rtime[u], np.int64(_REFRESH), u, s))
+            port_try = port
+        else:
+            port_try = a
+        # the port sends if it is free and some priority not paused has a frame
+        if busy[port_try] > t:
+            continue
+        best, best_t = -1, np.int64(1 << 62)
+        for pr in range(NP):
+            s = port_try * NP + pr
+            e = head[s]
+            if e < 0:
+                continue
+            if paused[s] > t:               # its TRY comes when the pause runs out
+                continue
+            ta = arr[e // H, e % H]
+            if ta < best_t or (ta == best_t and e < best):
+                best, best_t = e, ta
+        if best < 0:
+            continue
+        f, h = best // H, best % H
+        s = port_try * NP + prio[f]
+        head[s] = nxt[best]
+        if head[s] < 0:
+            tail[s] = -1
+        qbytes[s] -= fbytes[f]
+        dep[f, h] = t
+        busy[port_try] = t + wire[f, h]
+        heapq.heappush(ev, (busy[port_try], np.int64(_TRY), port_try, np.int64(0)))
+        if h + 1 < H and path[f, h + 1] >= 0:
+            heapq.heappush(ev, (t + lat[f, h], np.int64(_ARRIVE), best + 1, np.int64(0)))
+        elif p_ptr[f + 1] > p_ptr[f] or a_ptr[f + 1] > a_ptr[f]:
+            heapq.heappush(ev, (t + lat[f, h] + wire[f, h], np.int64(_DONE), f * H, np.int64(0)))
+        if qbytes[s] <= xon < qbytes[s] + fbytes[f]:
+            # down to Xon: XON (a PFC frame with quanta 0) to every port this queue still holds
+            # (after the frame that just started, if it goes out by the same port)
+            i = held_by[s]
+            while i >= 0:
+                u = node_u[i]
+                if owner[u] == s and until[u] > t + lead[u]:
+                    up = u // NP
+                    start, w = _slot(t, rev[up], gbps[up], busy, gbps, pause_bytes, ev)
+                    t_up = start + w + lat_back[u]
+                    until[u], owner[u] = t_up, -1
+                    pz.append((port_try, up, u % NP, t, t_up, np.int64(0), np.int64(0), np.int64(-1),
+                               np.int64(_XON), start, rev[up]))
+                    heapq.heappush(ev, (t_up, np.int64(_PAUSE), u, t_up))
+                i = node_next[i]
+            held_by[s] = -1
+    res = np.zeros((len(pz), 11), np.int64)
+    for i in range(len(pz)):
+        for c in range(11):
+            res[i, c] = pz[i][c]
+    return dep, qat, res, rel
+
+
+@dataclass
+class PlanPass:
+    """forward() over a scheduled plan's frames (from_plan): ports 0 .. nic_ports - 1 are NIC
+    ports (schedule.ports' numbering), nic_ports + d the egress port of link direction d."""
+    res: PassResult
+    path: np.ndarray
+    wire_ns: np.ndarray
+    ready_ns: np.ndarray      # when the schedule sends it (res.ready_ns: when the pass did)
+    frame_bytes: np.ndarray   # with FCS
+    port_gbps: np.ndarray
+    nic_ports: int
+    g: np.ndarray             # per frame: global data packet number, -1 for a control frame
+    k: np.ndarray             # per frame: control frame index, -1 for a data packet
+    qp: np.ndarray            # per frame: its QP direction (data: the QP pair; control frames: -1)
+
+
+def from_plan(p, network) -> PlanPass:
+    """Every frame of the scheduled plan p, ready at its NIC port when the schedule sends it,
+    through its route's switch egress ports in one pass with PFC (network.pfc_xoff_bytes, ...).
+    What the schedule made wait keeps waiting, with the schedule's slack (schedule.schedule's fixed
+    point): an ACK of data and a CNP for their packet's arrival, an ACK of a CTS and a message's
+    first packet for the CTS's; a QP's packets follow each other at the schedule's distance."""
+    from .schedule import arrival, ports
+    from .plan import ACK_CTS, ACK_DATA, CNP, CTS
+    from .pfc import PAUSE_FRAME_BYTES, xoff_xon
+    from .plan import DATA, wire_ns
+    from .roce import WIRE_OVERHEAD_BYTES
+    from .queue_marks import FCS_BYTES, expand_segs, control_pcp, data_bytes, frame_pcp
+    m_port_tx, _, k_port_tx, _ = ports(p)
+    _, m, k, t = expand_segs(p, p.tx)
+    K = len(p.k_kind)
+    route = np.r_[p.c_route[p.m_conn[m]], p.k_route]
+    fb = np.r_[data_bytes(p, m, k), p.k_frame + FCS_BYTES]
+    nic = np.r_[m_port_tx[m], k_port_tx]
+    NP = int(max(nic.max(initial=0), 0)) + 1
+    links = (route >= 0).sum(axis=1)
+    H = route.shape[1]
+    h = np.arange(H)[None, :]
+    on = h < links[:, None]
+    path = np.where(on, np.where(h == 0, nic[:, None], NP + route), -1)
+    gbps_of = np.where(on & (h > 0), p.link_gbps[np.maximum(route, 0) >> 1], p.line_gbps)
+    wire = np.where(on, wire_ns(fb[:, None] - FCS_BYTES, gbps_of), 0)
+    lat = np.where(on, p.link_lat[np.maximum(route, 0) >> 1], 0)
+    port_gbps = np.r_[np.full(NP, p.line_gbps, np.int64), np.repeat(p.link_gbps, 2)]
+    prio = np.r_[frame_pcp(p, DATA, m), control_pcp(p, np.arange(K))]
+    ready = np.r_[t, p.k_tx_ns]
+    xoff, xon = xoff_xon(network)
+    # PFC frames towards a NIC port go out by its leaf's port to it, towards a switch port by the
+    # other direction of its link
+    rev = np.r_[np.full(NP, -1, np.int64), NP + (np.arange(2 * len(p.link_gbps)) ^ 1)]
+    rev[nic] = NP + (route[:, 0] ^ 1)
+    # waits: frame indices (data: g -> row; control frame k: row n_data + k)
+    nd = len(m)
+    row_of_g = np.full(int(p.m_pkt0[-1] + p.m_npk[-1]) if len(p.m_pkt0) else 0, -1, np.int64)
+    row_of_g[p.m_pkt0[m] + k] = np.arange(nd)
+    after, slack = np.full(nd + K, -1, np.int64), np.zeros(nd + K, np.int64)
+    kind = p.k_kind
+    cts_k = np.flatnonzero(kind == CTS)
+    cts_of_msg = np.full(p.n_msgs, -1, np.int64)
+    cts_of_msg[p.k_msg[cts_k]] = cts_k
+    cts_done = p.k_rx_ns + p.k_wire_ns                  # a control frame fully at its NIC (schedule)
+    on_pkt = np.flatnonzero((kind == ACK_DATA) | (kind == CNP))
+    am, aj = p.k_msg[on_pkt], p.k_pkt[on_pkt]
+    after[nd + on_pkt] = row_of_g[p.m_pkt0[am] + aj]
+    slack[nd + on_pkt] = p.k_tx_ns[on_pkt] - (arrival(p, p.rx, am, aj) + p.line_wire.span(p.m_npk[am], am, aj, aj + 1))
+    on_cts = np.flatnonzero((kind == ACK_CTS) & (cts_of_msg[p.k_msg] >= 0))
+    c = cts_of_msg[p.k_msg[on_cts]]
+    after[nd + on_cts], slack[nd + on_cts] = nd + c, p.k_tx_ns[on_cts] - cts_done[c]
+    first = np.flatnonzero((k == 0) & (cts_of_msg[m] >= 0))
+    c = cts_of_msg[m[first]]
+    after[first], slack[first] = nd + c, t[first] - cts_done[c]
+    slack = np.maximum(slack, 0)
+    prev = np.full(nd + K, -1, np.int64)
+    o = np.lexsort((np.arange(nd), t, p.m_conn[m]))     # per QP pair, in the order they leave
+    same = np.r_[False, p.m_conn[m][o][1:] == p.m_conn[m][o][:-1]]
+    prev[o[same]] = o[np.flatnonzero(same) - 1]
+    res = forward(path, wire, lat, ready, prio, fb, port_gbps, np.arange(len(port_gbps)) >= NP,
+                  np.arange(8) == p.out.pcp, xoff, xon, network.pfc_pause_quanta,
+                  PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, after, slack, prev)
+    g = np.r_[p.m_pkt0[m] + k, np.full(K, -1, np.int64)]
+    return PlanPass(res, path, wire, ready, fb, port_gbps, NP, g, np.r_[np.full(len(m), -1, np.int64), np.arange(K)],
+                    np.r_[p.m_conn[m], np.full(K, -1, np.int64)])
+
+
+
+def segs_at(p, pp: PlanPass, h: int, w=None):
+    """The data packets' departures at path position h of a from_plan pass (0: their NIC port, h:
+    the egress port of route link h) as the plan's Segs - runs of consecutive packets of one
+    message that leave back to back at spacing w (a PerPacket; None: the plan's p.wire) - the form
+    the schedule and the views read (plan.Segs), so the pass's times can replace theirs without a
+    per-packet representation past this point. A pause (or a frame of another QP in between)
+    breaks a run; a packet not on position h of its route is left out."""
+    rows = np.flatnonzero((pp.g >= 0) & (pp.path[:, h] >= 0))
+    return _runs(p, pp.g[rows], pp.res.depart_ns[rows, h], w)
+
+
+def rx_segs(p, pp: PlanPass, w=None):
+    """The data packets' arrivals (first bit) at their receiving NIC - the departure at the last
+    port of the path plus that link's latency - as Segs runs at spacing w (see segs_at)."""
+    rows = np.flatnonzero(pp.g >= 0)
+    last = (pp.path[rows] >= 0).sum(axis=1) - 1
+    route = p.c_route[p.m_conn[np.searchsorted(p.m_pkt0, pp.g[rows], "right") - 1], last]
+    return _runs(p, pp.g[rows], pp.res.depart_ns[rows, last] + p.link_lat[route >> 1], w)
+
+
+def _runs(p, g, t, w):
+    """Packets g (global numbers) at times t as Segs: a run ends where the message changes, a
+    packet is missing or the next one does not follow back to back at spacing w."""
+    from .plan import Segs
+    w = w or p.wire
+    m = np.searchsorted(p.m_pkt0, g, "right") - 1
+    k = g - p.m_pkt0[m]
+    o = np.lexsort((k, m))
+    m, k, t = m[o], k[o], np.asarray(t, np.int64)[o]
+    if not len(m):
+        z = np.zeros(0, np.int64)
+        return Segs(z, z, z, z, None, None if w is p.wire else w)
+    gap = w.span(p.m_npk[m[:-1]], m[:-1], k[:-1], k[:-1] + 1)
+    start = np.r_[True, (m[1:] != m[:-1]) | (k[1:] != k[:-1] + 1) | (t[1:] != t[:-1] + gap)]
+    s = np.flatnonzero(start)
+    kb = np.r_[k[s[1:] - 1], k[-1]] + 1
+    return Segs(m[s].astype(np.int64), k[s].astype(np.int64), kb.astype(np.int64), t[s].astype(np.int64),
+                None, None if w is p.wire else w)
+
+
+def hops_from_pass(p, pp: PlanPass) -> list:
+    """The pass's departures on the switch-to-switch links (route positions 1 .. links - 2) as
+    hops.Hop per link layer (hops.link_layers; route positions where the fabric does not layer),
+    the form the switch views read (p.hops): data as Segs runs at each link's own rate (the pass
+    sends every frame at its port's rate; it keeps no slowest-link spacing), control frames one
+    time each (-1 where a frame does not leave a link of that layer)."""
+    from .hops import Hop, link_layers, spacing
+    layer = link_layers([p.c_route, p.c_rroute, p.k_route], 2 * len(p.link_gbps))
+    links = (pp.path >= 0).sum(axis=1)
+    K = len(p.k_kind)
+    h = np.arange(pp.path.shape[1])[None, :]
+    f, pos = np.nonzero((h >= 1) & (h <= links[:, None] - 2))
+    d = pp.path[f, pos] - pp.nic_ports                   # link direction
+    lv = layer[d] if layer is not None else pos - 1
+    out = []
+    for v in range(int(lv.max()) + 1 if len(lv) else 0):
+        on = lv == v
+        data = on & (pp.g[f] >= 0)
+        fd, pd, dd = f[data], pos[data], d[data]
+        m = np.searchsorted(p.m_pkt0, pp.g[fd], "right") - 1
+        gbps = np.full(p.n_msgs, p.line_gbps, np.int64)
+        gbps[m] = p.link_gbps[dd >> 1]                    # a message crosses one link per layer
+        segs = _runs(p, pp.g[fd], pp.res.depart_ns[fd, pd], spacing(p, gbps))
+        m_pos = np.zeros(p.n_msgs, np.int64)
+        m_pos[m] = pd
+        spos = m_pos[segs.msg]
+        ctl = on & (pp.k[f] >= 0)
+        fk, pk = f[ctl], pos[ctl]
+        k_t, k_port, k_pos = (np.full(K, -1, np.int64) for _ in range(3))
+        kk = pp.k[fk]
+        k_t[kk], k_port[kk], k_pos[kk] = pp.res.depart_ns[fk, pk], d[ctl], pk
+        out.append(Hop(segs, p.c_route[p.m_conn[segs.msg], spos], spos, k_t, k_port, k_pos))
+    return out
+
+
+def control_times(p, pp: PlanPass):
+    """Per control frame (plan order): when it leaves its NIC port and when its first bit reaches
+    the other NIC (the last port's departure + that link's latency) in the pass - what
+    schedule.schedule sets as p.k_tx_ns and p.k_rx_ns."""
+    K = len(p.k_kind)
+    rows = np.full(K, -1, np.int64)
+    rows[pp.k[pp.k >= 0]] = np.flatnonzero(pp.k >= 0)
+    last = (pp.path[rows] >= 0).sum(axis=1) - 1
+    lat = p.link_lat[p.k_route[np.arange(K), last] >> 1]
+    return pp.res.depart_ns[rows, 0], pp.res.depart_ns[rows, last] + lat
