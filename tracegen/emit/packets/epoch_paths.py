@@ -17,11 +17,17 @@ rehashes the ECMP group and RoCE's go-back-N resends the lost PSNs from the last
 no frame is ever drawn on a link while it is down. A message whose frames would cross its route's
 link after that link went down (it started before the instant, or queued across it) takes, as a
 whole, the route of the epoch in which its first frame would have met the link down - as if the
-switch had rehashed it one message time early (a few µs at most at 400 Gb/s: its frames before
-the instant run on the new route, which is up then too unless another link came back at that very
-instant). The check is on the times the frames leave each switch link's egress (hops.py), and is
+switch had rehashed it up to one message time early (a message paced by the schedule may take
+tens of µs: its frames before the instant run on the new route, which is up then too unless
+another link came back at that very instant). The check is on the times the frames leave each switch link's egress (hops.py), and is
 repeated until no frame of the schedule is on a link down (at most MOVE_ROUNDS; what is still left
-is counted in EpochPaths.on_down, which the tests require to be 0).
+is counted in EpochPaths.on_down; tests/test_scenario_epoch_views.py finds no frame on a link
+while down in the captures). A QP's frames reach its receiver in the order they left (through).
+
+The plan's nominal flight times (plan_build: m_flight_ns, a CTS's way back) stay those of the t=0
+routes - equal in up-down fabrics, where every path between two leaves has as many links. The
+tables are kept once per distinct set of routes (a flap alternates two): QP pairs x width x 8 B
+each, three kinds.
 """
 from __future__ import annotations
 
