@@ -561,13 +561,13 @@ MUTATIONS = [
      'per_op = 2 * n              # per sender',
      'per_op = t              # per sender'),
     # --- tracegen/timing/work.py (the work estimate)
-    ('work-ring-allreduce-one-pass', 'tracegen/timing/work.py',
-     'rows = _pieces(elems, ch * n, chunk) * 2 * (n - 1)',
-     'rows = _pieces(elems, ch * n, chunk) * (n - 1)'),
+    ('work-ring-allreduce-one-pass', 'tracegen/timing/work_templates.py',
+     'rows = pieces(elems, ch * n, chunk) * 2 * (n - 1)',
+     'rows = pieces(elems, ch * n, chunk) * (n - 1)'),
     ('work-messages-not-counted', 'tracegen/timing/work.py',
      'return (self.transfers + OP_UNITS * self.ops + self.messages * BYTES_PER_MESSAGE // BYTES_PER_UNIT',
      'return (self.transfers + OP_UNITS * self.ops'),
-    ('work-a2a-one-block-per-pair', 'tracegen/timing/work.py',
+    ('work-a2a-one-block-per-pair', 'tracegen/timing/work_templates.py',
      'rows = n * (n - 1) * min(ch, -(-elems // n))',
      'rows = n * (n - 1)'),
     # --- tracegen/emit/packets/plan.py
