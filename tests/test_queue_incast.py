@@ -29,7 +29,8 @@ from queue_replay import FCS, Row, frames, judge_pauses, pauses, replay
 from tracegen.cli import main
 from wire_check import Stats, check_wire, tags
 
-KMAX, PMAX = 300_000, 0.2       # a ramp over most of the incast queue's range
+KMAX, PMAX = 200_000, 0.2       # a ramp over most of the incast queue's range (PFC holds it near
+                                # Xoff + the headroom of its 8 ingresses: ~260 KB)
 XOFF, RESUME = 150_000, 3072
 LAT = 1000                     # the scenario's fabric.link_latency_ns below
 R = Row
@@ -122,9 +123,11 @@ def test_pauses_only_above_xoff_in_their_slot(runs):
     quanta to drain to Xon; the NIC waits; no arrival above Xoff goes without a pause."""
     out = runs[20_000]
     rows, leaf_mac = replay(out, lat=LAT)
-    n, at_nics, _ = judge_pauses(out, rows, leaf_mac, LAT, _rates(out), XOFF, XOFF - RESUME)
+    n, at_nics, _, kinds = judge_pauses(out, rows, leaf_mac, LAT, _rates(out), XOFF, XOFF - RESUME)
     assert n > 10 and at_nics == n, (n, at_nics)
-    print(f"\n{n} PAUSE frames judged, {at_nics} after leaf0's port to the receiving NIC went above Xoff")
+    assert kinds["xon"] > 0 and kinds["pause"] == n, kinds
+    print(f"\n{n} PAUSE frames judged, {at_nics} after leaf0's port to the receiving NIC went above Xoff; "
+          f"PFC frames {dict(kinds)}")
 
 
 def test_incast_views_are_clean(runs):
@@ -210,15 +213,30 @@ def test_merged_views_hold_the_pauses(runs, tmp_path):
 def test_spine_ports_towards_the_leaf_mark_by_their_queue(tmp_path):
     """The same incast in spine0's switch view: spine0's port towards leaf0 (where two leaves'
     uplinks meet) marks by its own replayed queue (no CE set there at or below Kmin, every data
-    packet above Kmax CE) - a switch-to-switch egress port like the leaf's uplinks."""
+    packet above Kmax CE) - a switch-to-switch egress port like the leaf's uplinks; spine0's PFC
+    frames judged from its captures (queue_replay.judge_pauses) and counted in port_counters (sent
+    and received, by source MAC)."""
     kmin = 20_000
     out = _run(tmp_path / "spine", kmin, "switch: spine0")
-    rows, _ = replay(out, leaf="spine0", lat=LAT)
+    rows, mac = replay(out, leaf="spine0", lat=LAT)
     data = [r for r in rows if r[R.FILE] == "spine0-leaf0" and r[R.DATA]]
     here = [r for r in data if r[R.CE] and not r[R.CE_UP]]
     assert len(data) > 500 and len(here) > 10, (len(data), len(here))
     assert max(r[R.QUEUE] for r in data) > kmin
     assert not [r for r in here if r[R.QUEUE] <= kmin]
     assert not [r for r in data if r[R.QUEUE] > KMAX and not r[R.CE]]
+    # PFC between switches, from spine0's captures: spine0's PAUSEs to the leaf uplinks feeding its
+    # port to leaf0 only above Xoff (the cascade), leaf0's PAUSEs to spine0 hold spine0's port
+    n, _, _, kinds = judge_pauses(out, rows, mac, LAT, _rates(out), XOFF, XOFF - RESUME, leaf="spine0")
+    assert n > 0 and kinds["pause_rx"] > 0, kinds
+    # port_counters: PFC frames spine0 sent and received per port, by source MAC
+    want = defaultdict(lambda: [0, 0])
+    for f in sorted((out / "pcap").glob("spine0-*")):
+        for t, c, q, src in pauses(f):
+            want[f.stem, c][0 if src == mac else 1] += 1
+    with open(out / "port_counters.csv") as fh:
+        got = {(r["port"], int(r["priority"])): [int(r["pfc_pause_tx"]), int(r["pfc_pause_rx"])]
+               for r in csv.DictReader(fh) if int(r["pfc_pause_tx"]) or int(r["pfc_pause_rx"])}
+    assert got == dict(want)
     print(f"\nspine0 -> leaf0: {len(data)} data frames, {len(here)} CE set there, "
-          f"max queue {max(r[R.QUEUE] for r in data)} B")
+          f"max queue {max(r[R.QUEUE] for r in data)} B; spine0's PFC frames {dict(kinds)}")

@@ -242,19 +242,19 @@ def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
     frame above Xoff at the port that sent it, the leaf's port to the receiving NIC pauses spine
     ports, no frame leaves a paused port, each QP's data in PSN order on every port, the receiver's
     port queue within Xoff + its ingresses' headroom."""
+    import copy
     from test_queue_incast import _run
-    from tracegen.emit.packets import pacing, pfc_pass
+    from tracegen.emit.packets import pfc_pass
     plans = []
-    real = pacing.prepare
+    real = pfc_pass.from_plan
 
-    def keep(*a, **kw):
-        p = real(*a, **kw)
-        plans.append((p, kw.get("network")))
-        return p
-    monkeypatch.setattr(pacing, "prepare", keep)
+    def keep(p, network):
+        plans.append((copy.copy(p), network))     # the schedule the pass starts from (queue_rounds)
+        return real(p, network)
+    monkeypatch.setattr(pfc_pass, "from_plan", keep)
     _run(tmp_path / "incast", 20_000)
-    p, network = next((p, n) for p, n in plans if p is not None and p.tx is not None and len(p.m_conn) >= 15)
-    pp = pfc_pass.from_plan(p, network)
+    p, network = [(p, n) for p, n in plans if len(p.m_conn) >= 15][-1]     # the written trace's round
+    pp = real(p, network)
     r, path = pp.res, pp.path
     dep = r.depart_ns
     lat = np.where(path >= 0, p.link_lat[np.maximum(path - pp.nic_ports, 0) >> 1], 0)
@@ -350,7 +350,7 @@ def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
     peak = max(q[f, h] + int(fb[f]) for f, h in zip(*np.nonzero(path == rx)))
     assert peak <= bound, (peak, bound)
     # without PFC the same frames queue deeper there (own FIFO replay of the unpaused pass)
-    free = pfc_pass.from_plan(p, replace(network, pfc_xoff_bytes=1 << 40, pfc_resume_offset_bytes=0))
+    free = real(p, replace(network, pfc_xoff_bytes=1 << 40, pfc_resume_offset_bytes=0))
     assert not len(free.res.pause_to)
     fd = free.res.depart_ns
     fa = np.where(path[:, 1:] >= 0, fd[:, :-1] + lat[:, :-1], -1)

@@ -321,6 +321,8 @@ class PlanPass:
     g: np.ndarray             # per frame: global data packet number, -1 for a control frame
     k: np.ndarray             # per frame: control frame index, -1 for a data packet
     qp: np.ndarray            # per frame: its QP direction (data: the QP pair; control frames: -1)
+    lat_ns: np.ndarray        # [n, H]: latency of the link each port of its path sends on
+    prio: np.ndarray          # per frame: its 802.1p priority
 
 
 def from_plan(p, network) -> PlanPass:
@@ -347,10 +349,11 @@ def from_plan(p, network) -> PlanPass:
     h = np.arange(H)[None, :]
     on = h < links[:, None]
     path = np.where(on, np.where(h == 0, nic[:, None], NP + route), -1)
-    gbps_of = np.where(on & (h > 0), p.link_gbps[np.maximum(route, 0) >> 1], p.line_gbps)
+    # switch link rates at t = 0 (plan.link_gbps_at: the pass holds one rate per port, one epoch)
+    gbps_of = np.where(on & (h > 0), p.link_gbps_at(np.maximum(route, 0), 0), p.line_gbps)
     wire = np.where(on, wire_ns(fb[:, None] - FCS_BYTES, gbps_of), 0)
     lat = np.where(on, p.link_lat[np.maximum(route, 0) >> 1], 0)
-    port_gbps = np.r_[np.full(NP, p.line_gbps, np.int64), np.repeat(p.link_gbps, 2)]
+    port_gbps = np.r_[np.full(NP, p.line_gbps, np.int64), p.link_gbps_at(np.arange(2 * len(p.link_gbps)), 0)]
     prio = np.r_[frame_pcp(p, DATA, m), control_pcp(p, np.arange(K))]
     ready = np.r_[t, p.k_tx_ns]
     xoff, xon = xoff_xon(network)
@@ -388,7 +391,7 @@ def from_plan(p, network) -> PlanPass:
                   PAUSE_FRAME_BYTES + WIRE_OVERHEAD_BYTES, rev, after, slack, prev)
     g = np.r_[p.m_pkt0[m] + k, np.full(K, -1, np.int64)]
     return PlanPass(res, path, wire, ready, fb, port_gbps, NP, g, np.r_[np.full(len(m), -1, np.int64), np.arange(K)],
-                    np.r_[p.m_conn[m], np.full(K, -1, np.int64)])
+                    np.r_[p.m_conn[m], np.full(K, -1, np.int64)], lat, prio)
 
 
 

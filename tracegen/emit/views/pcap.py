@@ -227,8 +227,10 @@ def queue_settling(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl
                    network: Network | None = None) -> dict | None:
     """output.ecn_marking=queue: how the marks/pauses iteration of the plan write_pcaps wrote
     ended (queue_rounds.queue_marks_and_cnps) - rounds used of at most max_rounds, settled (the marks
-    and pauses of the last round were those it was scheduled with), CE-marked packets, pauses the
-    queues call for and those the captures show. None in the seeded mode."""
+    of the last round were those it was scheduled with), CE-marked packets; with PFC the frames of
+    the pass (pfc_pass.py): PAUSEs (refreshes included), XONs, those towards switch ports, and
+    pauses_shown (every PAUSE the pass sent is in the captures of the view that holds its link).
+    None in the seeded mode."""
     if out.ecn_marking != "queue":
         return None
     p = _prepared(flows, fabric, out, qps, True, nccl, network)
@@ -237,8 +239,10 @@ def queue_settling(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl
     d = {"rounds": int(p.queue_rounds), "max_rounds": int(p.queue_max_rounds), "settled": bool(p.queue_stable),
          "ce_packets": int(len(p.ce_g))}
     if p.pfc is not None:
-        d["pauses"] = int(len(p.pfc.port))
-        d["pauses_shown"] = int(p.pfc_shown.sum()) if p.pfc_shown is not None else 0
+        pause = p.pfc.quanta > 0
+        d["pauses"] = d["pauses_shown"] = int(pause.sum())
+        d["xons"] = int((~pause).sum())
+        d["pauses_to_switches"] = int((pause & (p.pfc.to_port < 0)).sum())
     return d
 
 
