@@ -9,7 +9,7 @@ decides each departure once, from what already happened - consistent by construc
 earlier attempt (silences of switch ports recomputed from the last schedule's queues, round
 after round) never settled on the 15:1 incast.
 
-Model (the rules of pfc.py, at every switch egress port): each frame has a path of egress ports
+Model (at every switch egress port): each frame has a path of egress ports
 (its NIC port first, then the switch ports it leaves by); it reaches port h + 1 one link latency
 after it started on port h (cut-through). Each port keeps one FIFO per 802.1p priority; when the
 port is free it sends, of the priorities not paused, the head that arrived first (one FIFO across
@@ -36,14 +36,13 @@ A frame may wait for another (forward's after / prev): an ACK is released when i
 fully arrived, plus the slack the schedule gave it - so held frames delay what answers them, in
 the same pass.
 
-Not yet wired into the schedule and the captures (issue 24): the views would take each frame's
-departures from here - a NIC view its NIC port's (depart_ns[:, 0]: a NIC's capture moves only by
-the pauses it receives, which it shows), a switch view its own ports' - so every view reads the
-same per-frame times; CE marks would come from queue_bytes, and the PFC frames towards switch
-ports (pause_slot_port/ns) would be written on those links' files and counted in port_counters.
-segs_at, rx_segs, hops_from_pass and control_times already give the departures at a path position, the arrivals at the
-receiving NIC, the switch links per layer and the control frames' NIC times in the plan's forms
-(what schedule.schedule sets: p.tx, p.rx, p.hops, p.k_tx_ns, p.k_rx_ns).
+Wired (issue 24): with output.ecn_marking=queue and network.pfc, every mark round of
+queue_rounds.queue_marks_and_cnps runs the schedule's frames through from_plan and the trace takes
+its times from here (queue_rounds.apply_pass, through segs_at, rx_segs, hops_from_pass and
+control_times: a NIC view its NIC port's departures and arrivals, a switch view its own ports'),
+CE marks from queue_bytes (queue_rounds.pass_frames), the PFC frames (pfc.PfcFrames) on the NICs'
+and the switch links' files and in port_counters. Rates: one per port, the links' at t = 0
+(Plan.link_gbps_at): a scenario whose link rates change mid-run is not modelled here.
 
 Per frame and hop arrays: memory is proportional to the packets times the path length.
 """
