@@ -1048,7 +1048,7 @@ ALSO_RELATED = {
     "tracegen/emit/packets/plan.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/plan_build.py": ["tests/test_pcap_wire.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/rate_curve.py": ["tests/test_pacing_trajectory.py", "tests/test_pcap.py"],
-    "tracegen/emit/views/files.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py"],
+    "tracegen/emit/views/files.py": ["tests/test_switch_views.py", "tests/test_pcap_views.py", "tests/test_queue_incast.py"],
     "tracegen/timing/fluid.py": ["tests/test_judge_fluid.py"],
     "tracegen/timing/alltoall_agg.py": ["tests/test_moe_scale.py"],
     "tracegen/timing/epochs.py": ["tests/test_scenario_timed_events.py"],

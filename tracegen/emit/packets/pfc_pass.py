@@ -339,7 +339,7 @@ def from_plan(p, network) -> PlanPass:
     m_port_tx, _, k_port_tx, _ = ports(p)
     _, m, k, t = expand_segs(p, p.tx)
     K = len(p.k_kind)
-    route = np.r_[p.c_route[p.m_conn[m]], p.k_route]
+    route = np.r_[p.m_route[m], p.k_route]
     fb = np.r_[data_bytes(p, m, k), p.k_frame + FCS_BYTES]
     nic = np.r_[m_port_tx[m], k_port_tx]
     NP = int(max(nic.max(initial=0), 0)) + 1
@@ -410,7 +410,7 @@ def rx_segs(p, pp: PlanPass, w=None):
     port of the path plus that link's latency - as Segs runs at spacing w (see segs_at)."""
     rows = np.flatnonzero(pp.g >= 0)
     last = (pp.path[rows] >= 0).sum(axis=1) - 1
-    route = p.c_route[p.m_conn[np.searchsorted(p.m_pkt0, pp.g[rows], "right") - 1], last]
+    route = p.m_route[np.searchsorted(p.m_pkt0, pp.g[rows], "right") - 1, last]
     return _runs(p, pp.g[rows], pp.res.depart_ns[rows, last] + p.link_lat[route >> 1], w)
 
 
@@ -441,7 +441,7 @@ def hops_from_pass(p, pp: PlanPass) -> list:
     sends every frame at its port's rate; it keeps no slowest-link spacing), control frames one
     time each (-1 where a frame does not leave a link of that layer)."""
     from .hops import Hop, link_layers, spacing
-    layer = link_layers([p.c_route, p.c_rroute, p.k_route], 2 * len(p.link_gbps))
+    layer = link_layers([p.c_route, p.m_route, p.c_rroute, p.k_route], 2 * len(p.link_gbps))   # as hops.through
     links = (pp.path >= 0).sum(axis=1)
     K = len(p.k_kind)
     h = np.arange(pp.path.shape[1])[None, :]
@@ -465,7 +465,7 @@ def hops_from_pass(p, pp: PlanPass) -> list:
         k_t, k_port, k_pos = (np.full(K, -1, np.int64) for _ in range(3))
         kk = pp.k[fk]
         k_t[kk], k_port[kk], k_pos[kk] = pp.res.depart_ns[fk, pk], d[ctl], pk
-        out.append(Hop(segs, p.c_route[p.m_conn[segs.msg], spos], spos, k_t, k_port, k_pos))
+        out.append(Hop(segs, p.m_route[segs.msg, spos], spos, k_t, k_port, k_pos))
     return out
 
 
