@@ -142,10 +142,23 @@ def test_qpns_count_up_per_nic_in_the_documented_order(run2p):
             assert got == 0x100 + k, (nic, role, qp)
 
 
-def test_a_qps_plane_is_its_sender_qpn_mod_planes_everywhere(run2p):
+@pytest.fixture(scope="module")
+def run2p1q():
+    """The same on one QP per connection: a QP's two ends then often have QPNs of different
+    parity (with 2 QPs both ends' parity is the QP index), so sender and receiver QPN tell
+    different planes."""
+    from tracegen.config import load_job
+    return run_pipeline(load_job(sets=["fabric.planes=2", "nccl.qps_per_connection=1"]), emit=False)
+
+
+@pytest.mark.parametrize("which", ["run2p", "run2p1q"])
+def test_a_qps_plane_is_its_sender_qpn_mod_planes_everywhere(which, request):
     """A QP's plane is its sender QPN mod planes: its data leave on that plane's port, and the
     path ns-3 pins for it (Fabric.qp_paths) is the one the schedule timed."""
-    run = run2p
+    run = request.getfixturevalue(which)
+    if which == "run2p1q":                     # the case has power: the two ends disagree somewhere
+        c = run.flows.conns
+        assert (c.qpn_src % 2 != c.qpn_dst % 2).any()
     f, c = run.fabric, run.flows.conns
     lk = f.links
     first = c.route[:, 0]

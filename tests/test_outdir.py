@@ -211,6 +211,22 @@ def test_stale_temp_folders_of_killed_runs_are_cleaned_and_only_those(tmp_path):
     assert sorted(os.listdir(tmp_path)) == [".t.backup", ".t.tmp-live5678", ".t.tmp-mine", "t"]
 
 
+def test_a_temp_folder_of_this_very_process_is_a_leftover(tmp_path, monkeypatch):
+    """tracegen called in-process (a notebook, a test harness): a temp folder whose marker names
+    this process's pid was left by an earlier call that died here - one process writes one trace
+    at a time - so the next call removes it instead of taking it for a live run."""
+    from click.testing import CliRunner
+    from tracegen.cli import main
+    ours = tmp_path / ".t.tmp-self1234"
+    ours.mkdir()
+    (ours / MARKER).write_text(f"{os.getpid()}\n")
+    (ours / "flows.csv.part").write_bytes(b"\0" * 100)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["generate", *FAST, "-o", "t"])
+    assert res.exit_code == 0, res.output
+    assert sorted(os.listdir(tmp_path)) == ["t"]
+
+
 def test_plan_says_where_generate_would_write(tmp_path):
     user_project(tmp_path / "proj")
     env = {**ENV, "COLUMNS": "200"}

@@ -496,7 +496,8 @@ def test_snaplen_keeps_orig_len(tmp_path):
 
 
 @pytest.mark.parametrize("out", [Output(), Output(pmtu=1024, vlan=False), Output(ack_every=3),
-                                 Output(snaplen=100, ack_every=1), Output(snaplen=30)])
+                                 Output(snaplen=100, ack_every=1), Output(snaplen=30),
+                                 Output(time_window="0:5000")])       # most NICs' files empty: not written
 def test_estimate_is_exact(tmp_path, out):
     paths = write_pcaps(FLOWS, FABRIC, out, tmp_path)
     n_pkts = sum(len(read_pcap(p)[1]) for p in paths)

@@ -48,7 +48,9 @@ FILE_FABRIC = ("switches: {tor-a: 1, tor-b: 1, s0: 2, s.slow: 2}\n"     # uneven
 @pytest.mark.parametrize("fabric,switches,more", [
     ("fat-tree-k8", ["core0", "spine1"], []),
     ("fat-tree-k8", ["core3", "spine2"], ["fabric.ecmp_hash=qp"]),   # routed by the BTH DestQP
-    ("multi-plane-2", ["p1-spine0", "p1-leaf1"], ["fabric.nodes_per_leaf=4"]),   # DP, PP cross spines
+    # DP, PP cross spines; 2 QPs a connection, messages round-robin over them: a CTS goes on QP 0,
+    # so on QP 0's plane, whichever QP its message takes
+    ("multi-plane-2", ["p1-spine0", "p1-leaf1"], ["fabric.nodes_per_leaf=4", "nccl.qps_per_connection=2"]),
     ("file", ["s.slow", "tor-b"], [])])
 def test_switch_ports_hold_exactly_the_frames_routed_over_them(tmp_path, fabric, switches, more):
     if fabric == "file":

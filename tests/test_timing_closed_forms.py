@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -117,3 +119,23 @@ def test_nccl_tuning_rates_tree_at_0_78_of_ring_bus_bandwidth(nodes, local):
     bus_ring = 1 / (slope["ring"] * n / (2 * (n - 1)))
     bus_tree = 1 / (slope["tree"] * 0.5)
     assert bus_tree / bus_ring == pytest.approx(0.92 * 0.85, rel=1e-9)
+
+
+def test_store_and_forward_counts_each_switch_once_at_its_egress_rate():
+    """Beside a 4-link flow, a flow inside one leaf (2 links, one switch) pays ONE full frame of
+    store-and-forward, at the leaf's egress rate (its downlink to the receiver), and the 4-link
+    one three at its switches' egress rates: NIC links 8 Gb/s, leaf-spine 16 Gb/s, so
+      same leaf  end - start = wire + 2 L + P8
+      via spine  end - start = wire + 4 L + P16 (leaf -> spine) + P16 (spine -> leaf) + P8 (leaf -> NIC)."""
+    gbps, size = 8, 100_000
+    job = cluster_job(4, cluster={"nodes_per_leaf": 2, "nic_gbps": gbps})
+    job = dataclasses.replace(job, fabric=dataclasses.replace(job.fabric, leaf_spine_gbps=16))
+    flows, fabric = run_ops(job, [(P2P, [0, 1], size, 50_000, []), (P2P, [1, 2], size, 50_000, [])])
+    P8 = PMTU + packet_overhead()                  # ns at 8 Gb/s = bytes
+    P16 = -(-P8 // 2)
+    got = {}
+    for i in np.flatnonzero(flows.rows["link"] == LinkKind.NET):
+        row = flows.rows[i]
+        wire = int(net_wire_bytes(size, row["max_msg_bytes"], PMTU))
+        got[(int(row["src_rank"]), int(row["dst_rank"]))] = int(row["end_ns"] - row["start_ns"]) - wire
+    assert got == {(0, 1): 2 * L + P8, (1, 2): 4 * L + 2 * P16 + P8}, got

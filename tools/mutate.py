@@ -617,6 +617,9 @@ MUTATIONS = [
      '    if b[0] & 1:\n',
      '    if b[0] & 0x80:\n'),
     # --- tracegen/emit/views/pcap.py
+    ('causality-hides-late-acks', 'tracegen/emit/views/pcap.py',
+     'return {"late_frames": int(p.late), "late_acks": int(p.late_acks),',
+     'return {"late_frames": int(p.late), "late_acks": 0,'),
     ('pcap-estimate-sender-only', 'tracegen/emit/views/pcap.py',
      '(p.m_src, p.m_keep, p.m_npk, m_bytes), (p.m_dst, p.m_keep, p.m_npk, m_bytes),',
      '(p.m_src, p.m_keep, p.m_npk, m_bytes),'),
@@ -711,11 +714,16 @@ MUTATIONS = [
      'psn = (tm.psn[tid] + j - tm.j[tid]) & roce.PSN_MASK',
      'psn = (tm.psn[tid] + j) & roce.PSN_MASK'),
     # --- tracegen/emit/packets/addresses.py
-    ('addresses-last-link-off-by-one', 'tracegen/emit/packets/addresses.py',
-     'first, last = link == 0, link == hops - 1',
-     'first, last = link == 0, link == hops'),
+    # (was addresses-last-link-off-by-one: link == hops sends the last link through the routed
+    # branch, which gives the same two ends - an equivalent mutant, no test can catch it)
+    ('addresses-last-link-from-sender-leaf', 'tracegen/emit/packets/addresses.py',
+     'src = np.where(first, tx_nic, routes.port_leaf_node(fabric, rx_nic, plane))',
+     'src = np.where(first, tx_nic, routes.port_leaf_node(fabric, tx_nic, plane))'),
     # --- issue 25, second pass: two per emit / timing / config module that had fewer
     # --- tracegen/emit/bundle.py
+    ('bundle-late-frames-unsaid', 'tracegen/emit/bundle.py',
+     '            if causal["late_frames"]:',
+     '            if causal["late_frames"] < 0:'),
     ('bundle-wire-note-always', 'tracegen/emit/bundle.py',
      '    if not skipped or on_the_wire(run):\n',
      '    if not skipped:\n'),
@@ -1251,7 +1259,7 @@ def write_readme(rows: dict[str, str]) -> int:
     caught = sum(" | caught | " in ln for ln in lines)
     related = sum(ln.rstrip(" |").rsplit("|", 1)[-1].strip().startswith("related") for ln in lines)
     n = len(MUTATIONS)
-    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.0f} %); "
+    summary = (f"{caught} of the {len(lines)} mutations run caught ({100 * caught / max(1, len(lines)):.1f} %); "
                f"{n - len(lines)} of all {n} not run yet. "
                f"The last verdict of each: run `related` = `--related-only`, a PARTIAL run over only the "
                f"test files that name the mutated module ({related} rows); `suite` = the --tests given. "

@@ -246,6 +246,19 @@ def queue_settling(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl
     return d
 
 
+def frame_causality(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
+                    network: Network | None = None) -> dict | None:
+    """How causal the written frames are (schedule.schedule's last round; with PFC, pfc_pass keeps
+    what the schedule made wait waiting): frames stamped before what they wait for - an ACK before
+    its data arrived, a message before its CTS, a CTS before NCCL freed its slot. 0 on every job the suite judges; the fixed-point rounds are bounded, so a
+    big placed view could end with some: the user is told, not left to find them."""
+    p = _prepared(flows, fabric, out, qps, True, nccl, network)
+    if p is None or p.tx is None:
+        return None
+    return {"late_frames": int(p.late), "late_acks": int(p.late_acks),
+            "late_messages_or_cts": int(p.late - p.late_acks)}
+
+
 def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
                progress: Callable[[int], None] | None = None) -> tuple[Path, int]:
     """One capture file of the view, written whole (to .part, then renamed): (path, bytes)."""
