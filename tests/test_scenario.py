@@ -383,7 +383,7 @@ def test_two_jobs_interleaved_on_2to1_ns3_agrees_within_10_percent():
 
 def test_a_straggler_slows_its_tp_group_only(tmp_path):
     from tracegen.scenario.events import apply_stragglers, tp_group
-    from tracegen.scenario.spec import Event
+    from tracegen.scenario.spec_events import Event
     from tracegen.workload import build_commops
     write(tmp_path, "tp.yaml", "model: tiny\nparallelism: {dp: 2, tp: 2, pp: 1, micro_batch: 1, global_batch: 2}\n"
                                "cluster: {gpus_per_node: 2}\n")

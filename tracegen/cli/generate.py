@@ -182,9 +182,10 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
                     write_counters(COLUMNS, rows, tmp, table_formats(hw.output), sc.name)
             if hw.output.pictures:        # from the files just written, as `report DIR` draws them
                 from ..emit.pictures.scenario_plots import scenario_pictures
+                from ..scenario.saved import read_scenario_texts
                 with stages(quiet) as stage:
                     stage("pictures")
-                    for name, draw in scenario_pictures(report.read_scenario_texts(texts)).items():
+                    for name, draw in scenario_pictures(read_scenario_texts(texts)).items():
                         draw(tmp / name)
             if sim:
                 from ..emit.sims.ns3 import write_ns3

@@ -68,7 +68,7 @@ def _report_scenario(src: Path, trace_dir, out_dir, only, force) -> None:
     from ..config import show_path
     from ..emit.pictures.scenario_plots import PICTURES, scenario_pictures
     from ..output.put import check_put, put_files
-    from ..scenario.report import read_scenario_folder, saved_tables
+    from ..scenario.saved import read_scenario_folder, saved_tables
     from .common import print_tables
     wanted = list(PICTURES)
     if only:

@@ -20,18 +20,14 @@
         name: b                    # the job's name in the report (default: the job's name)
         dscp: 34                   # the job's traffic class on its RoCE frames (default output.dscp);
         pcp: 4                     #   pcp: its 802.1Q priority (needs output.vlan; default output.pcp)
-    events:                        # events.py
+    events:                        # spec_events.py, events.py
       - {type: down, switch: spine1}                  # from t=0 to the end
       - {type: down, link: leaf0-spine2, at_ns: 2000000, until_ns: 5000000}   # down in [at, until)
       - {type: degrade, link: leaf1-spine0, gbps: 100, at_ns: 1000000}       # from at_ns on
       - {type: flap, link: leaf0-spine1, at_ns: 1000000, down_ns: 200000, up_ns: 300000, count: 3}
       - {type: straggler, job: b, rank: 3, factor: 1.5}                      # from t=0 only
 
-Fabric events (down, degrade, flap) take `at_ns` (default 0) and `until_ns` (> at_ns; default:
-to the end of the run): the link or switch comes back up, the degraded link returns to its rate.
-A flap is `count` down intervals of `down_ns`, `up_ns` apart, from `at_ns`: it is expanded here
-into `count` down events (Event.at_ns/until_ns), so every consumer sees only down and degrade
-intervals.
+The `events:` list is read by spec_events.py (a flap is expanded there into its down intervals).
 
 Every job's cluster and fabric sections are replaced by the scenario's (the hardware is one), the
 job's `cluster.nodes` by what its parallelism needs; the job is then loaded and validated as a
@@ -42,7 +38,6 @@ line naming the key.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -52,21 +47,18 @@ from ..config import Job, check_field, job_from_dict, read_yaml_file, show, show
 from ..config.paths import rebase
 from ..config.presets import read_preset
 from ..errors import ConfigError
+from .spec_events import scenario_events
+from .spec_values import MAX_START_NS, choice, mapping, unknown_key
 
 TOP_KEYS = ("name", "description", "cluster", "fabric", "nodes", "placement", "seed", "ecmp_on_failure",
             "jobs", "events")
 JOB_KEYS = ("job", "preset", "pattern", "name", "start_ns", "iterations", "nodes", "ranks", "bytes", "gap_ns",
             "dscp", "pcp")
 PATTERN_ONLY = ("ranks", "bytes", "gap_ns")
-EVENT_KEYS = ("type", "at_ns", "until_ns", "link", "switch", "gbps", "down_ns", "up_ns", "count", "job", "rank",
-              "factor")
 PLACEMENTS = ("contiguous", "interleaved", "random", "explicit")
 ECMP_ON_FAILURE = ("rehash", "resilient")
-EVENT_TYPES = ("down", "degrade", "flap", "straggler")
 MAX_JOBS = 64
-MAX_EVENTS = 1024                  # events after flaps are expanded: each is 2 instants of the timeline
 MAX_NODES = 65_536
-MAX_START_NS = 10**15              # 11.6 days
 SAME_WIRE = ("pmtu", "vlan", "ip_version")   # output keys the schedule reads (packet sizes, routes)
 
 
@@ -80,28 +72,6 @@ class JobEntry:
     pattern: tuple | None = None   # a lab pattern (patterns.py): (kind, ranks, bytes, gap_ns)
     dscp: int | None = None        # the job's traffic class (None: output.dscp / output.pcp)
     pcp: int | None = None
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event. Fabric events are 'down' (link or switch) or 'degrade' (link at gbps) over
-    [at_ns, until_ns) (until_ns None: to the end of the run); a flap of the file is expanded into
-    its down events. A 'straggler' (job, rank, factor) holds from t=0."""
-    type: str
-    where: str                     # 'events[2]' (a flap's k-th down: 'events[2] (flap 2/3)'), for messages
-    link: str = ""
-    switch: str = ""
-    gbps: int = 0
-    job: int = -1                  # index into Scenario.jobs
-    rank: int = -1
-    factor: float = 1.0
-    at_ns: int = 0
-    until_ns: int | None = None
-
-    @property
-    def timed(self) -> bool:
-        """The event changes the fabric during the run (not only from t=0 to the end)."""
-        return self.at_ns > 0 or self.until_ns is not None
 
 
 @dataclass(frozen=True)
@@ -119,27 +89,6 @@ class Scenario:
     def hardware(self) -> Job:
         """The job whose cluster and fabric sections are the scenario's (every job has them)."""
         return self.jobs[0].job
-
-
-def unknown_key(where: str, key: Any, allowed) -> ConfigError:
-    text = key if isinstance(key, str) and key.isprintable() else show(key, 40)
-    close = difflib.get_close_matches(str(text)[:100], list(allowed), n=1)
-    hint = f"did you mean '{close[0]}'?" if close else "valid keys: " + ", ".join(allowed)
-    return ConfigError(f"unknown key '{where}{text}' — {hint}")
-
-
-def _mapping(value: Any, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {show(value)}")
-    return value
-
-
-def _choice(value: Any, where: str, choices) -> str:
-    check_field(where, value, str)
-    if value not in choices:
-        raise ConfigError(f"{where}: {show(value)} is not accepted — use one of "
-                          + ", ".join(repr(c) for c in choices))
-    return value
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -165,11 +114,11 @@ def _build(doc: dict, path: Path, shown: str) -> Scenario:
             raise ConfigError(f"name: {show(name)} — letters, digits, '.', '_', '-' (it names a folder)")
     if "description" in doc:
         check_field("description", doc["description"], str)
-    placement = _choice(doc.get("placement", "contiguous"), "placement", PLACEMENTS)
+    placement = choice(doc.get("placement", "contiguous"), "placement", PLACEMENTS)
     seed = check_field("seed", doc.get("seed", 0), int, 0, 2**32 - 1)
     if "seed" in doc and placement != "random":
         raise ConfigError(f"seed: has no effect with placement: {placement} — drop it or use placement: random")
-    ecmp = _choice(doc.get("ecmp_on_failure", "rehash"), "ecmp_on_failure", ECMP_ON_FAILURE)
+    ecmp = choice(doc.get("ecmp_on_failure", "rehash"), "ecmp_on_failure", ECMP_ON_FAILURE)
     jobs_doc = doc.get("jobs")
     if not isinstance(jobs_doc, list) or not jobs_doc:
         raise ConfigError(f"jobs: expected a list of jobs ({{job: FILE}} or {{preset: NAME}}), got {show(jobs_doc)}")
@@ -216,13 +165,7 @@ def _build(doc: dict, path: Path, shown: str) -> Scenario:
     if need > nodes:
         raise ConfigError(f"nodes: the jobs need {need} nodes ({' + '.join(str(j.job.nodes) for j in jobs)}), "
                           f"the scenario has {nodes} — raise nodes or drop a job")
-    events: list = []
-    for i, e in enumerate(_events_list(doc.get("events", []))):
-        events += _event(i, e, jobs)
-        if len(events) > MAX_EVENTS:
-            raise ConfigError(f"events: {len(events):,} events with the flaps expanded (a flap counts `count`) "
-                              f"by events[{i}]; at most {MAX_EVENTS} — lower the flaps' count")
-    events = tuple(events)
+    events = scenario_events(doc.get("events", []), jobs)
     return Scenario(name, str(path), jobs, int(nodes), placement, int(seed), ecmp, events)
 
 
@@ -230,7 +173,7 @@ def _job_entry(i: int, item: Any, base: Path, hardware: dict, explicit: bool) ->
     where = f"jobs[{i}]"
     if isinstance(item, str):
         raise ConfigError(f"{where}: {show(item)} — write {{job: {item}}} (a job file) or {{preset: {item}}}")
-    _mapping(item, where)
+    mapping(item, where)
     for key in item:
         if key not in JOB_KEYS:
             raise unknown_key(f"{where}.", key, JOB_KEYS)
@@ -245,7 +188,7 @@ def _job_entry(i: int, item: Any, base: Path, hardware: dict, explicit: bool) ->
                 raise ConfigError(f"{where}.{k}: only for a `pattern:` job (a job file or preset sizes itself)")
     if "pattern" in item:
         from .patterns import DEFAULT_BYTES, PATTERNS
-        kind = _choice(item["pattern"], f"{where}.pattern", PATTERNS)
+        kind = choice(item["pattern"], f"{where}.pattern", PATTERNS)
         if "ranks" not in item:
             raise ConfigError(f"{where}: pattern: {kind} needs `ranks:` (its GPUs, whole nodes)")
         ranks = check_field(f"{where}.ranks", item["ranks"], int, 2, 4096)
@@ -373,81 +316,3 @@ def _check_class(jobs: tuple) -> None:
         if e.pcp is not None and not e.job.output.vlan:
             raise ConfigError(f"jobs[{i}].pcp: {e.pcp} but output.vlan is false (no 802.1Q tag to carry it) — "
                               f"set output.vlan: true in the jobs' files or drop jobs[{i}].pcp")
-
-
-def _events_list(value: Any) -> list:
-    if not isinstance(value, list):
-        raise ConfigError(f"events: expected a list of events ({{type: down, switch: spine1}}, ...), got {show(value)}")
-    if len(value) > MAX_EVENTS:
-        raise ConfigError(f"events: {len(value)} events; at most {MAX_EVENTS}")
-    return value
-
-
-def _event(i: int, item: Any, jobs: tuple) -> list:
-    """events[i] -> its Event(s): one, or a flap's `count` down events."""
-    where = f"events[{i}]"
-    _mapping(item, where)
-    for key in item:
-        if key not in EVENT_KEYS:
-            raise unknown_key(f"{where}.", key, EVENT_KEYS)
-    if "type" not in item:
-        raise ConfigError(f"{where}: no `type:` — one of {', '.join(EVENT_TYPES)}")
-    kind = _choice(item["type"], f"{where}.type", EVENT_TYPES)
-    need = {"down": (("link", "switch"),), "degrade": (("link",), ("gbps",)),
-            "flap": (("link", "switch"), ("down_ns",), ("up_ns",), ("count",)),
-            "straggler": (("job",), ("rank",), ("factor",))}[kind]
-    timing = {"straggler": ("at_ns",), "flap": ("at_ns",)}.get(kind, ("at_ns", "until_ns"))
-    allowed = {k for group in need for k in group} | {"type"} | set(timing)
-    for key in item:
-        if key not in allowed:
-            raise ConfigError(f"{where}.{key}: has no meaning for type: {kind} (it takes "
-                              + ", ".join(sorted(allowed - {'type'})) + ")")
-    for group in need:
-        given = [k for k in group if k in item]
-        if len(given) != 1:
-            raise ConfigError(f"{where}: type: {kind} needs " + " or ".join(f"`{k}:`" for k in group)
-                              + (" (one of them)" if len(group) > 1 else ""))
-    at = check_field(f"{where}.at_ns", item.get("at_ns", 0), int, 0, MAX_START_NS)
-    until = None
-    if "until_ns" in item:
-        until = check_field(f"{where}.until_ns", item["until_ns"], int, 1, MAX_START_NS)
-        if until <= at:
-            raise ConfigError(f"{where}.until_ns: {until:,} is not after at_ns: {at:,} — the event holds over "
-                              "[at_ns, until_ns): give until_ns > at_ns, or drop it (to the end of the run)")
-    if kind in ("down", "flap"):
-        key = "link" if "link" in item else "switch"
-        target = {key: check_field(f"{where}.{key}", item[key], str)}
-    if kind == "down":
-        return [Event(kind, where, **target, at_ns=at, until_ns=until)]
-    if kind == "degrade":
-        return [Event(kind, where, link=check_field(f"{where}.link", item["link"], str),
-                      gbps=check_field(f"{where}.gbps", item["gbps"], int, 1, 10_000_000), at_ns=at, until_ns=until)]
-    if kind == "flap":
-        down = check_field(f"{where}.down_ns", item["down_ns"], int, 1, MAX_START_NS)
-        up = check_field(f"{where}.up_ns", item["up_ns"], int, 1, MAX_START_NS)
-        count = check_field(f"{where}.count", item["count"], int, 1, MAX_EVENTS)
-        if at + count * (down + up) > MAX_START_NS:
-            raise ConfigError(f"{where}: the flap ends at {at + count * (down + up):,} ns, after "
-                              f"{MAX_START_NS:,} ns — fewer or shorter flaps")
-        return [Event("down", f"{where} (flap {k + 1}/{count})", **target, at_ns=at + k * (down + up),
-                      until_ns=at + k * (down + up) + down) for k in range(count)]
-    if at:
-        raise ConfigError(f"{where}.at_ns: {at:,} — a straggler is slow from t=0 (at_ns: 0); a GPU slowing "
-                          "during the run is not modelled")
-    j = item["job"]
-    names = [e.name for e in jobs]
-    if isinstance(j, int) and not isinstance(j, bool):
-        if not 0 <= j < len(jobs):
-            raise ConfigError(f"{where}.job: {j} — jobs are 0..{len(jobs) - 1} (or their names: {', '.join(names)})")
-        job = j
-    else:
-        check_field(f"{where}.job", j, str)
-        if j not in names:
-            close = difflib.get_close_matches(j[:100], names, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "jobs: " + ", ".join(names)
-            raise ConfigError(f"{where}.job: no job named {show(j)} — {hint}")
-        job = names.index(j)
-    world = jobs[job].job.world
-    rank = check_field(f"{where}.rank", item["rank"], int, 0, world - 1)
-    factor = check_field(f"{where}.factor", item["factor"], float, 0.01, 1000.0)
-    return [Event(kind, where, job=job, rank=rank, factor=factor)]

@@ -18,7 +18,7 @@ BUSIEST_LINKS = 6
 
 def job_gantt(saved, path: Path) -> Path:
     """One lane per job: each op a bar from its release to its end, coloured by dimension.
-    saved: scenario.report.SavedScenario with its ops (ops.csv read back)."""
+    saved: scenario.saved.SavedScenario with its ops (ops.csv read back)."""
     p = plt()
     ops = saved.ops
     end = max([j.end_ns for j in saved.jobs] + [1])
@@ -91,7 +91,7 @@ PICTURES = ("jobs_gantt.png", "slowdowns.png", "link_load_by_job.png")
 
 def scenario_pictures(saved) -> dict:
     """Picture name -> draw(path), of what the saved files hold: `generate --scenario` and
-    `report DIR` both draw from the files read back (scenario.report.read_scenario_texts), so the
+    `report DIR` both draw from the files read back (scenario.saved.read_scenario_texts), so the
     two draw the same bytes. No link series (link_time.csv too big, or nothing on a link): no
     link picture; no ops table: no Gantt."""
     out = {}

@@ -41,10 +41,17 @@ def link_events(flows: Flows, fabric: Fabric) -> tuple[list[dict], list[str], st
     walk = fabric.router
 
     def node_paths(routes, first):
-        nodes = np.column_stack([first] + [walk.node_after(routes, k) for k in range(routes.shape[1])])
-        return [row[row >= 0].tolist() for row in nodes]
-    fwd = [node_paths(r, src) for r in epoch_routes(fabric, src, dst, sport, plane, fabric.ip_version, dest_qpn=dqpn)]
-    rev = [node_paths(r, dst) for r in epoch_routes(fabric, dst, src, sport, plane, fabric.ip_version, dest_qpn=sqpn)]
+        """[QPs, nodes] of each QP's path, -1 padded."""
+        return np.column_stack([first] + [walk.node_after(routes, k) for k in range(routes.shape[1])])
+
+    def padded(tables):
+        w = max(a.shape[1] for a in tables)
+        return [np.pad(a, ((0, 0), (0, w - a.shape[1])), constant_values=-1) for a in tables]
+
+    def as_list(row):
+        return row[row >= 0].tolist()
+    fwd = padded([node_paths(r, src) for r in epoch_routes(fabric, src, dst, sport, plane, fabric.ip_version, dest_qpn=dqpn)])
+    rev = padded([node_paths(r, dst) for r in epoch_routes(fabric, dst, src, sport, plane, fabric.ip_version, dest_qpn=sqpn)])
     a_of, b_of = fabric.links["a"].astype(np.int64), fabric.links["b"].astype(np.int64)
     name = lambda k: f"{fabric.node_name(int(a_of[k]))}-{fabric.node_name(int(b_of[k]))}"   # noqa: E731
     rates = fabric.links["gbps"].astype(np.int64)
@@ -52,8 +59,8 @@ def link_events(flows: Flows, fabric: Fabric) -> tuple[list[dict], list[str], st
     for i, e in enumerate(epochs):
         t = int(e.at_ns)
         changed = np.flatnonzero(e.gbps != rates)
-        repin = [[q, fwd[i + 1][q], rev[i + 1][q]] for q in range(len(qps))
-                 if fwd[i + 1][q] != fwd[i][q] or rev[i + 1][q] != rev[i][q]]
+        moved = np.flatnonzero((fwd[i + 1] != fwd[i]).any(axis=1) | (rev[i + 1] != rev[i]).any(axis=1))
+        repin = [[q, as_list(fwd[i + 1][q]), as_list(rev[i + 1][q])] for q in moved.tolist()]
         records.append({"at_ns": t, "links": [[int(a_of[k]), int(b_of[k]), int(e.gbps[k])] for k in changed],
                         "repin": repin})
         for k in changed.tolist():
