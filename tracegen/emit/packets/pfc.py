@@ -45,7 +45,7 @@ class PfcFrames:
 
     @staticmethod
     def from_pass(p: Plan, pp) -> "PfcFrames":
-        """pp: a pfc_pass.PlanPass (ports 0 .. nic_ports - 1 NIC ports, nic_ports + d the egress
+        """pp: a pfc_plan.PlanPass (ports 0 .. nic_ports - 1 NIC ports, nic_ports + d the egress
         port of link direction d)."""
         r, NP = pp.res, pp.nic_ports
         d = np.asarray(r.pause_slot_port, np.int64) - NP

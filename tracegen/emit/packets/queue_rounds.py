@@ -1,7 +1,7 @@
 """output.ecn_marking=queue: the rounds that mark CE from the switch egress queues
 (queue_marks.py), answer with CNPs (cnps.py) and reschedule until the marks stay the same; with
 network.pfc each round's frames go through pfc_pass.py's one pass over every switch egress port
-(the one PFC model: switches pause NICs and switches, PAUSE/refresh/XON), whose departures are
+(the one PFC model, through pfc_plan.py: switches pause NICs and switches, PAUSE/refresh/XON), whose departures are
 the trace's and whose queues mark."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from ...config import Network
 from ...fabric.topology import Fabric
-from . import pfc, pfc_pass, queue_marks
+from . import pfc, pfc_plan, queue_marks
 from .cnps import add_cnps
 from .plan import CNP, Plan, Segs
 from .schedule import ip_ids, schedule
@@ -24,7 +24,7 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
     same. The CNPs move frames a little (they slip in between packets), so the marks are re-drawn
     on the schedule the trace is written from; p.queue_rounds and p.queue_stable say how it ended
     (stable: every CNP answers a mark of the final schedule).
-    With network.pfc, every round runs the schedule's frames through pfc_pass (from_plan: ready at
+    With network.pfc, every round runs the schedule's frames through pfc_pass (pfc_plan.from_plan: ready at
     their NIC ports when the schedule sends them, what waits for a frame waiting for it) and the
     trace takes its times from the pass (apply_pass): the schedule itself has no pauses, so a NIC
     is paused once, by the pass; marks come from the pass's queues (pass_frames)."""
@@ -38,7 +38,7 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
     p.queue_max_rounds = rounds
     for r in range(rounds):
         if network.pfc:
-            pp = pfc_pass.from_plan(p, network)
+            pp = pfc_plan.from_plan(p, network)
             apply_pass(p, pp)
             f = pass_frames(p, pp)
         else:
@@ -74,21 +74,21 @@ def queue_marks_and_cnps(p: Plan, fabric: Fabric, network: Network, dcqcn) -> No
     p.queue_stable = False
 
 
-def apply_pass(p: Plan, pp: pfc_pass.PlanPass) -> None:
-    """The trace's times from the pass (what schedule.schedule sets, from pfc_pass's converters):
+def apply_pass(p: Plan, pp: pfc_plan.PlanPass) -> None:
+    """The trace's times from the pass (what schedule.schedule sets, from pfc_plan's converters):
     each frame's departure from its NIC port (p.tx, p.k_tx_ns), at every switch-to-switch link
     (p.hops) and its arrival at the receiving NIC (p.rx, p.k_rx_ns); IPv4 identifications again
     in the order the NICs now send (a pause reorders priorities); the PFC frames (p.pfc). PSNs
     stay: the pass keeps each QP's packets in order."""
-    p.tx = pfc_pass.segs_at(p, pp, 0)
+    p.tx = pfc_plan.segs_at(p, pp, 0)
     # ip_ids numbers a run from its sent run's first packet: cut the other runs where a sent one starts
     starts = np.sort(p.m_pkt0[p.tx.msg] + p.tx.ka)
-    p.rx = _cut(p, pfc_pass.rx_segs(p, pp), starts)[0]
-    p.hops = pfc_pass.hops_from_pass(p, pp)
+    p.rx = _cut(p, pfc_plan.rx_segs(p, pp), starts)[0]
+    p.hops = pfc_plan.hops_from_pass(p, pp)
     for h in p.hops:
         h.segs, parent = _cut(p, h.segs, starts)
         h.seg_port, h.seg_pos = h.seg_port[parent], h.seg_pos[parent]
-    p.k_tx_ns, p.k_rx_ns = pfc_pass.control_times(p, pp)
+    p.k_tx_ns, p.k_rx_ns = pfc_plan.control_times(p, pp)
     ip_ids(p)
     p.pfc = pfc.PfcFrames.from_pass(p, pp)
 
@@ -105,7 +105,7 @@ def _cut(p: Plan, segs, starts: np.ndarray):
     return Segs(m[s], k[s], kb.astype(np.int64), t[s], None, segs.w), seg[s]
 
 
-def pass_frames(p: Plan, pp: pfc_pass.PlanPass) -> queue_marks.PortFrames:
+def pass_frames(p: Plan, pp: pfc_plan.PlanPass) -> queue_marks.PortFrames:
     """The frames at every switch egress port of the pass (path positions >= 1: route position h
     leaves by the egress port of route link h) with the queue the pass found on their arrival -
     what queue_marks.marks draws RED from (queue_marks.port_frames' form)."""
