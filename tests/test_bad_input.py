@@ -338,7 +338,7 @@ def test_alltoall_pairs_are_the_built_tables(preset, sets):
 def test_connection_rows_of_moe_jobs_are_estimated(preset, sets):
     """An AllToAll has a connection-level row per pair and channel, not a ring's n per channel."""
     from tracegen.fabric.topology import build_fabric
-    from tracegen.timing.schedule_conn import edge_table
+    from tracegen.timing.conn_edges import edge_table
     from tracegen.timing.work import estimate
     from tracegen.workload import build_commops
     job = load_job(preset=preset, sets=[*sets, "detail=conn"])

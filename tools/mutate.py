@@ -525,12 +525,22 @@ MUTATIONS = [
     ('conn-alone-without-latency', 'tracegen/timing/schedule_conn.py',
      't_chunk, _ = _alone(tr.deps, wire, lat, links,',
      't_chunk, _ = _alone(tr.deps, wire, 0 * lat, links,'),
-    ('conn-unfold-repeats-replica-0', 'tracegen/timing/schedule_conn.py',
+    ('conn-unfold-repeats-replica-0', 'tracegen/timing/conn_edges.py',
      'np.repeat(np.arange(1, ops.replicas, dtype=np.int64), len(idx))',
      'np.repeat(np.arange(ops.replicas - 1, dtype=np.int64), len(idx))'),
-    ('conn-channel-edges-unscaled', 'tracegen/timing/schedule_conn.py',
+    ('conn-channel-edges-unscaled', 'tracegen/timing/conn_items.py',
      'scale = np.where(big[item] > 0, nbytes / np.maximum(big[item], 1e-300), 1.0)',
      'scale = np.ones(len(nbytes))'),
+    # --- tracegen/collectives/ring_edges.py: ring ReduceScatter / AllGather in closed form (issue 27)
+    ('shard-edges-n-sends', 'tracegen/collectives/ring_edges.py',
+     'cols = {k: np.repeat((n - 1) * f.sum(axis=0), n)',
+     'cols = {k: np.repeat(n * f.sum(axis=0), n)'),
+    ('shard-alone-channels-own-port', 'tracegen/collectives/ring_edges.py',
+     'step_ns = int(np.ceil(float(net.sum()) * 8 / nic_gbps))',
+     'step_ns = int(np.ceil(float(net.max()) * 8 / nic_gbps))'),
+    ('shard-alone-chain-all-edges', 'tracegen/collectives/ring_edges.py',
+     'chain = lat.sum(axis=1) - lat.min(axis=1)',
+     'chain = lat.sum(axis=1)'),
     # --- tracegen/timing/alltoall_agg.py (AllToAlls per sending rank) and its users
     ('agg-item-bytes-summed', 'tracegen/timing/alltoall_agg.py',
      'np.maximum.at(big, p["agg"], nb)',
@@ -914,13 +924,13 @@ MUTATIONS = [
      'items = [(CollKind.SENDRECV, Dim.PP, [src, 0], 1) for src in range(1, ranks)]',
      'items = [(CollKind.SENDRECV, Dim.PP, [src, (src + 1) % ranks], 1) for src in range(1, ranks)]'),
     # --- events during the run (issue 23: timed events, flaps, flows in flight move)
-    ('timed-in-flight-items-stay', 'tracegen/timing/fluid_engine.py',
-     '                    if cur[i] == v:\n                        continue',
-     '                    if cur[i] == v or active[i]:\n                        continue'),
-    ('timed-capacity-unchanged', 'tracegen/timing/fluid_engine.py',
+    ('timed-in-flight-items-stay', 'tracegen/timing/fluid_moves.py',
+     '            if cur[i] == v:\n                continue',
+     '            if cur[i] == v or active[i]:\n                continue'),
+    ('timed-capacity-unchanged', 'tracegen/timing/fluid_moves.py',
      'cap[ln] = evc_cap[k]',
      'cap[ln] = cap[ln]'),
-    ('timed-moved-items-never-return', 'tracegen/timing/fluid_engine.py',
+    ('timed-moved-items-never-return', 'tracegen/timing/fluid_moves.py',
      'tgt[st_item[k]] = st_item[k]',
      'tgt[st_item[k]] = cur[st_item[k]]'),
     ('timed-until-ignored', 'tracegen/scenario/events.py',
@@ -1026,7 +1036,8 @@ DEFAULT_TESTS = ("tests/test_schedule_validator.py tests/test_fabric.py tests/te
 
 # Test files that judge a module through another one's API (so they do not name it): a partial
 # run (--related-only) runs them too.
-COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py"]
+COLLECTIVE_TESTS = ["tests/test_collectives.py", "tests/test_judge_collectives.py", "tests/test_ring_edges.py", "tests/test_trees.py",
+                    "tests/test_ring_shard.py"]
 ALSO_RELATED = {
     "tracegen/emit/packets/queue_marks.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
     "tracegen/emit/packets/pfc.py": ["tests/test_queue_incast.py", "tests/test_queue_marks.py"],
@@ -1070,6 +1081,7 @@ ALSO_RELATED = {
     "tracegen/timing/fluid_engine.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py",
                                         "tests/test_scenario_timed_events.py"],
     "tracegen/timing/fluid_solve.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
+    "tracegen/timing/fluid_moves.py": ["tests/test_scenario_timed_events.py"],
     "tracegen/timing/fluid_heap.py": ["tests/test_judge_fluid.py", "tests/test_fluid_maxmin.py"],
     "tracegen/emit/packets/capture_file.py": ["tests/test_judge_pcapng_blocks.py", "tests/test_pcap.py"],
     "tracegen/emit/packets/frames.py": ["tests/test_judge_ip_ids.py", "tests/test_psn_wrap.py", "tests/test_pcap.py"],
@@ -1077,6 +1089,8 @@ ALSO_RELATED = {
     "tracegen/emit/packets/congestion.py": ["tests/test_pcap_congestion.py"],
     "tracegen/emit/packets/nccl_net.py": ["tests/test_pcap_nccl.py"],
     "tracegen/timing/schedule_conn.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
+    "tracegen/timing/conn_edges.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
+    "tracegen/timing/conn_items.py": ["tests/test_judge_conn.py", "tests/test_detail.py"],
     "tracegen/emit/bundle.py": ["tests/test_judge_emit_small.py"],
     "tracegen/config/schema.py": ["tests/test_job_schema.py"],
     "tracegen/fabric/ecmp_hash.py": ["tests/test_fabric.py", "tests/test_ns3_export.py"],
