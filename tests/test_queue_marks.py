@@ -221,7 +221,7 @@ def test_expected_counters_equal_the_captures(runs):
     assert [{k: str(v) for k, v in r.items()} for r in table] == rows
     marked = sum(v[4] for v in want.values())
     print(f"\nport_counters: {len(rows)} rows, {sum(v[0] for v in want.values())} frames sent by leaf0, "
-          f"{marked} CE marked at its uplinks, {sum(pauses.values())} PFC pauses sent to its NICs")
+          f"{marked} CE marked at its uplinks, {sum(pauses.values())} PFC frames (PAUSE, refresh, XON) sent to its NICs")
     assert marked > 100
 
 
