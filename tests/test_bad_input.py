@@ -372,7 +372,7 @@ def test_ring_closed_form_counts_tiny_ops_like_the_template(kind):
     from types import SimpleNamespace
     from tracegen.collectives import ALGORITHMS
     from tracegen.tables import CollKind
-    from tracegen.timing.work import _transfers
+    from tracegen.timing.work_templates import transfers as _transfers
     k = CollKind[kind]
     build = ALGORITHMS.get(("ring", k))
     if build is None:

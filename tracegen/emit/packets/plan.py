@@ -231,12 +231,10 @@ class Plan:
     m_cap: np.ndarray | None = None        # per message: line rate / the rate DCQCN lets its QP send
                                            # at (>= 1; pacing.pace), None: no DCQCN reaction
     ce_pos: np.ndarray | None = None  # output.ecn_marking=queue: per mark, the route position that set CE
-    pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.Pauses (the NICs paused)
-    pfc_at: np.ndarray | None = None       # per pause: its time at the NIC, in its slot on the link (pfc.pause_slots)
-    pfc_shown: np.ndarray | None = None    # per pause: written in the captures (queue_rounds._pauses_shown)
+    pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.PfcFrames (pfc_pass.py's)
     queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (queue_rounds.queue_marks_and_cnps)
     queue_stable: bool = True
-    queue_max_rounds: int = 0              # the rounds it may use (QUEUE_ROUNDS, + PFC_ROUNDS with PFC)
+    queue_max_rounds: int = 0              # the rounds it may use (QUEUE_ROUNDS)
     m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)
     c_dscp: np.ndarray | None = None       # per QP pair: its DSCP and 802.1Q priority (Flows.op_tc: a
     c_pcp: np.ndarray | None = None        # scenario job's class); None: output.dscp / output.pcp
