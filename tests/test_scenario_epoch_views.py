@@ -244,12 +244,13 @@ def test_captures_are_clean(rehash):
 
 
 # The two commands tests/bad_configs/commands refused before (a switch view, queue marks of a
-# fabric that changes mid-run): now written, the same bytes twice.
+# fabric that changes mid-run): now written, the same bytes twice (queue marks without PFC: with
+# it the pass holds t=0 rates - bad_configs/commands/scenario-timed-queue-marks-pfc.yaml).
 SMALL_JOB = ("model: tiny\nparallelism: {dp: 2, tp: 1, pp: 1, micro_batch: 1, global_batch: 2}\n"
              "cluster: {gpus_per_node: 1, nics_per_node: 1}\nfabric: {kind: leaf-spine, nodes_per_leaf: 1, spines: 2}\n")
 SMALL = {"switch-view": ("events: [{type: down, switch: spine1, at_ns: 5000}]\n", "output: {switch: spine0}\n"),
          "queue-marks": ("events: [{type: degrade, link: leaf0-spine0, gbps: 100, at_ns: 5000}]\n",
-                         "output: {ecn_marking: queue}\n")}
+                         "output: {ecn_marking: queue}\nnetwork: {pfc: false}\n")}
 
 
 @pytest.mark.parametrize("case", sorted(SMALL))

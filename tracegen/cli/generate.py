@@ -107,6 +107,20 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             sys.exit(e.exit_code)
 
 
+def _check_timed_pfc(sc, fabric) -> None:
+    """Queue-mode marks with PFC run the frames through pfc_pass.py, which holds one rate per
+    port (t=0's): frames on each epoch's routes and rates (emit/packets/epoch_paths.py) are
+    written without PFC only. Refused before any work."""
+    out, net = sc.hardware.output, sc.hardware.network
+    if not fabric.epochs or out.ecn_marking != "queue" or not net.pfc:
+        return
+    from ..config import show_path
+    first = min(e.at_ns for e in fabric.epochs)
+    raise ConfigError(f"{show_path(sc.path)}: output.ecn_marking: queue with network.pfc: the PFC pass holds "
+                      f"each port at its t=0 rate, but the fabric changes during the run (first timed event at "
+                      f"{first:,} ns); set network.pfc: false in the jobs' files, or give the events at_ns: 0")
+
+
 def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None:
     """`generate --scenario FILE`: the scenario's tables and summary in one folder, and (pcap)
     every NIC's capture: one address and QPN plan (the scenario's fabric and connections), so the
@@ -116,6 +130,8 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
     from ..scenario import report, run, spec
     sc = spec.load_scenario(path)
     prepared = run.prepare(sc)
+    if pcap and sc.hardware.output.pcap:
+        _check_timed_pfc(sc, prepared[1])
     with stages(quiet) as stage:
         stage("work estimate: the jobs' collectives")
         run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,
