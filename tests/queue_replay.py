@@ -124,45 +124,138 @@ def replay(out: Path, leaf: str = "leaf0", lat: int = 0):
     return rows, leaf_mac
 
 
+PFC_WIRE_BYTES = 64 + 20            # a PFC frame with FCS, preamble and IFG
+
+
+class _Level:
+    """A port's queue (one priority) at any instant from its rows: bytes arrived at or before t
+    less bytes started to leave by t (every frame arrives before it leaves); and the instants in
+    a span where it changes."""
+
+    def __init__(self, group):
+        import bisect
+        self.bisect = bisect
+        self.a = sorted((r[Row.ARRIVE], r[Row.BYTES]) for r in group)
+        self.d = sorted((r[Row.DEPART], r[Row.BYTES]) for r in group)
+        self.at, self.dt = [x for x, _ in self.a], [x for x, _ in self.d]
+        self.ca, self.cd = [0], [0]
+        for _, b in self.a:
+            self.ca.append(self.ca[-1] + b)
+        for _, b in self.d:
+            self.cd.append(self.cd[-1] + b)
+
+    def __call__(self, t):
+        r = self.bisect.bisect_right
+        return self.ca[r(self.at, t)] - self.cd[r(self.dt, t)]
+
+    def instants(self, lo, hi):
+        b = self.bisect
+        ts = {lo, hi}
+        ts.update(self.at[b.bisect_left(self.at, lo):b.bisect_right(self.at, hi)])
+        ts.update(self.dt[b.bisect_left(self.dt, lo):b.bisect_right(self.dt, hi)])
+        return sorted(ts)
+
+
 def judge_pauses(out: Path, rows, leaf_mac, lat: int, rate_of, xoff: int, xon: int, prio: int = 3, leaf="leaf0"):
-    """Each PAUSE a NIC S of the leaf receives: a frame S sent reached one of the leaf's egress
-    ports (an uplink or a port to another NIC) one link latency plus at most two frames on the
-    leaf-to-S link (the frame in flight, a PAUSE slot) before it, with that queue (the frame
-    included) above Xoff; the quanta are what the queue needs to drain to Xon at the port's rate,
-    in 512-bit times at S's rate (rate_of(file stem) -> Gb/s); S starts no frame of the paused
-    priority while it lasts; every arrival of S above Xoff falls in or just before a pause of S.
-    Returns (pauses, pauses after a port to a NIC, frames of other priorities sent during pauses)."""
-    over = defaultdict(list)              # NIC file -> its frames finding a queue above Xoff
+    """The PFC frames on every port file of switch `leaf`'s view, 802.1Qbb semantics: a PFC frame
+    acts once its last bit has arrived (first bit + 84 B at the link's rate) and holds the paused
+    port's priority for its quanta (512-bit times at that link's rate) or until the next PFC frame
+    for that port acts (a refresh carries it on, an XON - time 0 - ends it).
+
+    Frames `leaf` sends (towards a NIC in its NIC file, towards a neighbour switch in a link file)
+    are judged against the leaf's replayed egress queues (rows: replay()) fed by that port - S, a
+    NIC file or link file - sent within the trigger window [slot - slack, slot] (slot: the time it
+    starts on the link; slack: two frames in flight ahead of it):
+      a PAUSE after a frame of S finding a queue above Xoff, with the quanta that queue needs to
+      drain to Xon at its port's rate; or a refresh - it acts no earlier than the PAUSE before it
+      runs out - while such a queue is above Xon, its quanta that queue's drain;
+      an XON while a queue fed by S is at or below Xon, ending a PAUSE still running;
+      no arrival of S above Xoff goes without a PAUSE holding S or acting within the slack.
+    Every PFC frame in the view (the leaf's and its neighbours'): the paused port - S's sender -
+    starts no frame of the paused priority while paused.
+    rate_of(file stem) -> Gb/s. Returns (PAUSEs the leaf sent after an arrival above Xoff, of them
+    to NICs, frames of other priorities sent during pauses, a Counter of PFC frames by kind)."""
+    from collections import Counter
+    kinds = Counter()
+    over = defaultdict(list)              # port file S -> its frames finding a queue above Xoff
+    fed = defaultdict(lambda: defaultdict(list))   # S -> (egress file, pcp) -> rows of S's frames there
     for r in rows:
+        fed[r[Row.UP]][r[Row.FILE], r[Row.PCP]].append(r)
         if r[Row.PCP] == prio and r[Row.QUEUE] + r[Row.BYTES] > xoff:
             over[r[Row.UP]].append(r)
+    by_port = defaultdict(list)
+    for r in rows:
+        by_port[r[Row.FILE], r[Row.PCP]].append(r)
+    level = {k: _Level(g) for k, g in by_port.items() if k[1] == prio}
     n = at_nic_ports = passed = 0
-    spans = defaultdict(list)
-    for f in sorted((out / "pcap").glob(f"{leaf}-node*")):
+    for f in sorted((out / "pcap").glob(f"{leaf}-*")):
+        nic_file = "-node" in f.name
         gbps = rate_of(f.stem)
         got = frames(f)
+        w_pfc = -(-PFC_WIRE_BYTES * 8 // gbps)
         slack = 2 * -(-(max(o for _, o, _ in got) + 24) * 8 // gbps)
-        mine = [(t, h[1]) for t, _, h in got if h and h[0] != leaf_mac]
-        sends = sorted(t for t, c in mine if c == prio)
-        others = sorted(t for t, c in mine if c != prio)
-        for t, c, quanta, src in pauses(f):
-            assert src == leaf_mac and c == prio, (f.name, t, c)
-            cands = [r for r in over[f.stem] if 0 <= t - lat - r[Row.ARRIVE] <= slack]
-            assert cands, f"{f.name}: a PAUSE at {t} ns with no frame of this NIC above Xoff just before"
-            want = set()
-            for r in cands:
-                drain = -(-(r[Row.QUEUE] + r[Row.BYTES] - xon) * 8 // rate_of(r[Row.FILE]))
-                want.add(-(-drain * gbps // 512))
-            assert quanta in want, (f.name, t, quanta, want)
-            end = t + -(-quanta * 512 // gbps)
-            inside = [s for s in sends if t <= s < end]
-            assert not inside, f"{f.name}: sends priority {prio} at {inside[:3]} during a pause {t}..{end}"
-            passed += sum(t <= s < end for s in others)
-            at_nic_ports += any("-node" in r[Row.FILE] for r in cands)
-            spans[f.stem].append((t, end))
-            n += 1
-        slack_f = slack
-        missing = [r for r in over[f.stem]
-                   if not any(a <= r[Row.ARRIVE] + lat + slack_f and r[Row.ARRIVE] + lat < b for a, b in spans[f.stem])]
-        assert not missing, f"{f.name}: {len(missing)} arrivals above Xoff with no PAUSE, first {missing[0]}"
-    return n, at_nic_ports, passed
+        shift = 0 if nic_file else lat      # a link file: the time it starts on the link; a NIC file: at the NIC
+        for side in ("leaf", "peer"):
+            # PFC frames `side` sends, and the frames the port it pauses sends (the other side)
+            mine = sorted((t, c, q) for t, c, q, src in pauses(f) if (src == leaf_mac) == (side == "leaf"))
+            if nic_file and side == "peer":
+                assert not mine, f"{f.name}: a NIC sent a PFC frame"
+                continue
+            sends = [(t, h[1]) for t, _, h in got if h and (h[0] != leaf_mac) == (side == "leaf")]
+            paused_sends = sorted(t for t, c in sends if c == prio)
+            others = sorted(t for t, c in sends if c != prio)
+            end_prev, acts, running = -1, [], False
+            for i, (t, c, quanta) in enumerate(mine):
+                assert c == prio, (f.name, t, c)
+                act = t + shift + w_pfc                 # its last bit at the paused port
+                nxt = mine[i + 1][0] + shift + w_pfc if i + 1 < len(mine) else 1 << 62
+                end = min(act + -(-quanta * 512 // gbps), nxt)
+                inside = [s for s in paused_sends if act <= s < end]
+                assert not inside, f"{f.name}: {side} paused, its peer sends priority {prio} at {inside[:3]} in {act}..{end}"
+                passed += sum(act <= s < end for s in others)
+                if side == "leaf":
+                    slot = t - (lat if nic_file else 0)
+                    lo = slot - slack
+                    levels = [(level[ef, pcp], ef) for (ef, pcp) in fed[f.stem] if pcp == prio]
+                    if quanta == 0:
+                        kinds["xon"] += 1
+                        # a PAUSE since the last XON, still running when an XON sent at the
+                        # window's start would act (a busy link may land it just after it ran out)
+                        assert running and end_prev > lo + lat + w_pfc, f"{f.name}: an XON at {t} with no PAUSE running"
+                        ok = any(lv(ts) <= xon for lv, _ in levels for ts in lv.instants(lo, slot))
+                        assert ok, f"{f.name}: an XON at {t} while every queue {f.stem} feeds is above Xon"
+                        end_prev, running = act, False
+                        if acts:                        # the XON ends the pause as it acts
+                            acts[-1] = (acts[-1][0], min(acts[-1][1], act))
+                        continue
+                    cands = [r for r in over[f.stem] if lo <= r[Row.ARRIVE] <= slot]
+                    want = set()
+                    for r in cands:
+                        drain = -(-(r[Row.QUEUE] + r[Row.BYTES] - xon) * 8 // rate_of(r[Row.FILE]))
+                        want.add(min(65535, max(1, -(-drain * gbps // 512))))
+                    if quanta in want and end_prev <= act:
+                        kinds["pause"] += 1
+                        n += 1
+                        at_nic_ports += any("-node" in r[Row.FILE] for r in cands)
+                    else:
+                        # a refresh: as the last PAUSE runs out, a queue S feeds still above Xon
+                        assert end_prev >= 0 and end_prev <= act <= end_prev + slack + w_pfc, \
+                            f"{f.name}: a PAUSE at {t} ns (quanta {quanta}) after no frame of {f.stem} above Xoff " \
+                            f"(wanted {sorted(want)}) nor as its last PAUSE ran out at {end_prev}"
+                        qs = [(lv(ts), ef) for lv, ef in levels for ts in lv.instants(lo, slot)]
+                        refresh = {min(65535, max(1, -(-(-(-(q - xon) * 8 // rate_of(ef))) * gbps // 512)))
+                                   for q, ef in qs if q > xon}
+                        assert quanta in refresh, (f.name, t, quanta, sorted(refresh), max(q for q, _ in qs))
+                        kinds["refresh"] += 1
+                    end_prev, running = act + -(-quanta * 512 // gbps), True
+                    acts.append((t + shift, end_prev))
+                else:
+                    kinds["xon_rx" if quanta == 0 else "pause_rx"] += 1
+            if side == "leaf":
+                # no arrival of S above Xoff unpaused: a PAUSE of S acts within the slack or holds it
+                missing = [r for r in over[f.stem]
+                           if not any(a <= r[Row.ARRIVE] + lat + slack + w_pfc and r[Row.ARRIVE] + lat < b
+                                      for a, b in acts)]
+                assert not missing, f"{f.name}: {len(missing)} arrivals above Xoff with no PAUSE, first {missing[0]}"
+    return n, at_nic_ports, passed, kinds
+

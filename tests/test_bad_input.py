@@ -338,7 +338,7 @@ def test_alltoall_pairs_are_the_built_tables(preset, sets):
 def test_connection_rows_of_moe_jobs_are_estimated(preset, sets):
     """An AllToAll has a connection-level row per pair and channel, not a ring's n per channel."""
     from tracegen.fabric.topology import build_fabric
-    from tracegen.timing.schedule_conn import edge_table
+    from tracegen.timing.conn_edges import edge_table
     from tracegen.timing.work import estimate
     from tracegen.workload import build_commops
     job = load_job(preset=preset, sets=[*sets, "detail=conn"])
@@ -372,7 +372,7 @@ def test_ring_closed_form_counts_tiny_ops_like_the_template(kind):
     from types import SimpleNamespace
     from tracegen.collectives import ALGORITHMS
     from tracegen.tables import CollKind
-    from tracegen.timing.work import _transfers
+    from tracegen.timing.work_templates import transfers as _transfers
     k = CollKind[kind]
     build = ALGORITHMS.get(("ring", k))
     if build is None:

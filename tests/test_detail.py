@@ -180,10 +180,10 @@ def test_jobs_that_cannot_fold_are_built_whole():
 def test_items_merged_in_blocks_of_ops_time_the_job_identically(name, monkeypatch):
     """group_items merges the items' links a block of whole ops at a time (memory): every row's
     start and end, the items and their links are those of the merge at once."""
-    from tracegen.timing import schedule_conn
+    from tracegen.timing import conn_items
     j = dataclasses.replace(job_from_dict(MATRIX[name], name="eq"), detail="conn")
     whole = run_pipeline(j)
-    monkeypatch.setattr(schedule_conn, "GROUP_BLOCK_ROWS", 7)
+    monkeypatch.setattr(conn_items, "GROUP_BLOCK_ROWS", 7)
     from tracegen.timing import schedule
     blocks_made = []
     real = schedule.item_links

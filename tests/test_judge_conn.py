@@ -39,7 +39,7 @@ def test_pxn_keeps_every_connection_level_net_edge_on_one_rail():
     a node and leaves its GPU, and every receiver gets the same network bytes as without PXN."""
     import dataclasses
     from tracegen.tables import LinkKind
-    from tracegen.timing.schedule_conn import edge_table
+    from tracegen.timing.conn_edges import edge_table
     job = collective_job("dgx-h100", 2, "ring", 4, "simple", "pxn")
     fabric = build_fabric(job)
     ops, _ = build_ops(CollKind.ALLREDUCE, fabric.world, [4 << 20], 4)

@@ -100,7 +100,7 @@ def test_each_senders_links_carry_its_pairs_bytes(name):
     over their connection's QP routes (1/qps each). Summed here from the pairwise edge table."""
     from tracegen.timing import alltoall_agg
     from tracegen.timing.connections import build_connections, communicator
-    from tracegen.timing.schedule_conn import edge_table
+    from tracegen.timing.conn_edges import edge_table
     job = load_job(preset=JOBS[name][0], sets=JOBS[name][1])
     fab, ops = build_fabric(job), build_commops(job)
     op = int(alltoall_agg.agg_ops(ops)[0])
@@ -160,7 +160,7 @@ def test_the_estimate_counts_per_sender_rows(monkeypatch):
     (NVLink, NET), not ep (ep - 1) pairs, judged by the rows the schedule times; deepseek-v3-2k's
     closed-form pair count is beyond the real threshold (so `plan` times it per sender)."""
     from tracegen.timing import alltoall_agg
-    from tracegen.timing.schedule_conn import edge_table
+    from tracegen.timing.conn_edges import edge_table
     from tracegen.timing.alltoall_agg import alltoall_pairs
     from tracegen.timing.work import estimate
     ops2k, pairs2k = alltoall_pairs(load_job(preset="deepseek-v3-2k"))

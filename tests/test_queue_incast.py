@@ -29,7 +29,8 @@ from queue_replay import FCS, Row, frames, judge_pauses, pauses, replay
 from tracegen.cli import main
 from wire_check import Stats, check_wire, tags
 
-KMAX, PMAX = 300_000, 0.2       # a ramp over most of the incast queue's range
+KMAX, PMAX = 200_000, 0.2       # a ramp over most of the incast queue's range (PFC holds it near
+                                # Xoff + the headroom of its 8 ingresses: ~260 KB)
 XOFF, RESUME = 150_000, 3072
 LAT = 1000                     # the scenario's fabric.link_latency_ns below
 R = Row
@@ -122,9 +123,11 @@ def test_pauses_only_above_xoff_in_their_slot(runs):
     quanta to drain to Xon; the NIC waits; no arrival above Xoff goes without a pause."""
     out = runs[20_000]
     rows, leaf_mac = replay(out, lat=LAT)
-    n, at_nics, _ = judge_pauses(out, rows, leaf_mac, LAT, _rates(out), XOFF, XOFF - RESUME)
+    n, at_nics, _, kinds = judge_pauses(out, rows, leaf_mac, LAT, _rates(out), XOFF, XOFF - RESUME)
     assert n > 10 and at_nics == n, (n, at_nics)
-    print(f"\n{n} PAUSE frames judged, {at_nics} after leaf0's port to the receiving NIC went above Xoff")
+    assert kinds["xon"] > 0 and kinds["pause"] == n, kinds
+    print(f"\n{n} PAUSE frames judged, {at_nics} after leaf0's port to the receiving NIC went above Xoff; "
+          f"PFC frames {dict(kinds)}")
 
 
 def test_incast_views_are_clean(runs):
@@ -141,37 +144,51 @@ def test_incast_views_are_clean(runs):
     del stats
 
 
-def test_counters_equal_the_captures(runs):
-    """port_counters.csv against an own count of leaf0's port files: frames and bytes per
-    direction and priority, CE set at the port (leaving it CE, not CE upstream), PAUSE frames
-    sent per port."""
-    import pyarrow.parquet as pq
-    out = runs[20_000]
-    rows, leaf_mac = replay(out, lat=_lat(out))
+COUNTERS = ("tx_frames", "tx_bytes", "rx_frames", "rx_bytes", "ecn_marked", "pfc_pause_tx", "pfc_pause_rx")
+
+
+def _recount(out: Path, sw: str, rows, mac) -> dict:
+    """Per (port file, priority) of switch sw's view: the COUNTERS from its captures - frames and
+    bytes per direction (sent: the switch's MAC as source), CE set at the port (leaving it CE, not
+    CE upstream: rows of replay()), PFC frames (PAUSE and XON) sent and received."""
     want = {}
-    for f in sorted((out / "pcap").glob("leaf0-*")):
+    for f in sorted((out / "pcap").glob(f"{sw}-*")):
         for t, orig, h in frames(f):
             if h is None:
                 continue
-            row = want.setdefault((f.stem, h[1]), [0] * 6)
-            tx = h[0] == leaf_mac
+            row = want.setdefault((f.stem, h[1]), [0] * 7)
+            tx = h[0] == mac
             row[0 if tx else 2] += 1
             row[1 if tx else 3] += orig + FCS
         for p in pauses(f):
-            want.setdefault((f.stem, p[1]), [0] * 6)[5] += p[3] == leaf_mac
+            want.setdefault((f.stem, p[1]), [0] * 7)[5 if p[3] == mac else 6] += 1
     for r in rows:
         want[r[R.FILE], r[R.PCP]][4] += r[R.DATA] and r[R.CE] and not r[R.CE_UP]
+    return want
+
+
+def _counters(out: Path):
     with open(out / "port_counters.csv") as fh:
         got_rows = list(csv.DictReader(fh))
-    got = {(r["port"], int(r["priority"])): [int(r[c]) for c in ("tx_frames", "tx_bytes", "rx_frames", "rx_bytes",
-                                                                  "ecn_marked", "pfc_pause_tx")] for r in got_rows}
+    return got_rows, {(r["port"], int(r["priority"])): [int(r[c]) for c in COUNTERS] for r in got_rows}
+
+
+def test_counters_equal_the_captures(runs):
+    """port_counters.csv against an own count of leaf0's port files (_recount)."""
+    import pyarrow.parquet as pq
+    out = runs[20_000]
+    rows, leaf_mac = replay(out, lat=_lat(out))
+    want = _recount(out, "leaf0", rows, leaf_mac)
+    got_rows, got = _counters(out)
     assert got == want
     at_nics = sum(v[4] for k, v in want.items() if "-node" in k[0])
     assert at_nics > 100, at_nics
+    to_spines = sum(v[5] for k, v in want.items() if "-spine" in k[0])
+    assert to_spines > 0, "leaf0 pauses the spine ports feeding its port to the receiver"
     table = pq.read_table(out / "port_counters.parquet").to_pylist()
     assert [{k: str(v) for k, v in r.items()} for r in table] == got_rows
     print(f"\nport_counters: {at_nics} CE set at leaf0's ports to NICs, "
-          f"{sum(v[5] for v in want.values())} PAUSE frames sent")
+          f"{sum(v[5] for v in want.values())} PFC frames sent ({to_spines} to spines)")
 
 
 def test_merged_views_hold_the_pauses(runs, tmp_path):
@@ -210,15 +227,25 @@ def test_merged_views_hold_the_pauses(runs, tmp_path):
 def test_spine_ports_towards_the_leaf_mark_by_their_queue(tmp_path):
     """The same incast in spine0's switch view: spine0's port towards leaf0 (where two leaves'
     uplinks meet) marks by its own replayed queue (no CE set there at or below Kmin, every data
-    packet above Kmax CE) - a switch-to-switch egress port like the leaf's uplinks."""
+    packet above Kmax CE) - a switch-to-switch egress port like the leaf's uplinks; spine0's PFC
+    frames judged from its captures (queue_replay.judge_pauses) and counted in port_counters (sent
+    and received, by source MAC)."""
     kmin = 20_000
     out = _run(tmp_path / "spine", kmin, "switch: spine0")
-    rows, _ = replay(out, leaf="spine0", lat=LAT)
+    rows, mac = replay(out, leaf="spine0", lat=LAT)
     data = [r for r in rows if r[R.FILE] == "spine0-leaf0" and r[R.DATA]]
     here = [r for r in data if r[R.CE] and not r[R.CE_UP]]
     assert len(data) > 500 and len(here) > 10, (len(data), len(here))
     assert max(r[R.QUEUE] for r in data) > kmin
     assert not [r for r in here if r[R.QUEUE] <= kmin]
     assert not [r for r in data if r[R.QUEUE] > KMAX and not r[R.CE]]
+    # PFC between switches, from spine0's captures: spine0's PAUSEs to the leaf uplinks feeding its
+    # port to leaf0 only above Xoff (the cascade), leaf0's PAUSEs to spine0 hold spine0's port
+    n, _, _, kinds = judge_pauses(out, rows, mac, LAT, _rates(out), XOFF, XOFF - RESUME, leaf="spine0")
+    assert n > 0 and kinds["pause_rx"] > 0, kinds
+    # port_counters of spine0's view equal its captures' recount, PFC frames sent and received included
+    want = _recount(out, "spine0", rows, mac)
+    assert _counters(out)[1] == want
+    assert sum(v[6] for v in want.values()) > 0 and sum(v[4] for v in want.values()) > 0
     print(f"\nspine0 -> leaf0: {len(data)} data frames, {len(here)} CE set there, "
-          f"max queue {max(r[R.QUEUE] for r in data)} B")
+          f"max queue {max(r[R.QUEUE] for r in data)} B; spine0's PFC frames {dict(kinds)}")

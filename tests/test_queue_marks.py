@@ -221,7 +221,7 @@ def test_expected_counters_equal_the_captures(runs):
     assert [{k: str(v) for k, v in r.items()} for r in table] == rows
     marked = sum(v[4] for v in want.values())
     print(f"\nport_counters: {len(rows)} rows, {sum(v[0] for v in want.values())} frames sent by leaf0, "
-          f"{marked} CE marked at its uplinks, {sum(pauses.values())} PFC pauses sent to its NICs")
+          f"{marked} CE marked at its uplinks, {sum(pauses.values())} PFC frames (PAUSE, refresh, XON) sent to its NICs")
     assert marked > 100
 
 
@@ -240,12 +240,13 @@ def test_pauses_only_above_xoff_and_the_nic_waits(runs):
     summary = json.loads((out / "summary.json").read_text())
     lat = yaml.safe_load((out / "job.resolved.yaml").read_text())["fabric"]["link_latency_ns"]
     rows, leaf_mac = replay(out, lat=lat)
-    n, at_nics, passed = judge_pauses(out, rows, leaf_mac, lat, lambda stem: folder_rates(summary, stem),
+    n, at_nics, passed, kinds = judge_pauses(out, rows, leaf_mac, lat, lambda stem: folder_rates(summary, stem),
                                       XOFF, XOFF - RESUME)
     assert n > 10
     # 802.1Qbb pauses priority 3 only: the NIC's CNPs (priority 6) still leave during a pause
     assert passed > 0, "no frame of another priority left during a pause"
-    print(f"\n{n} PFC pauses judged ({at_nics} after a leaf0 port to a NIC crossed Xoff); "
+    assert kinds["xon"] > 0, kinds
+    print(f"\n{n} PFC pauses judged ({at_nics} after a leaf0 port to a NIC crossed Xoff), PFC frames {dict(kinds)}; "
           f"{passed} frames of other priorities sent during them")
 
 
@@ -285,7 +286,6 @@ def test_summary_says_whether_the_marks_settled(runs, tmp_path, monkeypatch):
     in_leaf0 = sum(len(_pauses(f)) for f in (out / "pcap").glob("leaf0-node*.pcap"))
     assert 0 < in_leaf0 <= q["pauses"]
     monkeypatch.setattr(queue_rounds, "QUEUE_ROUNDS", 1)
-    monkeypatch.setattr(queue_rounds, "PFC_ROUNDS", 0)
     args = ["generate", "--no-ns3", "-o", str(tmp_path / "one"), "--switch", "leaf0"]
     for s in JOB + ["network.kmin_bytes=20000", f"network.kmax_bytes={KMAX}", f"network.pmax={PMAX}",
                     f"network.pfc_xoff_bytes={XOFF}", f"network.pfc_resume_offset_bytes={RESUME}"]:

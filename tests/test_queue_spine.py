@@ -238,23 +238,23 @@ def test_without_pressure_it_is_a_plain_fifo():
 def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
     """The lab incast of tests/test_queue_incast.py (16 ranks on the 4:1 leaf-spine, rank 0 the
     receiver): its scheduled frames, ready at their NIC ports when the schedule sends them, through
-    one pass (pfc_pass.from_plan). Judged as above from the departures alone: every PAUSE after a
+    one pass (pfc_plan.from_plan). Judged as above from the departures alone: every PAUSE after a
     frame above Xoff at the port that sent it, the leaf's port to the receiving NIC pauses spine
     ports, no frame leaves a paused port, each QP's data in PSN order on every port, the receiver's
     port queue within Xoff + its ingresses' headroom."""
+    import copy
     from test_queue_incast import _run
-    from tracegen.emit.packets import pacing, pfc_pass
+    from tracegen.emit.packets import pfc_plan
     plans = []
-    real = pacing.prepare
+    real = pfc_plan.from_plan
 
-    def keep(*a, **kw):
-        p = real(*a, **kw)
-        plans.append((p, kw.get("network")))
-        return p
-    monkeypatch.setattr(pacing, "prepare", keep)
+    def keep(p, network):
+        plans.append((copy.copy(p), network))     # the schedule the pass starts from (queue_rounds)
+        return real(p, network)
+    monkeypatch.setattr(pfc_plan, "from_plan", keep)
     _run(tmp_path / "incast", 20_000)
-    p, network = next((p, n) for p, n in plans if p is not None and p.tx is not None and len(p.m_conn) >= 15)
-    pp = pfc_pass.from_plan(p, network)
+    p, network = [(p, n) for p, n in plans if len(p.m_conn) >= 15][-1]     # the written trace's round
+    pp = real(p, network)
     r, path = pp.res, pp.path
     dep = r.depart_ns
     lat = np.where(path >= 0, p.link_lat[np.maximum(path - pp.nic_ports, 0) >> 1], 0)
@@ -350,7 +350,7 @@ def test_the_lab_incast_through_one_pass(tmp_path, monkeypatch):
     peak = max(q[f, h] + int(fb[f]) for f, h in zip(*np.nonzero(path == rx)))
     assert peak <= bound, (peak, bound)
     # without PFC the same frames queue deeper there (own FIFO replay of the unpaused pass)
-    free = pfc_pass.from_plan(p, replace(network, pfc_xoff_bytes=1 << 40, pfc_resume_offset_bytes=0))
+    free = real(p, replace(network, pfc_xoff_bytes=1 << 40, pfc_resume_offset_bytes=0))
     assert not len(free.res.pause_to)
     fd = free.res.depart_ns
     fa = np.where(path[:, 1:] >= 0, fd[:, :-1] + lat[:, :-1], -1)
@@ -388,12 +388,12 @@ def test_waits_keep_the_schedules_slack_and_spacing():
 
 
 def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
-    """pfc_pass.segs_at: the pass's per-packet departures at each path position as the plan's
+    """pfc_plan.segs_at: the pass's per-packet departures at each path position as the plan's
     runs (plan.Segs). Judged by expanding the runs with this file's own sums of the pass's wire
     times: every data packet on that position exactly once, at its departure; pauses break runs
     (more runs than messages), and runs still compress (fewer runs than packets)."""
     from test_queue_incast import _run
-    from tracegen.emit.packets import hops, pacing, pfc_pass
+    from tracegen.emit.packets import hops, pacing, pfc_plan
     plans = []
     real = pacing.prepare
 
@@ -404,7 +404,7 @@ def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
     monkeypatch.setattr(pacing, "prepare", keep)
     _run(tmp_path / "incast", 20_000)
     p, network = next((q, n) for q, n in plans if q is not None and q.tx is not None and len(q.m_conn) >= 15)
-    pp = pfc_pass.from_plan(p, network)
+    pp = pfc_plan.from_plan(p, network)
     dep, path = pp.res.depart_ns, pp.path
     row = {int(g): i for i, g in enumerate(pp.g) if g >= 0}
     broke = False
@@ -418,7 +418,7 @@ def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
             d = p.c_route[p.m_conn, h]          # path position h >= 1 leaves by route link h (0: the NIC's)
             gb = np.where(d >= 0, p.link_gbps[np.maximum(d, 0) >> 1], 1)
             w = hops.spacing(p, gb)
-        s = pfc_pass.segs_at(p, pp, h, w)
+        s = pfc_plan.segs_at(p, pp, h, w)
         seen = {}
         for m, ka, kb, t in zip(s.msg.tolist(), s.ka.tolist(), s.kb.tolist(), s.t.tolist()):
             for kk in range(ka, kb):
@@ -434,7 +434,7 @@ def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
     assert broke, "PFC pauses must break some message's back-to-back run"
     # at the receiving NIC: the last port's departure plus its link's latency (first bit)
     last = (path >= 0).sum(axis=1) - 1
-    s = pfc_pass.rx_segs(p, pp, p.line_wire or p.wire)
+    s = pfc_plan.rx_segs(p, pp, p.line_wire or p.wire)
     got = {}
     for m, ka, kb, t in zip(s.msg.tolist(), s.ka.tolist(), s.kb.tolist(), s.t.tolist()):
         for kk in range(ka, kb):
@@ -450,7 +450,7 @@ def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
     links = (path >= 0).sum(axis=1)
     want = {(int(i), int(h)): int(dep[i, h]) for i in range(len(path)) for h in range(1, int(links[i]) - 1)}
     seen = {}
-    for hop in pfc_pass.hops_from_pass(p, pp):
+    for hop in pfc_plan.hops_from_pass(p, pp):
         for m, ka, kb, t, d, pos in zip(hop.segs.msg.tolist(), hop.segs.ka.tolist(), hop.segs.kb.tolist(),
                                         hop.segs.t.tolist(), hop.seg_port.tolist(), hop.seg_pos.tolist()):
             for kk in range(ka, kb):
@@ -465,7 +465,7 @@ def test_lab_incast_departures_as_segs(tmp_path, monkeypatch):
             seen[i, pos] = int(hop.k_t[k])
     assert seen == want
     # control frames at the NICs: NIC port departure, first bit at the other NIC
-    k_tx, k_rx = pfc_pass.control_times(p, pp)
+    k_tx, k_rx = pfc_plan.control_times(p, pp)
     for k, i in krow.items():
         port = int(path[i, last[i]])
         assert k_tx[k] == dep[i, 0] and k_rx[k] == dep[i, last[i]] + p.link_lat[(port - pp.nic_ports) >> 1], k

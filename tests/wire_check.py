@@ -26,8 +26,8 @@ Rules (each violation line starts with its tag):
                "pfc_unattributed", e.g. a classic merged capture's PAUSEs from one leaf to
                several NICs).
   [pfc]        an Ethernet MAC control frame (0x8808, untagged) is an 802.1Qbb PFC frame: opcode
-               0x0101, destination 01:80:C2:00:00:01, a class-enable vector with only classes
-               whose time is set, 60 B; counted (stats "pfc"), never a RoCE frame nor in QP checks.
+               0x0101, destination 01:80:C2:00:00:01, a time set only for an enabled class (an
+               enabled class with time 0 is an XON: it resumes at once), 60 B; counted (stats "pfc"), never a RoCE frame nor in QP checks.
   [psn]        per transmitter and QP direction (src IP, dst IP, DestQP), requests in PSN order:
                +1 per packet (mod 2^24); in a complete capture +1 from one message to the next,
                in a filtered one (time window, collective/iteration filter) forward only.
@@ -402,7 +402,7 @@ def _pfc(recs, name, bad, stats):
             continue
         cev = struct.unpack_from(">H", fr, 16)[0]
         times = struct.unpack_from(">8H", fr, 18)
-        if cev >> 8 or any(bool(cev >> c & 1) != bool(times[c]) for c in range(8)):
+        if cev >> 8 or any(times[c] and not cev >> c & 1 for c in range(8)):
             bad.append(f"[pfc] {where}: class-enable vector {cev:#06x} and pause times {times} disagree")
 
 

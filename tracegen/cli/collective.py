@@ -147,7 +147,7 @@ def sweep_transfers(kind: CollKind, job, size_list: list[int], elem_bytes: int) 
     """The transfers the collectives stage will make for the sweep (work.op_transfers per size:
     within ~30 % of the real count for every collective and algorithm)."""
     from ..collectives import tuning
-    from ..timing.work import op_transfers
+    from ..timing.work_templates import op_transfers
     c = job.cluster
     n, N = job.world, job.world // job.cluster.gpus_per_node
     if kind == CollKind.SENDRECV:      # n pairs of 2 ranks, point to point

@@ -107,24 +107,18 @@ def generate(job_file, preset, sets, detail, out_dir, snaplen, payload, max_byte
             sys.exit(e.exit_code)
 
 
-def _check_timed_views(sc, fabric) -> None:
-    """pcaps draw every frame on its QP's route and port rates of t=0 (emit/packets/routes.py):
-    exact for host views (a NIC's frames do not depend on the route they take), not for what
-    happens inside the fabric after a timed event moved flows or changed a rate. Refuse those
-    views before any work rather than write frames on a link that is down."""
-    if not fabric.epochs:
+def _check_timed_pfc(sc, fabric) -> None:
+    """Queue-mode marks with PFC run the frames through pfc_pass.py, which holds one rate per
+    port (t=0's): frames on each epoch's routes and rates (emit/packets/epoch_paths.py) are
+    written without PFC only. Refused before any work."""
+    out, net = sc.hardware.output, sc.hardware.network
+    if not fabric.epochs or out.ecn_marking != "queue" or not net.pfc:
         return
     from ..config import show_path
-    out = sc.hardware.output
     first = min(e.at_ns for e in fabric.epochs)
-    why = (f"the fabric changes during the run (first timed event at {first:,} ns) and pcaps follow the "
-           "t=0 routes and rates")
-    if out.view == "switch":
-        raise ConfigError(f"{show_path(sc.path)}: output.switch ({out.switch}): no switch view of this scenario: "
-                          f"{why}; write host views (drop output.switch) or give the events at_ns: 0")
-    if out.ecn_marking == "queue":
-        raise ConfigError(f"{show_path(sc.path)}: output.ecn_marking: queue marks from the switch queues along "
-                          f"the routes, but {why}; use ecn_marking: fraction or give the events at_ns: 0")
+    raise ConfigError(f"{show_path(sc.path)}: output.ecn_marking: queue with network.pfc: the PFC pass holds "
+                      f"each port at its t=0 rate, but the fabric changes during the run (first timed event at "
+                      f"{first:,} ns); set network.pfc: false in the jobs' files, or give the events at_ns: 0")
 
 
 def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None:
@@ -137,7 +131,7 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
     sc = spec.load_scenario(path)
     prepared = run.prepare(sc)
     if pcap and sc.hardware.output.pcap:
-        _check_timed_views(sc, prepared[1])
+        _check_timed_pfc(sc, prepared[1])
     with stages(quiet) as stage:
         stage("work estimate: the jobs' collectives")
         run.check_work(sc, parse_work(max_work) if max_work is not None else DEFAULT_MAX_WORK,

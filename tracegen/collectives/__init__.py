@@ -60,7 +60,7 @@ ALGORITHMS = {
 DATA_KINDS = frozenset(kind for _, kind in ALGORITHMS)
 
 
-from .ring_edges import RingShape  # noqa: E402
+from .ring_edges import RingShape, ShardShape  # noqa: E402
 
 
 def node_layout(group: np.ndarray, fabric: Fabric) -> tuple[int, int]:
@@ -85,10 +85,11 @@ def build_template(kind: CollKind, nodes: int, local: int, nbytes: int, elem_byt
                     plan.chunk_bytes)
 
 
-def op_templates(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None, max_rows: int = 0):
+def op_templates(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None, max_rows: int = 0, shard_rows: int = 0):
     """(op index, group, Template, Plan) of every op that moves data (or of ops `which`).
     max_rows > 0: a ring AllReduce whose template would list more chunks than that comes as a
-    ring_edges.RingShape instead (its edges in closed form; for the connection-level schedule)."""
+    ring_edges.RingShape instead (its edges in closed form; for the connection-level schedule);
+    shard_rows > 0: so does a ring ReduceScatter / AllGather, as a ring_edges.ShardShape."""
     tuning.check(nccl)
     parts: list[tuple[int, np.ndarray, Template, tuning.Plan]] = []
     layouts: dict[bytes, tuple[int, int]] = {}     # a job has few distinct groups, used many times
@@ -108,6 +109,13 @@ def op_templates(ops: CommOps, fabric: Fabric, nccl: Nccl, which=None, max_rows:
             shape = RingShape(N, L, int(nbytes[i]) // int(elem[i]), int(elem[i]), plan.channels, plan.chunk_bytes)
             if plan.algo == "ring" and shape.rows() > max_rows:
                 parts.append((int(i), group, shape, plan))
+                continue
+        if shard_rows and kind in (CollKind.REDUCESCATTER, CollKind.ALLGATHER):
+            plan = tuning.plan(kind, nccl, N * L, N, L, int(nbytes[i]), fabric.nic_gbps, fabric.nvlink_gbps)
+            shard = ShardShape(N, L, int(nbytes[i]) // int(elem[i]), int(elem[i]), plan.channels, plan.chunk_bytes,
+                               kind == CollKind.REDUCESCATTER)
+            if plan.algo == "ring" and shard.rows() > shard_rows:
+                parts.append((int(i), group, shard, plan))
                 continue
         plan, t = build_template(kind, N, L, int(nbytes[i]), int(elem[i]), nccl, fabric.nic_gbps,
                                  fabric.nvlink_gbps)

@@ -145,7 +145,7 @@ def _conn_csr(route: np.ndarray, q: int, n_conn: int):
 
 def _exact_split(run, width: int):
     """Each (link direction, job)'s bytes per bin from the engine's own records: an item (a chunk,
-    or per connection one op channel's edges - schedule_conn.group_items) sends at its recorded
+    or per connection one op channel's edges - conn_items.group_items) sends at its recorded
     rate (Flows.item_rates) from each record until the next or its last byte (Flows.finish_ns),
     and puts rate x weight on each link it crosses, the weight being what the engine gives it:
     per NET row of the item, (row bytes / the item's largest row's bytes) x its connection's share

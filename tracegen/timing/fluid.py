@@ -38,8 +38,8 @@ Records, on request only: every link's load over time (LinkLoad: the report's ut
 the rate of chosen items over time (ItemRates: the pcap writer paces a flow's packets along its
 cumulative sent-bytes curve, progress_times inverts it); fluid_records.py.
 
-This module holds run(), the engine's entry; fluid_engine.py the event loop, fluid_solve.py the
-max-min filling of a component, fluid_heap.py the finish heap.
+This module holds run(), the engine's entry; fluid_engine.py the event loop (fluid_moves.py its
+route moves at epochs), fluid_solve.py the max-min filling of a component, fluid_heap.py the finish heap.
 """
 from __future__ import annotations
 

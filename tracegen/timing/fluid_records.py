@@ -125,4 +125,6 @@ class LinkLoad(NamedTuple):
         diff = np.zeros_like(out)
         np.add.at(diff, (ln[inner], b0[inner] + 1), v[inner] * bin_ns)
         np.add.at(diff, (ln[inner], b1[inner]), -v[inner] * bin_ns)
-        return (out + np.cumsum(diff, axis=1))[:, :bins]
+        np.cumsum(diff, axis=1, out=diff)            # in place: no third and fourth [links, bins] array
+        out += diff
+        return out[:, :bins]

@@ -178,6 +178,19 @@ def net_latency_ns(conns: Connections, row_conn, on_wire, pmtu: int, vlan: bool 
                    ip_version: int = 4) -> np.ndarray:
     """Propagation + store-and-forward of each NET row (the slowest of its connection's QPs)."""
     last_pkt = np.minimum(on_wire, pmtu + packet_overhead_bytes(vlan, ip_version))
+    row_conn = np.asarray(row_conn, np.int64)
+    if len(row_conn) <= len(conns):
+        return _qp_latency_ns(conns, row_conn, last_pkt)
+    # rows repeat connections (every op on them: 131k GPUs, 20 M rows): the largest last packet's
+    # latency (a full packet: most rows) once per connection, gathered; the other rows one by one
+    full = int(last_pkt.max())
+    lat = _qp_latency_ns(conns, np.arange(len(conns)), np.full(len(conns), full, np.int64))[row_conn]
+    other = np.flatnonzero(last_pkt != full)
+    lat[other] = _qp_latency_ns(conns, row_conn[other], last_pkt[other])
+    return lat
+
+
+def _qp_latency_ns(conns: Connections, row_conn, last_pkt) -> np.ndarray:
     lat = np.zeros(len(row_conn), np.int64)
     for q in range(conns.qps):
         lat = np.maximum(lat, conns.latency_ns(row_conn * conns.qps + q, last_pkt))

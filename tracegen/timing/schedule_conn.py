@@ -25,205 +25,22 @@ import numpy as np
 from . import fluid
 from .. import progress
 from ..collectives import expand, op_templates
-from ..collectives.edges import pxn_split_columns, template_edges
-from ..collectives.ring_edges import RingShape, ring_allreduce_alone_ns, ring_allreduce_edges
+from ..collectives.ring_edges import (RingShape, ShardShape, ring_allreduce_alone_ns, ring_allreduce_edges,
+                                      ring_shard_alone_ns)
 from ..config import Job
+from .conn_edges import CLOSED_FORM_ROWS, edge_table
+from .conn_items import GROUP_STEPS, group_items
 from .connections import build_connections, communicator
-from .order import stable_order
 from .schedule import nic_only_links
-from ..tables import FLOW_DTYPE, CollKind, CommOps, Flows, LinkKind, Ragged
+from ..tables import FLOW_DTYPE, CommOps, Flows, LinkKind, Ragged
 from ..fabric.topology import Fabric
 
 
-# A ring AllReduce listing more chunks than this (a whole 16k-GPU job's grad-norm AllReduce: half a
-# billion) has its edges and its time alone in closed form (collectives/ring_edges.py).
-CLOSED_FORM_ROWS = 16_000_000
-
-
-# Narrow columns of the edge table (a 64k-GPU job's has ~11 M rows): ranks < world (config caps
-# it far below 2^31), channels < 1024 (edges.py packs them in 10 bits), algorithm and protocol ids.
-# Every user widens them before arithmetic (connections._pack, send_queues) or stores them in FLOW_DTYPE.
-RANK_DTYPE = np.int32
-
-
-def edge_table(ops: CommOps, fabric: Fabric, job: Job, which=None, per_op: dict | None = None) -> dict:
-    """Every op's edges mapped to ranks (PXN applied), sorted by op: a dict of columns (ranks
-    RANK_DTYPE, channel int16, algo and proto uint8, the rest int64). per_op (a dict): algo,
-    proto and max_msg_bytes - one NCCL plan per op - go there, one entry per op, not per row,
-    and no `copies` column (the rows a folded job's row stands for)."""
-    if fabric.world >= np.iinfo(RANK_DTYPE).max:
-        raise ValueError(f"{fabric.world:,} ranks do not fit the edge table's {np.dtype(RANK_DTYPE)} ranks")
-    nccl, pmtu = job.nccl, job.output.pmtu
-    groups: dict[tuple, list] = {}
-    for i, group, t, plan in op_templates(ops, fabric, nccl, which, max_rows=CLOSED_FORM_ROWS):
-        tkey = t if isinstance(t, RingShape) else id(t)
-        groups.setdefault((tkey, plan), [t, plan, [], []])
-        g = groups[(tkey, plan)]
-        g[2].append(i)
-        g[3].append(group)
-    cols: dict[str, list] = {k: [] for k in ("op_id", "src_rank", "dst_rank", "channel", "transfers",
-                                             "messages", "packets", "payload", "nvl_wire", "net_wire",
-                                             "algo", "proto", "max_msg_bytes")}
-    # the CLI's bar, in % of the work (about a quarter each at 2k-16k GPUs): the op shapes' edges,
-    # PXN, the replicas' network edges, sorting by op
-    shapes = list(groups.values())
-    for k, (t, plan, op_ids, grps) in enumerate(shapes):
-        progress.report(40 * k // len(shapes), 100)
-        e = (ring_allreduce_edges if isinstance(t, RingShape) else template_edges)(
-            t, int(plan.proto), plan.max_msg_bytes, pmtu, job.output.vlan, job.output.ip_version)
-        G = np.asarray(grps, dtype=RANK_DTYPE)                    # [k, n] ranks by position
-        k, m = len(op_ids), len(e)
-        cols["op_id"].append(np.repeat(np.asarray(op_ids, np.int64), m))
-        cols["src_rank"].append(G[:, e.src].reshape(-1))
-        cols["dst_rank"].append(G[:, e.dst].reshape(-1))
-        cols["channel"].append(np.tile(e.channel.astype(np.int16), k))
-        for name, v in (("transfers", e.transfers), ("messages", e.messages),
-                        ("packets", e.packets), ("payload", e.payload),
-                        ("nvl_wire", e.nvl_wire), ("net_wire", e.net_wire)):
-            cols[name].append(np.tile(v, k))
-        for name, v, dt in (("algo", int(plan.algo_id), np.uint8), ("proto", int(plan.proto), np.uint8),
-                            ("max_msg_bytes", plan.max_msg_bytes, np.int64)):
-            if per_op is None:
-                cols[name].append(np.full(k * m, v, dt))
-            else:
-                per_op.setdefault(name, np.zeros(len(ops), dt))[op_ids] = v
-    empty = {"src_rank": RANK_DTYPE, "dst_rank": RANK_DTYPE, "channel": np.int16, "algo": np.uint8, "proto": np.uint8}
-    if per_op is not None:
-        for name, dt in (("algo", np.uint8), ("proto", np.uint8), ("max_msg_bytes", np.int64)):
-            per_op.setdefault(name, np.zeros(len(ops), dt))
-            del cols[name]
-    out = {}
-    for k in list(cols):                    # one column at a time: its parts freed as it is made
-        parts = cols.pop(k)
-        out[k] = np.concatenate(parts) if parts else np.zeros(0, empty.get(k, np.int64))
-        del parts
-    link = np.where(fabric.same_node(out["src_rank"], out["dst_rank"]), LinkKind.NVLINK,
-                    LinkKind.NET).astype(np.uint8)
-    progress.report(40, 100)
-    if nccl.pxn and len(link):
-        link = pxn_split_columns(out, link, fabric)
-    progress.report(60, 100)
-    out["link"] = link
-    out["copies"] = np.ones(len(link), np.int64)
-    sel, rep_of = np.arange(len(link)), None
-    if ops.replicas > 1 and len(link):
-        sel, rep_of = _unfold_net_edges(out, ops)
-    if per_op is not None:                  # the caller makes `copies` again where it needs them
-        del out["copies"]
-    progress.report(80, 100)
-    # one gather per column, unfolded and sorted by op at once (a folded 32k-GPU job's table is
-    # ~10 M rows: gathering the replicas' rows, concatenating, then sorting cost three copies)
-    order = stable_order(out["op_id"][sel])        # counting: O(rows), as argsort(kind="stable")
-    sel = sel[order]
-    shift = None
-    if rep_of is not None:
-        shift = rep_of[order]
-        del rep_of, order
-        shift *= ops.replica_stride
-    for k in list(out):                     # column by column: one old column held at a time
-        out[k] = out[k][sel]
-    del sel
-    if shift is not None:                   # in place: the ranks stay RANK_DTYPE (< world)
-        np.add(out["src_rank"], shift, out=out["src_rank"], casting="unsafe")
-        np.add(out["dst_rank"], shift, out=out["dst_rank"], casting="unsafe")
-    progress.report(100, 100)
-    return out
-
-
-def _unfold_net_edges(out: dict, ops: CommOps) -> tuple[np.ndarray, np.ndarray]:
-    """A folded job's edges (CommOps.replicas): an op of replica 0 gets its NET edges once per
-    replica, ranks shifted by d x stride - they share the fabric with every other replica's and
-    their routes differ (ECMP) - while its NVLink edges stay once, standing for all replicas
-    (`copies`, set here). Returns the rows of the unfolded table (replica 0's rows, then each
-    further replica's NET rows) as rows of `out`, and the replica d of each."""
-    tiled = ops.tiled()[out["op_id"]]
-    net = out["link"] == LinkKind.NET
-    out["copies"] = np.where(tiled & ~net, ops.replicas, 1)
-    idx = np.flatnonzero(tiled & net)
-    n = len(net)
-    if not len(idx):
-        return np.arange(n), None
-    sel = np.concatenate([np.arange(n), np.tile(idx, ops.replicas - 1)])
-    rep_of = np.concatenate([np.zeros(n, np.int64), np.repeat(np.arange(1, ops.replicas, dtype=np.int64), len(idx))])
-    return sel, rep_of
-
-
-GROUP_STEPS = 5     # the links and items bar: item links, send queues, item keys, item links merged, done
-
-
-# Rows whose links are merged at once in group_items: the (item, link) pairs of all rows at once
-# held ~65 B per pair (keys, sort, inverse, weights; 32k GPUs: 1.8 GB over a 1.1 GB table).
-GROUP_BLOCK_ROWS = 1 << 18
-
-
-def group_items(op_id, channel, kind, queue, nbytes, links, width: int, block_rows: int | None = None,
-                row_lens=None):
-    """Rows -> fluid items. The edges of one channel of a collective move in lockstep (a ring step,
-    a tree level or a halving-doubling round needs the one before it), so they form one item that
-    crosses all their links, each edge's weight scaled by its share of the largest edge's bytes:
-    the channel runs at the rate of its most loaded link. Send/recv and AllToAll pairs have no
-    such coupling: an item per send queue (the pairs an op sends on one QP go one after the
-    other). links: the rows' links as CSR (ptr, link, weight), or a function (lo, hi) -> that
-    CSR for rows [lo, hi) (made block by block: never all at once) with row_lens, the number of
-    links of each row; every link < width. Returns (item of each row, op, bytes, ptr, links, weights).
-
-    An item lies within one op; with rows sorted by op, blocks of whole ops merge their items'
-    links alone (each pair's weights summed in row order, as all at once). Item ids follow the
-    sorted keys: per-queue items (negative keys) of later ops first, then the channels' in op
-    order - so each block's pairs go straight to their place in one output (untouched pages of
-    its upper bound are never resident), per-queue ones backwards from the end of theirs."""
-    block_rows = GROUP_BLOCK_ROWS if block_rows is None else block_rows
-    if isinstance(links, tuple):
-        ptr0, lk0, w0 = links
-        links = lambda lo, hi: (ptr0[lo:hi + 1] - ptr0[lo], lk0[ptr0[lo]:ptr0[hi]], w0[ptr0[lo]:ptr0[hi]])  # noqa: E731
-        row_lens = np.diff(ptr0)
-    coupled = (kind != CollKind.SENDRECV) & (kind != CollKind.ALLTOALL)
-    key = np.where(coupled, op_id * 65536 + channel, -1 - (op_id * (int(queue.max(initial=0)) + 1) + queue))
-    uk, item = np.unique(key, return_inverse=True)
-    n_free = int(np.searchsorted(uk, 0))      # per-queue items: ids [0, n_free)
-    del key, uk
-    progress.report(3, GROUP_STEPS)
-    n = len(op_id)
-    m = int(item.max(initial=-1)) + 1
-    big = np.zeros(m)
-    np.maximum.at(big, item, nbytes)
-    scale = np.where(big[item] > 0, nbytes / np.maximum(big[item], 1e-300), 1.0)
-    ordered = n < 2 or bool((op_id[1:] >= op_id[:-1]).all())
-    bounds = [0, n]
-    if ordered and n > block_rows:            # cut between ops only
-        cuts = np.searchsorted(op_id, op_id[np.arange(block_rows, n, block_rows)], "left")
-        bounds = sorted({0, n, *cuts.tolist()})
-    if len(bounds) > 2:
-        e_free = int(row_lens[~coupled].sum())
-        size = int(row_lens.sum())
-        out_k, out_w = np.empty(size, np.int64), np.empty(size)
-        u_lo, c_hi = e_free, e_free           # per-queue pairs fill [u_lo, e_free), channels' from e_free on
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        ptr, lk, w = links(lo, hi)
-        lens = np.diff(ptr)
-        pair = np.repeat(item[lo:hi].astype(np.int64), lens) * width + lk
-        k2, inv = np.unique(pair, return_inverse=True)
-        del pair
-        ww = np.bincount(inv, weights=w * np.repeat(scale[lo:hi], lens), minlength=len(k2))
-        del inv, ptr, lk, w
-        if len(bounds) == 2:
-            break
-        split = int(np.searchsorted(k2, n_free * width))     # this block's per-queue pairs, then channels'
-        out_k[u_lo - split:u_lo], out_w[u_lo - split:u_lo] = k2[:split], ww[:split]
-        u_lo -= split
-        c = len(k2) - split
-        out_k[c_hi:c_hi + c], out_w[c_hi:c_hi + c] = k2[split:], ww[split:]
-        c_hi += c
-        del k2, ww
-    if len(bounds) > 2:
-        k2, ww = out_k[u_lo:c_hi], out_w[u_lo:c_hi]
-    progress.report(4, GROUP_STEPS)
-    it_ptr = np.searchsorted(k2, np.arange(m + 1, dtype=np.int64) * width).astype(np.int64)
-    np.remainder(k2, width, out=k2)           # the pairs' links, in place
-    it_op = np.zeros(m, np.int64)
-    it_op[item] = op_id
-    progress.report(GROUP_STEPS, GROUP_STEPS)
-    return item, it_op, big, it_ptr, k2, ww
+# A ring ReduceScatter / AllGather of one loop across nodes listing more chunks than this is timed
+# alone in closed form (ring_edges.ring_shard_alone_ns, equal to the chunk level's to the ns on
+# every such shape of llama3-405b at 32k and 64k GPUs), not chunk by chunk: 0.5 M chunks a shape
+# at 64k GPUs (dp 512), 2.1 M at 131k.
+SHARD_ALONE_ROWS = 1 << 16
 
 
 def _alone(item_deps, nbytes, extra, links, queue=None):
@@ -260,12 +77,25 @@ class _Fill:
             self.groups[key] = b"|".join(parts)
         return self.groups[key]
 
-    def alone_ns(self, op: int, sig: bytes, latency_ns: int = 0) -> int:
+    def alone_ns(self, op: int, sig: bytes, edge_lat_ns: np.ndarray) -> int:
+        """edge_lat_ns: the op's edges' latencies, in edge order (0 on NVLink)."""
         hit = self.cache.get(sig)
         if hit is not None:
             return hit
         f, job = self.fabric, self.job
-        big = op_templates(self.ops, f, job.nccl, [op], max_rows=CLOSED_FORM_ROWS)
+        latency_ns = int(edge_lat_ns.max(initial=0))
+        big = op_templates(self.ops, f, job.nccl, [op], max_rows=CLOSED_FORM_ROWS, shard_rows=SHARD_ALONE_ROWS)
+        if big and isinstance(big[0][2], ShardShape):
+            _, group, shape, plan = big[0]
+            t = None
+            if not f.same_node(group, np.roll(group, -1)).any():
+                out = job.output
+                t = ring_shard_alone_ns(shape, int(plan.proto), plan.max_msg_bytes, self.pmtu, out.vlan,
+                                        out.ip_version, f.nic_gbps, edge_lat_ns)
+            if t is not None:
+                self.cache[sig] = t
+                return t
+            big = None                      # chunk level below
         if big and isinstance(big[0][2], RingShape):
             _, group, shape, plan = big[0]
             net = not f.same_node(group, np.roll(group, -1)).all()
@@ -356,7 +186,7 @@ def schedule_connections(ops: CommOps, fabric: Fabric, job: Job, shared_fabric: 
         lo, hi = int(op_lo[op]), int(op_lo[op] + cnt[op])
         sig = b"%d|%d|%d|%d|" % (ops.rows["kind"][op], ops.rows["bytes"][op], ops.rows["elem_bytes"][op],
                                  ops.rows["dim"][op]) + fill.pattern(op) + b"|" + lat[lo:hi].tobytes()
-        op_alone[op] = fill.alone_ns(op, sig, int(lat[lo:hi].max()))
+        op_alone[op] = fill.alone_ns(op, sig, lat[lo:hi])
         op_fill[op] = int(lat[lo:hi].max())     # the last arrival (0 on NVLink)
     del lat
     # items: every op's edges, grouped per channel (group_items), on their links (fabric routes,

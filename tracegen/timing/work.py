@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 from ..config import DTYPE_BYTES, Job
 from ..errors import ConfigError
+from . import work_templates as templates
 
 DEFAULT_MAX_WORK = 40_000_000        # ~13 GB peak, a few minutes on the 2-core development VM (every preset fits)
 BYTES_PER_UNIT = 330                 # peak memory per transfer (llama3-8b plan: 390 MB, 0.95 M transfers)
@@ -159,111 +160,6 @@ def _closed_forms(job: Job) -> tuple[int, int]:
     return int(ops * job.iterations), int(entries * job.iterations)
 
 
-def _transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes: int) -> int:
-    """Rows the collectives stage's template for one op has (see collectives/*.py)."""
-    from ..tables import CollKind as K
-    elems = nbytes // elem_bytes
-    if n < 2 or elems < 1:
-        return 0
-    ch = plan.channels
-    chunk = max(1, plan.chunk_bytes // elem_bytes)
-    algo = plan.algo
-    if elems < n and n <= 4096 and algo != "ring":
-        # fewer elements than ranks: some pieces are empty and their steps move nothing (templates
-        # drop 0-byte rows), which the closed forms below do not see - a tiny op (a loss or a flag
-        # AllReduce), so count its template's rows themselves. Not a ring's: its closed form counts
-        # only non-empty pieces (_pieces), and its template has 2 n (n - 1) rows per channel (the
-        # 4k preset's grad-norm over 4,096 ranks: 4 GB and 24 s of the estimate)
-        from ..collectives import ALGORITHMS
-        build = ALGORITHMS.get((algo, kind))
-        if build is not None:
-            return len(build(N, L, elems, elem_bytes, ch, plan.chunk_bytes))
-    if algo == "p2p":
-        rows = min(ch, elems)
-    elif algo == "direct":
-        rows = n * (n - 1) * min(ch, -(-elems // n))
-    elif algo == "tree":
-        rows = -(-elems // (ch * chunk)) * ch * 2 * (n - 1)
-    elif algo == "halving_doubling":
-        p2 = 1 << (n.bit_length() - 1)
-        logp = p2.bit_length() - 1
-        steps = {K.ALLREDUCE: 2 * logp * p2, K.REDUCESCATTER: logp * p2, K.ALLGATHER: logp * p2}
-        rows = steps.get(kind, n - 1) + 2 * (n - p2)
-    elif algo == "hierarchical":
-        if kind == K.ALLTOALL:
-            rows = n * ((L - 1) + (N - 1)) * ch
-        else:
-            unit = chunk * (n if kind == K.ALLREDUCE else 1)
-            span = -(-elems // n) if kind in (K.REDUCESCATTER, K.ALLGATHER) else elems
-            units = -(-span // (ch * unit)) * ch
-            per = {K.ALLREDUCE: 2 * n * ((L - 1) + (N - 1)), K.REDUCESCATTER: n * ((L - 1) + (N - 1)),
-                   K.ALLGATHER: n * ((L - 1) + (N - 1))}.get(kind, (N - 1) + N * (L - 1))
-            rows = units * per
-    else:                                                   # ring
-        if kind == K.ALLREDUCE:
-            rows = _pieces(elems, ch * n, chunk) * 2 * (n - 1)
-        elif kind in (K.REDUCESCATTER, K.ALLGATHER):
-            rows = _pieces(-(-elems // n), ch, chunk) * (n - 1) * n
-        else:
-            rows = _pieces(elems, ch, chunk) * (n - 1)
-    return int(rows)
-
-
-def _pieces(total: int, parts: int, chunk: int) -> int:
-    """Non-empty pieces of NCCL's loop over `total` elements in `parts` pieces of at most `chunk`
-    (collectives/template.chunk_loops): every full loop gives `parts`, the last shrinks its
-    pieces evenly and may leave some empty."""
-    full, rem = divmod(total, parts * chunk)
-    if not rem:
-        return full * parts
-    real = min(chunk, -(-rem // parts))
-    return full * parts + min(parts, -(-rem // real))
-
-
-def _cross_rail(algo: str, group, node, rail, N: int, L: int) -> float:
-    """With nccl.pxn, the share of an op's transfers that cross nodes *and* rails (each becomes
-    an NVLink hop + a NET hop on the destination's rail)."""
-    import numpy as np
-    g = np.asarray(group)
-    nd, rl = node[g], rail[g]
-    if N <= 1 or (algo in ("hierarchical", "tree") and L > 1):   # node-major: NET hops stay on rail
-        return 0.0
-    if algo == "ring" and L > 1:
-        return N / len(g)                          # every channel leaves a node from another rail
-    if algo in ("ring", "tree", "p2p", "hierarchical"):   # flat: member order; p2p: 0 -> 1
-        nxt = np.roll(np.arange(len(g)), -1)
-        hop = (nd != nd[nxt]) & (rl != rl[nxt])
-        return float(hop[:1].mean() if algo == "p2p" else hop.mean())
-    if algo == "halving_doubling":                 # partners at distances 1, 2, 4, ...
-        p2 = 1 << (len(g).bit_length() - 1)
-        i = np.arange(p2)
-        hops = [(nd[i] != nd[i ^ d]) & (rl[i] != rl[i ^ d]) for d in (1 << k for k in range(p2.bit_length() - 1))]
-        return float(np.mean(hops)) if hops else 0.0
-    # every ordered pair (AllToAll): not same node, not same rail
-    n = len(g)
-    same = lambda k: int((np.bincount(k) ** 2).sum())                     # noqa: E731
-    both = int((np.unique(nd * (int(rl.max()) + 1) + rl, return_counts=True)[1] ** 2).sum())
-    pairs = n * n - same(nd) - same(rl) + both
-    return pairs / max(n * (n - 1), 1)
-
-
-def _net_share(algo: str, n: int, N: int, L: int) -> float:
-    """The fraction of an op's transfers (and bytes) that cross the network (not NVLink)."""
-    if N <= 1:
-        return 0.0
-    if algo == "p2p":
-        return 1.0
-    if algo == "ring":
-        return N / n
-    if algo == "tree":
-        return (N - 1) / (n - 1)
-    if algo == "direct":
-        return (n - L) / (n - 1)
-    if algo == "hierarchical":
-        return (N - 1) / ((L - 1) + (N - 1))
-    return 1.0
-
-
 def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None = None,
              per_sender: bool = True) -> Work:
     """The work of `job`; with max_work > 0, refuses (ConfigError) as soon as it is exceeded.
@@ -323,12 +219,12 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
         if nbytes < eb:
             continue
         plan = tuning.plan(CollKind(kind), job.nccl, n, N, L, nbytes, c.nic_gbps, c.nvlink_gbps)
-        t = _transfers(kind, plan, n, N, L, nbytes, eb)
+        t = templates.transfers(kind, plan, n, N, L, nbytes, eb)
         # connection-level rows: a ring's or tree's n edges per channel, a pair's channels; a
         # folded op's network edges once per replica, its NVLink ones once
         if gkey:
             if (gkey, plan.algo) not in pxn_share:
-                pxn_share[gkey, plan.algo] = _cross_rail(plan.algo, groups[gkey], light.rank_node,
+                pxn_share[gkey, plan.algo] = templates.cross_rail(plan.algo, groups[gkey], light.rank_node,
                                                          rank_rail, N, L)
             t += int(t * pxn_share[gkey, plan.algo])
         # an AllToAll's every transfer is an edge of its own (a pair's channel: alltoall.direct;
@@ -341,7 +237,7 @@ def estimate(job: Job, max_work: int = 0, pcap: bool = True, emit: bool | None =
                           1 if kind == CollKind.SENDRECV else (n - 1))
         transfers += t * count
         if pcap:
-            net = _net_share(plan.algo, n, N, L)
+            net = templates.net_share(plan.algo, n, N, L)
             messages += int(net * (t + moved // max(plan.max_msg_bytes, 1))) * count
         if max_work and transfers > max_work and pick_detail(job.detail, needs_chunks(job, emit), transfers) == "full":
             break
@@ -427,9 +323,3 @@ def _refuse(job: Job, w: Work, max_work: int, what: str) -> None:
         f"memory; shrink it (fewer layers, iterations or micro-batches: model.layers={job.model.layers}, "
         f"iterations={job.iterations}, global_batch={p.global_batch}; larger chunks and buckets) "
         "or raise --max-work (0: no limit)")
-
-
-def op_transfers(kind: int, plan, n: int, N: int, L: int, nbytes: int, elem_bytes: int) -> int:
-    """Rows the collectives stage's template makes for one op of `n` ranks on N nodes x L GPUs
-    (the estimate's per-op count; `tracegen collective` sums it over its sizes)."""
-    return _transfers(kind, plan, n, N, L, nbytes, elem_bytes)

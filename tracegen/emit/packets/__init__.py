@@ -1,6 +1,7 @@
 """The wire plan and its packets: QPs, messages and control frames (plan; built from the flows by
 plan_build, messages paced along the schedule's rates by rate_curve), their packet-exact
-times per NIC and switch port (pacing, ports, hops, port_queue), ECN marks and CNPs (seeded, or
+times per NIC and switch port (pacing, ports, hops, port_queue; a scenario whose links change
+mid-run: every frame on its epoch's route and rate, epoch_paths), ECN marks and CNPs (seeded, or
 from the queues: queue_marks; PFC pauses: pfc), NCCL's
 net_ib buffers, routes and MAC addresses, RoCEv2 headers as dtypes, frames, capture file
 formats; what the user selected to write (select: NICs, switches, windows, the byte budget), the

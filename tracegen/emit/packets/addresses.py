@@ -44,10 +44,12 @@ def mac_table(fabric: Fabric) -> np.ndarray:
     return np.concatenate([fabric.nic_mac, fabric.sw_mac])
 
 
-def link_macs(fabric: Fabric, tx_nic, rx_nic, sport, plane, hops, link, dest_qpn):
+def link_macs(fabric: Fabric, tx_nic, rx_nic, sport, plane, hops, link, dest_qpn, route=None):
     """Rows of mac_table (eth_src, eth_dst) on link `link` of each packet's route: the two nodes
     that link joins (NIC -> leaf -> ... -> leaf -> NIC, the switches by ECMP, routes.py). The
-    first and last links need no route: they join a NIC and its port's leaf."""
+    first and last links need no route: they join a NIC and its port's leaf. route: each packet's
+    route when it is not the QP's t=0 one (a scenario's epochs, epoch_paths.py): a switch view's
+    MACs are those of the spine the frame really crossed."""
     tx_nic, rx_nic = np.asarray(tx_nic, np.int64), np.asarray(rx_nic, np.int64)
     link, hops = np.asarray(link, np.int64), np.asarray(hops, np.int64)
     first, last = link == 0, link == hops - 1
@@ -56,6 +58,7 @@ def link_macs(fabric: Fabric, tx_nic, rx_nic, sport, plane, hops, link, dest_qpn
     mid = np.flatnonzero(~first & ~last)
     if len(mid):
         sel = lambda a: np.broadcast_to(np.asarray(a, np.int64), link.shape)[mid]
-        d = routes.link_dirs(fabric, tx_nic[mid], rx_nic[mid], sel(sport), sel(plane), sel(dest_qpn))
+        d = (routes.link_dirs(fabric, tx_nic[mid], rx_nic[mid], sel(sport), sel(plane), sel(dest_qpn))
+             if route is None else np.asarray(route)[mid])
         src[mid], dst[mid] = routes.dir_ends(fabric, d[np.arange(len(mid)), link[mid]])
     return src, dst

@@ -192,6 +192,7 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
     # class; VLAN priority from its DSCP by mlx5's default map (DSCP >> 3).
     fifo_tc = ((kind == CTS) | (kind == ACK_DATA)) & (p.fifo_tc >= 0)
     tx_nic, rx_nic = np.where(from_dst, p.c_dst[c], p.c_src[c]), np.where(from_dst, p.c_src[c], p.c_dst[c])
+    route = p.route_of(kind, m, acked)     # control frames: acked is their k_pkt (items.py)
     acked = np.where(kind == ACK_DATA, acked, j)
     sport = np.where(is_cnp, 0, p.c_sport[c])
     dest_qp = item_dest_qpn(p, c, rx_nic)
@@ -212,7 +213,7 @@ def templates(p: Plan, addr: Addressing, kind, m, acked, j, link, iface, ce, ip_
         ip_id=ip_id & 0xFFFF,
     )
     eth_src, eth_dst = link_macs(fabric, tx_nic, rx_nic, sport, routes.plane_of(fabric, p.c_qpn_src[c]),
-                                 p.c_hops[c], link, dest_qp)
+                                 p.c_hops[c], link, dest_qp, route)
     if addr.peer_direct:
         eth_dst = rx_nic
     elif addr.first_hop is not None:

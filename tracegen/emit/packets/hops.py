@@ -27,6 +27,9 @@ from .plan import PerPacket, Plan, Segs, wire_ns
 from .ports import running_max, serialize
 
 
+RATE_ROUNDS = 4      # a scenario's rate changes: re-serialise a layer at the rates its frames meet
+
+
 @dataclass
 class Hop:
     """The frames leaving the switch links of one layer (link_layers): data segments (t: the
@@ -116,6 +119,20 @@ def through(p: Plan, tx: Segs, k_tx: np.ndarray):
         k_w = wire_ns(p.k_frame[kk], p.link_gbps_at(kd, k_nom))
         if len(cm):
             segs, k_t = serialize(p, Segs(cm, cur.ka[on], cur.kb[on], nominal), d, kd, k_nom, k_w, w)
+            for _ in range(RATE_ROUNDS if p.epoch_ns is not None else 0):
+                # a link whose rate drops while frames queue for it or cross it: they leave at the
+                # new rate (frames, not segments, have a rate: the whole piece at the slowest it meets)
+                src_key = cm * width + cur.ka[on]
+                so = np.argsort(src_key, kind="stable")
+                dp = d[so[np.searchsorted(src_key[so], segs.msg * width + segs.ka, "right") - 1]]
+                end = segs.t + p.offset(segs.msg, segs.kb, w) - p.offset(segs.msg, segs.ka, w)
+                slow = p.link_gbps_min(dp, segs.t, end)
+                k_slow = wire_ns(p.k_frame[kk], p.link_gbps_min(kd, k_t, k_t + k_w))
+                if not ((slow < gbps[segs.msg]).any() or (k_slow > k_w).any()):
+                    break
+                np.minimum.at(gbps, segs.msg, slow)
+                w, k_w = spacing(p, gbps), np.maximum(k_w, k_slow)
+                segs, k_t = serialize(p, Segs(cm, cur.ka[on], cur.kb[on], nominal), d, kd, k_nom, k_w, w)
             # each piece's route position: that of the segment it was cut from (same message and
             # position: pieces of one segment stay on its port)
             src_key = cm * width + cur.ka[on]

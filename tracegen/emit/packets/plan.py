@@ -220,6 +220,7 @@ class Plan:
     # link rates link_gbps_ep[e] (0: down); None: one epoch, link_gbps throughout
     epoch_ns: np.ndarray | None = None
     link_gbps_ep: np.ndarray | None = None
+    paths: object = None                   # its epochs' routes (epoch_paths.EpochPaths; None: one epoch)
     link_lat: np.ndarray | None = None
     frame_bytes: tuple | None = None       # data frames (no FCS): (First, Middle, Last per message, Only per message)
     k_frame: np.ndarray | None = None      # per control frame: its bytes (no FCS)
@@ -230,12 +231,10 @@ class Plan:
     m_cap: np.ndarray | None = None        # per message: line rate / the rate DCQCN lets its QP send
                                            # at (>= 1; pacing.pace), None: no DCQCN reaction
     ce_pos: np.ndarray | None = None  # output.ecn_marking=queue: per mark, the route position that set CE
-    pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.Pauses (the NICs paused)
-    pfc_at: np.ndarray | None = None       # per pause: its time at the NIC, in its slot on the link (pfc.pause_slots)
-    pfc_shown: np.ndarray | None = None    # per pause: written in the captures (queue_rounds._pauses_shown)
+    pfc: object = None                     # output.ecn_marking=queue, network.pfc: pfc.PfcFrames (pfc_pass.py's)
     queue_rounds: int = 0                  # output.ecn_marking=queue: mark rounds (queue_rounds.queue_marks_and_cnps)
     queue_stable: bool = True
-    queue_max_rounds: int = 0              # the rounds it may use (QUEUE_ROUNDS, + PFC_ROUNDS with PFC)
+    queue_max_rounds: int = 0              # the rounds it may use (QUEUE_ROUNDS)
     m_op: np.ndarray | None = None         # per message: its flow row's CommOp (op_id; the OTG export groups by it)
     c_dscp: np.ndarray | None = None       # per QP pair: its DSCP and 802.1Q priority (Flows.op_tc: a
     c_pcp: np.ndarray | None = None        # scenario job's class); None: output.dscp / output.pcp
@@ -276,7 +275,43 @@ class Plan:
         if self.epoch_ns is None:
             return self.link_gbps[d >> 1]
         e = np.searchsorted(self.epoch_ns, t_ns, "right") - 1
-        return self.link_gbps_ep[np.maximum(e, 0), d >> 1]
+        gbps = self.link_gbps_ep[np.maximum(e, 0), d >> 1]
+        # 0: down - only in the pass that finds a frame there, before epoch_paths moves it away
+        return np.where(gbps > 0, gbps, self.link_gbps[d >> 1])
+
+    def link_gbps_min(self, d, a_ns, b_ns) -> np.ndarray:
+        """The slowest rate of link directions d over [a_ns, b_ns] (frames on them then): a
+        degraded link's frames after its instant at its new rate, wherever they entered."""
+        d = np.asarray(d)
+        if self.epoch_ns is None:
+            return self.link_gbps[d >> 1]
+        ea = np.maximum(np.searchsorted(self.epoch_ns, a_ns, "right") - 1, 0)
+        eb = np.maximum(np.searchsorted(self.epoch_ns, b_ns, "right") - 1, ea)
+        out = self.link_gbps_at(d, a_ns)
+        for k in range(1, int((eb - ea).max(initial=0)) + 1):
+            e = np.minimum(ea + k, eb)
+            g = self.link_gbps_ep[e, d >> 1]
+            out = np.minimum(out, np.where(g > 0, g, self.link_gbps[d >> 1]))
+        return out
+
+    def route_of(self, kind, m, pkt) -> np.ndarray | None:
+        """The routes frames took (kind, message, packet: data by its message, a control frame by
+        its (kind, message, packet)); None when every frame of a QP pair takes one route
+        (no epochs: addresses.link_macs computes it)."""
+        if self.paths is None:
+            return None
+        kind, m, pkt = (np.asarray(x, np.int64) for x in (kind, m, pkt))
+        out = self.m_route[m].copy()
+        ctl = np.flatnonzero(kind != DATA)
+        if len(ctl):
+            span = int(max(self.m_npk.max(), 1)) + 1
+            key = (self.k_kind.astype(np.int64) * self.n_msgs + self.k_msg) * span + self.k_pkt
+            order = np.argsort(key, kind="stable")
+            want = (kind[ctl] * self.n_msgs + m[ctl]) * span + pkt[ctl]
+            k = order[np.minimum(np.searchsorted(key[order], want), len(key) - 1)]
+            assert np.array_equal(key[k], want), "a control frame not in the plan"
+            out[ctl] = self.k_route[k]
+        return out
 
     @property
     def n_msgs(self) -> int:

@@ -9,7 +9,7 @@ from ...config import Nccl, Output, parse_start_time
 from ...errors import ConfigError
 from ...tables import CollKind, Dim, Flows
 from ...fabric.topology import Fabric
-from . import congestion, nccl_net, roce, routes
+from . import congestion, epoch_paths, nccl_net, roce, routes
 from . import select
 from .capture_file import Format, comment_option_bytes
 from .plan import (ACK_CTS, ACK_DATA, COMMENT_PREFIX, CTS, CTS_BYTES, CTS_LEAD_FRAMES, DATA, FIRST_QPN,
@@ -216,7 +216,11 @@ def build(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | 
     m_keep = sel.keep_rows(flows, rows)[m_row]
     m_pkt0 = np.cumsum(m_npk) - m_npk
     ce_g = congestion.ce_marks(int(m_npk.sum()), out.ecn_mark_fraction, out.ecn_pattern, out.ecn_seed)
+    # a scenario whose links change mid-run: each frame on its epoch's route and rates (epoch_paths.py)
+    paths = epoch_paths.build(fabric, c_src, c_dst, c_sport, c_plane, c_qpn_src, c_qpn_dst, fabric.ip_version)
     return Plan(
+        paths=paths, epoch_ns=None if paths is None else paths.epoch_ns,
+        link_gbps_ep=None if paths is None else paths.gbps,
         out=out, sel=sel, fmt=fmt, row_comment=row_comment, hdr_bytes=hdr, nics=np.unique(np.r_[c_src, c_dst]),
         c_src=c_src, c_dst=c_dst, c_qpn_src=c_qpn_src, c_qpn_dst=c_qpn_dst,
         c_sport=c_sport, c_hops=c_hops, c_plane=c_plane, planes=fabric.planes,

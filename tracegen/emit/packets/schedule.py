@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import progress
-from . import hops, pfc, roce
+from . import epoch_paths, hops, roce
 from .ports import running_max, serialize
 from .plan import ACK_CTS, ACK_DATA, ACK_ROUNDS, CNP, CTS, PROXY_POST_NS, FIX_ROUNDS, Plan, Segs
 
@@ -120,10 +120,6 @@ def schedule(p: Plan) -> None:
     # message NCCL_STEPS steps back has not fully arrived), move that nominal time later (and the
     # flow's following messages with it) and reschedule. Nominal times only grow.
     m_port_tx, m_port_rx, k_port_tx, k_port_rx = ports(p)
-    paused = p.pfc is not None and len(p.pfc.port) > 0
-    p.pfc_at = None
-    pause_at = p.pfc.t_ns if paused else None      # where each PAUSE reaches its NIC: its slot (pfc.pause_slots)
-    moved = False
     for fix in range(FIX_ROUNDS + ACK_ROUNDS):
         # After FIX_ROUNDS, rounds that move late ACKs only: the messages and CTSs keep their nominal
         # times, so the arrivals an ACK answers stop chasing the window's moves and settle
@@ -137,18 +133,11 @@ def schedule(p: Plan) -> None:
                                                + p.m_flight_ns[cm] + p.wire.span(p.m_npk[cm], cm, cj, cj + 1))
         k_nominal = control_in_order(p, k_nominal)
         bursts = paced_trains(p, m_nominal)
-        if paused:    # PFC: the paused priority is silent from the PAUSE's arrival (pfc.py)
-            tx, k_tx, _ = pfc.serialize_paused(p, p.pfc.at(pause_at), bursts, m_port_tx, k_port_tx, k_nominal,
-                                               p.k_wire_ns)
-        else:
-            tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
-        seg_arrive, k_arrive, hop_list = hops.through(p, tx, k_tx)       # the switch links on the way
+        tx, k_tx = serialize(p, bursts, m_port_tx[bursts.msg], k_port_tx, k_nominal, p.k_wire_ns)
+        # the switch links on the way (a scenario's epochs: on each frame's epoch route, epoch_paths.py)
+        seg_arrive, k_arrive, hop_list = (epoch_paths.through if p.paths is not None else hops.through)(p, tx, k_tx)
         rx, k_rx = serialize(p, Segs(tx.msg, tx.ka, tx.kb, seg_arrive), m_port_rx[tx.msg], k_port_rx, k_arrive,
                              p.k_wire_ns)
-        if paused:    # the PAUSE frames take their slots on the leaf-to-NIC links
-            rx, k_rx, placed = pfc.pause_slots(p, p.pfc, rx, k_rx, m_port_rx, k_port_rx)
-            moved = not np.array_equal(placed, pause_at)
-            p.pfc_at, pause_at = placed, placed
         ack_ready = np.r_[k_rx[n_ack:], arrival(p, rx, acked_m, acked_j)] + acked_wire
         data_ready = np.zeros(M, np.int64)       # messages without a CTS (later parts) wait for none
         data_ready[p.cts_msg] = k_rx[n_ack:] + p.k_wire_ns[n_ack:]
@@ -161,7 +150,7 @@ def schedule(p: Plan) -> None:
             np.maximum.at(nccl_end, p.m_nccl, m_end)
             cts_ready = np.where(cts_wait >= 0, nccl_end[np.maximum(cts_wait, 0)], 0)
         late_cts = k_nominal[n_ack:] < cts_ready
-        if not (late_ack.any() or (not acks_only and (late_data.any() or late_cts.any() or moved))):
+        if not (late_ack.any() or (not acks_only and (late_data.any() or late_cts.any()))):
             break
         k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
         if acks_only:
@@ -185,7 +174,7 @@ def schedule(p: Plan) -> None:
     p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
     p.late_acks = int(late_ack.sum())
     p.tx, p.rx, p.k_tx_ns, p.k_rx_ns, p.hops = tx, rx, k_tx, k_rx, hop_list
-    _ip_ids(p)
+    ip_ids(p)
 
     # PSNs and MSNs follow the order messages really left on their QP.
     m_psn, m_done, _ = per_qp_running(p.m_conn, m_start, p.m_npk, p.m_size)
@@ -235,7 +224,7 @@ def _window_bounds(p: Plan, m_nominal, cts_nominal, tx_span, arr_span, cts_lat, 
     return running_max(m, p.m_row, m_nominal, paced), cts
 
 
-def _ip_ids(p: Plan) -> None:
+def ip_ids(p: Plan) -> None:
     """IPv4 identification: per sending NIC a 16-bit counter from 0, +1 for every frame the NIC
     sends (data packets, CTS, ACKs, CNPs) in send order. A segment's packets are consecutive
     frames of its NIC, so a segment needs only its first packet's; a received segment lies

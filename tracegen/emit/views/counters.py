@@ -2,8 +2,8 @@
 priority, what that switch should report for the trace - frames and bytes it sent and received
 on the port, the data packets it marked CE there (output.ecn_marking=queue: the egress port
 that set CE - a switch-to-switch port or the leaf's port to the receiving NIC, queue_marks.py;
-the seeded fraction marks no switch port: 0), and the PFC PAUSE frames it sent and received
-there (0 without PFC).
+the seeded fraction marks no switch port: 0), and the PFC frames (PAUSE and XON) it sent and
+received there (0 without PFC; pfc.py).
 
 Counted from the items each capture file records (items.windows: the same packets, time window
 included), so the counters and the captures tell one story. Bytes are frames with their FCS, as
@@ -76,7 +76,10 @@ def switch_counters(p: Plan, fabric, fset: FileSet) -> list[tuple]:
             for col, sel, w in ((0, tx, 1), (1, tx, nbytes), (2, ~tx, 1), (3, ~tx, nbytes), (4, marked, 1)):
                 np.add.at(acc[:, col], pcp[sel], np.broadcast_to(w, len(g))[sel])
         ptx, prx = np.zeros(8, np.int64), np.zeros(8, np.int64)
-        ptx[p.out.pcp] = len(spec.pauses)       # PFC frames the switch sent the NIC (pfc.py; NICs send none)
+        mac = bytes(fabric.sw_mac[sw])
+        for _t, fr, _i in spec.pauses:          # PFC frames (pfc.py): sent by this switch or by its peer
+            prio = int.from_bytes(fr[16:18], "big").bit_length() - 1
+            (ptx if fr[6:12] == mac else prx)[prio] += 1
         for prio in range(8):
             if acc[prio].any() or ptx[prio] or prx[prio]:
                 rows.append((name, spec.name, peer, prio, *(int(x) for x in acc[prio]), int(ptx[prio]), int(prx[prio])))

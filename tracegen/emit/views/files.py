@@ -5,10 +5,10 @@
   * merged (`output.merge`): pcapng: the selected NICs' captures in one file, one interface each
     (a frame between two selected NICs twice: sent and received, told apart by interface id);
     classic pcap: every frame of the selected NICs once, as sent (replays put it on the wire once);
-    PFC PAUSE frames the NICs receive (pfc.py) on the NIC's interface at its time, in classic pcap
-    as the leaf sends them;
+    PFC frames (PAUSE, XON) the NICs receive (pfc.py) on the NIC's interface at its time, in classic
+    pcap as the leaf sends them;
   * switch ports (`output.switch`, e.g. leaf3, spine0): one file per port of that switch, every
-    packet whose route (emit/packets/routes.py) crosses the port's link;
+    packet whose route (emit/packets/routes.py) crosses the port's link, and the PFC frames on it;
   * lab (`output.lab`): one file per tester port, what its host transmits (lab.py).
 
 Switch views: a leaf's port to a NIC holds exactly that NIC's own capture (its sent and received
@@ -158,7 +158,7 @@ def switch_port_specs(p: Plan, fabric: Fabric, name: str) -> list[FileSpec]:
                         parts.append(Part(src, sel, pos[sel], 0, 0, queue=q))
         other_name = fabric.node_name(other)
         iface = Interface(f"{name}:{other_name}", f"{name} port to {other_name}", mac, gbps * 10**9)
-        specs.append(FileSpec(f"{name}-{other_name}", [iface], parts))
+        specs.append(FileSpec(f"{name}-{other_name}", [iface], parts, pauses=pfc.link_records(p, fabric, link)))
     return specs
 
 

@@ -227,8 +227,10 @@ def queue_settling(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl
                    network: Network | None = None) -> dict | None:
     """output.ecn_marking=queue: how the marks/pauses iteration of the plan write_pcaps wrote
     ended (queue_rounds.queue_marks_and_cnps) - rounds used of at most max_rounds, settled (the marks
-    and pauses of the last round were those it was scheduled with), CE-marked packets, pauses the
-    queues call for and those the captures show. None in the seeded mode."""
+    of the last round were those it was scheduled with), CE-marked packets; with PFC the frames of
+    the pass (pfc_pass.py): PAUSEs (refreshes included), XONs, those towards switch ports, and
+    pauses_shown (every PAUSE the pass sent is in the captures of the view that holds its link).
+    None in the seeded mode."""
     if out.ecn_marking != "queue":
         return None
     p = _prepared(flows, fabric, out, qps, True, nccl, network)
@@ -237,16 +239,18 @@ def queue_settling(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl
     d = {"rounds": int(p.queue_rounds), "max_rounds": int(p.queue_max_rounds), "settled": bool(p.queue_stable),
          "ce_packets": int(len(p.ce_g))}
     if p.pfc is not None:
-        d["pauses"] = int(len(p.pfc.port))
-        d["pauses_shown"] = int(p.pfc_shown.sum()) if p.pfc_shown is not None else 0
+        pause = p.pfc.quanta > 0
+        d["pauses"] = d["pauses_shown"] = int(pause.sum())
+        d["xons"] = int((~pause).sum())
+        d["pauses_to_switches"] = int((pause & (p.pfc.to_port < 0)).sum())
     return d
 
 
 def frame_causality(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, nccl: Nccl | None = None,
                     network: Network | None = None) -> dict | None:
-    """How causal the written frames are (pacing.schedule's last round): frames stamped before
-    what they wait for - an ACK before its data arrived, a message before its CTS, a CTS before
-    NCCL freed its slot. 0 on every job the suite judges; the fixed-point rounds are bounded, so a
+    """How causal the written frames are (schedule.schedule's last round; with PFC, pfc_pass keeps
+    what the schedule made wait waiting): frames stamped before what they wait for - an ACK before
+    its data arrived, a message before its CTS, a CTS before NCCL freed its slot. 0 on every job the suite judges; the fixed-point rounds are bounded, so a
     big placed view could end with some: the user is told, not left to find them."""
     p = _prepared(flows, fabric, out, qps, True, nccl, network)
     if p is None or p.tx is None:

@@ -25,7 +25,7 @@ from ...collectives.edges import net_wire_bytes, pxn_split
 from ...collectives.ring_edges import RingShape
 from ...collectives.ring import ring_orders
 from ...timing.connections import communicator
-from ...timing.schedule_conn import CLOSED_FORM_ROWS
+from ...timing.conn_edges import CLOSED_FORM_ROWS
 from ...tables import FLOW_DTYPE, LinkKind, Ragged, Flows
 from ...errors import ConfigError
 from ...fabric.kinds import LEAF
