@@ -52,7 +52,7 @@ from tracegen.cli import main
 from tracegen.tables import LinkKind
 
 LONG = os.environ.get("TRACEGEN_LONG") == "1"
-SCENARIO_EXAMPLES = int(os.environ.get("TRACEGEN_SCENARIO_EXAMPLES", 24))
+SCENARIO_EXAMPLES = int(os.environ.get("TRACEGEN_SCENARIO_EXAMPLES", 100))
 INVALID_EXAMPLES = int(os.environ.get("TRACEGEN_INVALID_SCENARIO_EXAMPLES", 6))   # per kind of breakage
 PROFILE = settings(derandomize=not LONG, database=None, deadline=None,
                    max_examples=SCENARIO_EXAMPLES * (8 if LONG else 1), suppress_health_check=list(HealthCheck),
@@ -304,11 +304,13 @@ def valid_scenarios(draw) -> dict:
         if model["nccl"]["qps_per_connection"] > 1:
             model["output"]["qp_split"] = draw(st.booleans())
         timed = any(e.get("at_ns") or "until_ns" in e or e["type"] == "flap" for e in events)
-        if ecn and not timed and draw(st.booleans()):
-            # marks from the switch queues along the routes (refused with timed events: the
-            # pcaps follow t=0's routes)
+        if ecn and draw(st.booleans()):
+            # marks from the switch queues along each epoch's routes (emit/packets/epoch_paths.py);
+            # with timed events only without PFC (its pass holds t=0's rates: refused)
             model["output"]["ecn_marking"] = "queue"
             del model["output"]["ecn_mark_fraction"]      # inert with queue marks: refused
+            if timed or draw(st.booleans()):
+                model["network"] = {"pfc": False}
         # pictures (matplotlib, ~3 s): one model scenario in six
         model["output"]["pictures"] = draw(st.integers(0, 5)) == 0
         if hw["n_nics"] > 1 and draw(st.integers(0, 2)) == 0:        # host pcaps of two NICs only
