@@ -580,6 +580,14 @@ def nic_ports(flows, fabric, out):
                              pos=pos, name=_endpoint_name(fabric))
 
 
+def strict_json(text: str):
+    """JSON as any consumer reads it: NaN and Infinity are not JSON (Python writes them, jq and
+    browsers refuse them)."""
+    def refuse(name):
+        raise AssertionError(f"scenario.json holds {name}: not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
 def folder_bytes(d: Path) -> dict:
     return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
@@ -606,8 +614,14 @@ def check_scenario(tmp: Path, drawn: dict, twice: bool) -> None:
     assert {"scenario.json", "ops.csv", "flows.csv", "summary.md"} <= files, files
     if drawn["job"] is not None and drawn["job"]["output"].get("pictures"):
         assert {"jobs_gantt.png", "slowdowns.png"} <= files, files
+        # `report DIR` redraws them from the files alone, byte for byte (README: Scenarios)
+        again = tmp / "redrawn"
+        got = CliRunner().invoke(main, ["report", str(out), "-o", str(again)])
+        assert got.exit_code == 0, got.output
+        for name in {"jobs_gantt.png", "slowdowns.png", "link_load_by_job.png"} & files:
+            assert (again / name).read_bytes() == (out / name).read_bytes(), name
         TOTAL["pictures"] += 1
-    doc = json.loads((out / "scenario.json").read_text())
+    doc = strict_json((out / "scenario.json").read_text())
     check_scenario_json(doc, drawn)
     events = drawn["scenario"].get("events", [])
     if (out / "link_time.csv").exists():
@@ -635,7 +649,7 @@ def check_scenario(tmp: Path, drawn: dict, twice: bool) -> None:
         assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), [k for k in a if a.get(k) != b.get(k)][:5]
         res3 = CliRunner().invoke(main, ["plan", "--scenario", str(s), "--json"])
         assert res3.exit_code == 0, res3.output
-        assert json.loads(res3.stdout) == doc, "plan --scenario --json differs from generate's scenario.json"
+        assert strict_json(res3.stdout) == doc, "plan --scenario --json differs from generate's scenario.json"
         TOTAL["twice"] += 1
     TOTAL["scenarios"] += 1
     TOTAL["events"] += len(events)
