@@ -623,6 +623,12 @@ def check_scenario(tmp: Path, drawn: dict, twice: bool) -> None:
         TOTAL["pictures"] += 1
     doc = strict_json((out / "scenario.json").read_text())
     check_scenario_json(doc, drawn)
+    # ops.csv: every op of a job within [its start, its end], its iteration one it was asked for
+    jobs = {j["name"]: j for j in doc["jobs"]}
+    for r in csv.DictReader((out / "ops.csv").open()):
+        j = jobs[r["job"]]
+        assert j["start_ns"] <= int(r["start_ns"]) <= int(r["end_ns"]) <= j["end_ns"], (r, j)
+        assert 0 <= int(r["iteration"]) < j["iterations"], (r, j)
     events = drawn["scenario"].get("events", [])
     if (out / "link_time.csv").exists():
         TOTAL["link_bins"] += check_link_time(out / "link_time.csv", events)
