@@ -78,6 +78,6 @@ def test_the_user_is_told_how_many_frames_are_late(monkeypatch, tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     c = summary["causality"]
     assert c["late_acks"] == _early_acks(p) > 0
-    assert c["late_frames"] == c["late_acks"] + c["late_messages_or_cts"]
+    assert c["late_frames"] == c["late_acks"] + c["late_messages"] + c["late_cts"]
     warned = [ln for ln in said[0].splitlines() if "stamped before what they wait for" in ln]
     assert len(warned) == 1 and f"{c['late_acks']:,} ACKs" in warned[0]

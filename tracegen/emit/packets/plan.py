@@ -205,6 +205,8 @@ class Plan:
     k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
     late_acks: int = 0                     # of them ACKs (schedule.schedule: ACK-only rounds settle them)
+    late_data: int = 0                     # messages whose first packet leaves before their CTS arrived;
+                                           # the rest CTSs posted before NCCL_STEPS freed their slot
     fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
     line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
     line_gbps: int = 0                     # that line rate: a NIC port's (nic_gbps / planes)

@@ -173,6 +173,7 @@ def schedule(p: Plan) -> None:
         m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), paced)
     p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
     p.late_acks = int(late_ack.sum())
+    p.late_data = int(late_data.sum())
     p.tx, p.rx, p.k_tx_ns, p.k_rx_ns, p.hops = tx, rx, k_tx, k_rx, hop_list
     ip_ids(p)
 
