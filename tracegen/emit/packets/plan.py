@@ -60,7 +60,7 @@ MAX_MSG_BYTES = 1 << 31      # IBA limit on one RDMA message
 IP_TTL = 255                 # NCCL sets the GRH hop_limit to 255 on RoCE QPs (net_ib/connect.cc,
                              # ncclIbQpRtr); data, CTS and ACKs leave with it
 FIX_ROUNDS = 16              # fixed-point rounds that move ACKs / messages behind what they wait for
-ACK_ROUNDS = 16              # then rounds that move late ACKs only (schedule.schedule), if any are left
+ACK_ROUNDS = 16              # then rounds that move late ACKs and messages only (schedule.schedule), if any
 CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its message (slack for
                              # the packet-boundary waits on both NICs)
 
