@@ -14,7 +14,7 @@ import tracegen.emit.packets.pacing as pacing
 import tracegen.emit.packets.queue_rounds as queue_rounds
 import tracegen.emit.packets.schedule as schedule_mod
 from tracegen.cli import main
-from tracegen.emit.packets.plan import ACK_CTS, ACK_DATA
+from tracegen.emit.packets.plan import ACK_CTS, ACK_DATA, CTS
 
 ARGS = ["generate", "-q", "--no-ns3", "--preset", "mixtral-8x7b", "--detail", "conn", "--nics", "0,8",
         "--iteration", "0", "--payload", "none", "--time-window", "900000:910000"]
@@ -78,6 +78,37 @@ def test_the_user_is_told_how_many_frames_are_late(monkeypatch, tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     c = summary["causality"]
     assert c["late_acks"] == _early_acks(p) > 0
-    assert c["late_frames"] == c["late_acks"] + c["late_messages_or_cts"]
+    assert c["late_frames"] == c["late_acks"] + c["late_messages"] + c["late_cts"]
     warned = [ln for ln in said[0].splitlines() if "stamped before what they wait for" in ln]
     assert len(warned) == 1 and f"{c['late_acks']:,} ACKs" in warned[0]
+
+
+def _early_messages(p) -> int:
+    """Messages whose first packet leaves before the CTS granting them has arrived whole at the
+    sender (the wire's [cts] order), from the schedule's own times."""
+    cts = np.flatnonzero(p.k_kind == CTS)
+    m = p.k_msg[cts]
+    tx = p.tx
+    first = (tx.ka == 0)
+    start = np.full(p.n_msgs, -1, np.int64)
+    start[tx.msg[first]] = tx.t[first]
+    assert (start[m] >= 0).all()
+    return int((start[m] < p.k_rx_ns[cts] + p.k_wire_ns[cts]).sum())
+
+
+def test_no_message_leaves_before_its_cts_when_the_fix_rounds_run_out(monkeypatch, tmp_path):
+    """With no fixed-point rounds at all Mixtral's placed view has messages ahead of their CTS
+    (2 when only ACKs are moved); the rounds that follow move such messages (CTSs keep their
+    times) until none is: 0 early messages, judged from arrival times, and summary.json says 0."""
+    import json
+    monkeypatch.setattr(schedule_mod, "FIX_ROUNDS", 0)
+    p = max(_plans(monkeypatch, tmp_path), key=lambda p: len(p.k_kind))
+    assert _early_messages(p) == 0 and p.late_data == 0
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["causality"]["late_messages"] == 0
+
+
+def test_the_early_message_judge_can_fail(monkeypatch, tmp_path):
+    """Without the rounds after FIX_ROUNDS = 2 the same view leaves a message ahead of its CTS."""
+    monkeypatch.setattr(schedule_mod, "FIX_ROUNDS", 2)
+    p = max(_plans(monkeypatch, tmp_path, ack_rounds=0), key=lambda p: len(p.k_kind))
+    assert _early_messages(p) > 0 and p.late_data > 0

@@ -121,9 +121,9 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
             if causal["late_frames"]:
                 run.report.notes.append(
                     f"pcaps: {causal['late_frames']:,} frames stamped before what they wait for "
-                    f"({causal['late_acks']:,} ACKs before their data arrived, {causal['late_messages_or_cts']:,} "
-                    "messages/CTSs before their CTS or free slot): the packet schedule's rounds did not settle "
-                    "(summary.json causality)")
+                    f"({causal['late_acks']:,} ACKs before their data arrived, {causal['late_messages']:,} messages "
+                    f"before their CTS arrived, {causal['late_cts']:,} CTSs posted before NCCL freed their receive "
+                    "slot): the packet schedule's rounds did not settle (summary.json causality)")
         if out.switch:              # the counters the switch should show (views/counters.py)
             from .views.counters import COLUMNS
             from .views.pcap import port_counters

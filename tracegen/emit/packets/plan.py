@@ -60,7 +60,7 @@ MAX_MSG_BYTES = 1 << 31      # IBA limit on one RDMA message
 IP_TTL = 255                 # NCCL sets the GRH hop_limit to 255 on RoCE QPs (net_ib/connect.cc,
                              # ncclIbQpRtr); data, CTS and ACKs leave with it
 FIX_ROUNDS = 16              # fixed-point rounds that move ACKs / messages behind what they wait for
-ACK_ROUNDS = 16              # then rounds that move late ACKs only (schedule.schedule), if any are left
+ACK_ROUNDS = 16              # then rounds that move late ACKs and messages only (schedule.schedule), if any
 CTS_LEAD_FRAMES = 2          # a CTS is due this many full frames ahead of its message (slack for
                              # the packet-boundary waits on both NICs)
 
@@ -205,6 +205,8 @@ class Plan:
     k_ip_id: np.ndarray | None = None      # IPv4 identification of each control frame
     late: int = 0                          # ACKs/messages still ahead of what they wait for
     late_acks: int = 0                     # of them ACKs (schedule.schedule: ACK-only rounds settle them)
+    late_data: int = 0                     # messages whose first packet leaves before their CTS arrived;
+                                           # the rest CTSs posted before NCCL_STEPS freed their slot
     fifo_tc: int = -1                      # nccl.fifo_tc (NCCL_IB_FIFO_TC): -1 = the data's class
     line_wire: PerPacket | None = None     # ns a frame holds a link at line rate (never paced)
     line_gbps: int = 0                     # that line rate: a NIC port's (nic_gbps / planes)

@@ -121,8 +121,10 @@ def schedule(p: Plan) -> None:
     # flow's following messages with it) and reschedule. Nominal times only grow.
     m_port_tx, m_port_rx, k_port_tx, k_port_rx = ports(p)
     for fix in range(FIX_ROUNDS + ACK_ROUNDS):
-        # After FIX_ROUNDS, rounds that move late ACKs only: the messages and CTSs keep their nominal
-        # times, so the arrivals an ACK answers stop chasing the window's moves and settle
+        # After FIX_ROUNDS, rounds that move only what the wire shows out of order - late ACKs, and
+        # messages that would leave before their CTS arrived: the CTSs keep their nominal times (one
+        # posted before NCCL freed its slot is invisible on the wire), so what the ACKs and messages
+        # wait for stops chasing the window's moves and settles
         acks_only = fix >= FIX_ROUNDS
         progress.report(min(fix, FIX_ROUNDS - 1), FIX_ROUNDS)     # the CLI's bar: rounds, at most FIX_ROUNDS
         m_nominal = qp_in_order(p, m_nominal)
@@ -150,10 +152,12 @@ def schedule(p: Plan) -> None:
             np.maximum.at(nccl_end, p.m_nccl, m_end)
             cts_ready = np.where(cts_wait >= 0, nccl_end[np.maximum(cts_wait, 0)], 0)
         late_cts = k_nominal[n_ack:] < cts_ready
-        if not (late_ack.any() or (not acks_only and (late_data.any() or late_cts.any()))):
+        if not (late_ack.any() or late_data.any() or (not acks_only and late_cts.any())):
             break
         k_nominal[:n_ack] = np.where(late_ack, ack_ready, k_nominal[:n_ack])
         if acks_only:
+            if late_data.any():
+                m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), paced)
             continue
         if windowed and (late_cts.any() or late_data.any()):     # the window, with measured spans
             tx_end = arrival(p, tx, np.arange(M), last) + p.wire.span(p.m_npk, np.arange(M), last, p.m_npk)
@@ -173,6 +177,7 @@ def schedule(p: Plan) -> None:
         m_nominal = running_max(np.arange(M), p.m_row, np.maximum(m_nominal, data_ready), paced)
     p.late = int(late_ack.sum() + late_data.sum() + late_cts.sum())
     p.late_acks = int(late_ack.sum())
+    p.late_data = int(late_data.sum())
     p.tx, p.rx, p.k_tx_ns, p.k_rx_ns, p.hops = tx, rx, k_tx, k_rx, hop_list
     ip_ids(p)
 

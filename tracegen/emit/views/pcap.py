@@ -255,8 +255,8 @@ def frame_causality(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, ncc
     p = _prepared(flows, fabric, out, qps, True, nccl, network)
     if p is None or p.tx is None:
         return None
-    return {"late_frames": int(p.late), "late_acks": int(p.late_acks),
-            "late_messages_or_cts": int(p.late - p.late_acks)}
+    return {"late_frames": int(p.late), "late_acks": int(p.late_acks), "late_messages": int(p.late_data),
+            "late_cts": int(p.late - p.late_acks - p.late_data)}
 
 
 def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
