@@ -434,3 +434,16 @@ def test_a_preset_job_brings_its_presets_hardware(tmp_path):
         assert dataclasses.replace(e.job.cluster, nodes=0) == dataclasses.replace(big.cluster, nodes=0)
         assert e.job.fabric == big.fabric
     assert big.cluster.gpus_per_node != job.cluster.gpus_per_node
+
+
+def test_the_wrote_line_counts_the_files_written(tmp_path):
+    """`wrote DIR/ (N files, ...)`: N is what DIR holds at its top (tables, summary, pictures)."""
+    import re
+    src = ROOT / "traces" / "examples" / "scenarios"
+    res = subprocess.run([sys.executable, "-m", "tracegen.cli", "generate", "--scenario", "two-tenants.yaml",
+                          "--no-pcap", "--no-ns3", "-o", str(tmp_path / "out")],
+                         capture_output=True, text=True, env=ENV, cwd=src, timeout=300)
+    assert res.returncode == 0, res.stderr
+    n = int(re.search(r"\((\d+) files, ", res.stdout).group(1))
+    on_disk = [f for f in (tmp_path / "out").iterdir() if f.is_file() and not f.name.startswith(".")]
+    assert n == len(on_disk) >= 6, (n, sorted(f.name for f in on_disk))

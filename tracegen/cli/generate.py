@@ -192,7 +192,8 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
     if not quiet:
         worst = max(done.jobs, key=lambda j: j.slowdown)
         n = len(texts.pop("pcaps", []))
-        click.echo(f"wrote {w.t.shown}/ ({len(texts)} files, {n} pcaps; {len(done.jobs)} jobs, largest slowdown "
+        top = sum(1 for f in w.t.path.iterdir() if f.is_file() and not f.name.startswith("."))   # tables, pictures
+        click.echo(f"wrote {w.t.shown}/ ({top} files, {n} pcaps; {len(done.jobs)} jobs, largest slowdown "
                    f"{worst.slowdown:.3f} ({worst.name}), Jain fairness {done.fairness:.4f})")
 
 
