@@ -273,3 +273,22 @@ def test_formerly_refused_views_are_written_the_same_twice(tmp_path, case):
         v = check_capture(tmp_path / "out0" / "pcap" / name, 400, complete="spine" not in name)
         bad += [x for x in v if "spine" not in name or tags([x]).keys().isdisjoint({"[ack]", "[cts]", "[cnp]"})]
     assert not bad, bad[:5]
+
+
+def test_frames_left_on_a_down_link_are_told(tmp_path, monkeypatch):
+    """With one re-routing round only, frames stay on leaf0-spine1 while it is down: the run
+    warns with their count, which covers what the link's own capture shows inside the down
+    intervals (an own parser; the count is by whole segments, so at most a few more)."""
+    import re
+    import tracegen.emit.packets.epoch_paths as epoch_paths
+    monkeypatch.setattr(epoch_paths, "MOVE_ROUNDS", 1)
+    (tmp_path / "j.yaml").write_text(JOB % {"switch": "leaf0"})
+    (tmp_path / "s.yaml").write_text(SCENARIO % {"ecmp": "rehash"})
+    res = CliRunner().invoke(main, ["generate", "-q", "--no-ns3", "--scenario", str(tmp_path / "s.yaml"),
+                                    "-o", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    said = re.findall(r"warning: pcaps: ([\d,]+) frames drawn on a link while it is down", res.output)
+    t = np.array([f[0] for f in _frames(tmp_path / "out" / "pcap" / "leaf0-spine1.pcapng")])
+    seen = int(sum(((t >= a) & (t < b)).sum() for a, b in DOWN))
+    assert seen > 0 and len(said) == 1
+    assert seen <= int(said[0].replace(",", "")) <= 1.05 * seen, (said, seen)

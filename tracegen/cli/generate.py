@@ -167,6 +167,9 @@ def _generate_scenario(path, out_dir, force, quiet, max_work, pcap, ns3) -> None
                     stage("pcap files")
                     texts["pcaps"] = write_pcaps(flows, done.fabric, hw.output, tmp / "pcap", nccl=hw.nccl,
                                                  network=hw.network)
+                    from ..emit.views.pcap import causality_note, frame_causality
+                    w.warnings.extend(causality_note(frame_causality(flows, done.fabric, hw.output, nccl=hw.nccl,
+                                                                     network=hw.network)))
                 if hw.output.switch:     # the counters that switch should show, as a job's switch view writes them
                     from ..config import table_formats
                     from ..emit.tables.counters import write_counters

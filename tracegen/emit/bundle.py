@@ -114,16 +114,11 @@ def write_bundle(run: Run, dest: Path, progress: Callable[[int, int], None] | No
                 run.report.notes.append(
                     f"output.ecn_marking=queue: the marks/pauses did not settle in {settling['rounds']} rounds "
                     "(summary.json queue_marks; the README's 'Marks from the queues' says what is written)")
-        from .views.pcap import frame_causality
+        from .views.pcap import causality_note, frame_causality
         causal = frame_causality(flows, run.fabric, out, nccl=run.job.nccl, network=run.job.network)
         if causal is not None:
             extra["causality"] = causal
-            if causal["late_frames"]:
-                run.report.notes.append(
-                    f"pcaps: {causal['late_frames']:,} frames stamped before what they wait for "
-                    f"({causal['late_acks']:,} ACKs before their data arrived, {causal['late_messages']:,} messages "
-                    f"before their CTS arrived, {causal['late_cts']:,} CTSs posted before NCCL freed their receive "
-                    "slot): the packet schedule's rounds did not settle (summary.json causality)")
+            run.report.notes.extend(f"{n} (summary.json causality)" for n in causality_note(causal))
         if out.switch:              # the counters the switch should show (views/counters.py)
             from .views.counters import COLUMNS
             from .views.pcap import port_counters

@@ -141,7 +141,7 @@ def through(p: Plan, tx: Segs, k_tx: np.ndarray):
             hit, e = _first_down(ep, h.seg_port, s.t, end)
             kon = np.flatnonzero(h.k_port >= 0)
             k_hit, k_e = _first_down(ep, h.k_port[kon], h.k_t[kon], h.k_t[kon] + p.k_wire_ns[kon])
-            left += int(hit.sum() + k_hit.sum())
+            left += int((s.kb - s.ka)[hit].sum() + k_hit.sum())         # frames (a segment's packets)
             before_m, before_k = m_ep.copy(), k_ep.copy()
             np.maximum.at(m_ep, s.msg[hit], e[hit])
             np.maximum.at(k_ep, kon[k_hit], k_e[k_hit])

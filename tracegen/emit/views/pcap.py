@@ -255,8 +255,27 @@ def frame_causality(flows: Flows, fabric: Fabric, out: Output, qps: int = 1, ncc
     p = _prepared(flows, fabric, out, qps, True, nccl, network)
     if p is None or p.tx is None:
         return None
-    return {"late_frames": int(p.late), "late_acks": int(p.late_acks), "late_messages": int(p.late_data),
-            "late_cts": int(p.late - p.late_acks - p.late_data)}
+    d = {"late_frames": int(p.late), "late_acks": int(p.late_acks), "late_messages": int(p.late_data),
+         "late_cts": int(p.late - p.late_acks - p.late_data)}
+    if p.paths is not None:       # a scenario's epochs: frames the re-routing rounds left on a link down
+        d["frames_on_down_links"] = int(p.paths.on_down)
+    return d
+
+
+def causality_note(causal: dict | None) -> list[str]:
+    """The warning lines a run prints for frame_causality's counts (none when all are 0)."""
+    if causal is None:
+        return []
+    notes = []
+    if causal["late_frames"]:
+        notes.append(f"pcaps: {causal['late_frames']:,} frames stamped before what they wait for "
+                     f"({causal['late_acks']:,} ACKs before their data arrived, {causal['late_messages']:,} messages "
+                     f"before their CTS arrived, {causal['late_cts']:,} CTSs posted before NCCL freed their receive "
+                     "slot): the packet schedule's rounds did not settle")
+    if causal.get("frames_on_down_links"):
+        notes.append(f"pcaps: {causal['frames_on_down_links']:,} frames drawn on a link while it is down: the "
+                     "re-routing rounds (emit/packets/epoch_paths.py MOVE_ROUNDS) did not settle")
+    return notes
 
 
 def write_file(p: Plan, fset: views.FileSet, spec, dest_dir: Path, scratch: "_Scratch | None" = None,
